@@ -1,0 +1,149 @@
+//! `mk`: the command line. Parses arguments, calls one library function, prints the error once.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mk::error::Result;
+use mk::model::{checkpoint::Checkpoint, config::ModelConfig, forward, ops, stats, synth};
+
+#[derive(Parser)]
+#[command(name = "mk", version, about = "Qwen3.5-27B research inference engine: megakernel, CUDA-graph path, experiment runner")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write a synthetic checkpoint in the real release format (config.json, shards, index).
+    Synth {
+        #[arg(long)]
+        preset: String,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Validate a checkpoint folder: every tensor's name, dtype and shape, scales, and every value.
+    Check {
+        dir: PathBuf,
+        /// Skip the scan of every weight byte for NaN/Inf (fast: headers and scales only).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Activation and logit statistics of a checkpoint under the CPU reference (random token ids).
+    Stats {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 32)]
+        tokens: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Compare the CPU reference against oracle goldens (teacher-forced), with the calibrated envelope.
+    Golden {
+        /// Checkpoint folder the goldens were recorded on.
+        dir: PathBuf,
+        /// Folder of golden .safetensors files (scripts/oracle_goldens.py).
+        goldens: PathBuf,
+        /// Override RoPE theta (a negative control: a wrong theta must fail).
+        #[arg(long)]
+        rope_theta: Option<f64>,
+        #[arg(long, default_value_t = usize::MAX)]
+        max_prompts: usize,
+    },
+    /// Greedy generation with the CPU reference forward; prints the token ids.
+    Generate {
+        dir: PathBuf,
+        /// Prompt token ids, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        prompt: Vec<u32>,
+        #[arg(long, default_value_t = 16)]
+        steps: usize,
+    },
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Synth { preset, seed, out } => {
+            let cfg = ModelConfig::preset(&preset)?;
+            let t = std::time::Instant::now();
+            let bytes = synth::write_checkpoint(&cfg, seed, &out)?;
+            println!("wrote {} ({:.2} GB, preset {preset}, seed {seed}) in {:.1} s", out.display(), bytes as f64 / 1e9, t.elapsed().as_secs_f64());
+        }
+        Cmd::Check { dir, quick } => {
+            let t = std::time::Instant::now();
+            let ck = Checkpoint::open(&dir)?;
+            if !quick {
+                ck.deep_check()?;
+            }
+            let c = &ck.config;
+            println!(
+                "ok: {} ({} shards, {} tensors, {:.2} GB; hidden {}, {} layers ({} GDN + {} attention), vocab {}){} in {:.1} s",
+                dir.display(),
+                ck.shard_names().len(),
+                ck.specs().len(),
+                ck.total_bytes() as f64 / 1e9,
+                c.hidden,
+                c.n_layers,
+                c.n_gdn_layers(),
+                c.n_attn_layers(),
+                c.vocab,
+                if quick { "" } else { ", every value finite" },
+                t.elapsed().as_secs_f64()
+            );
+        }
+        Cmd::Stats { dir, tokens, seed } => {
+            let ck = Checkpoint::open(&dir)?;
+            let w = forward::Weights::from_checkpoint(&ck);
+            stats::print(&stats::measure(&w, tokens, seed)?);
+        }
+        Cmd::Golden { dir, goldens, rope_theta, max_prompts } => {
+            let ck = Checkpoint::open(&dir)?;
+            let mut w = forward::Weights::from_checkpoint(&ck);
+            if let Some(t) = rope_theta {
+                w.cfg.rope_theta = t;
+            }
+            let g = mk::golden::load_dir(&goldens)?;
+            let env = mk::golden::envelope(&g)?;
+            let c = mk::golden::compare(&w, &g, max_prompts)?;
+            println!("envelope (oracle prompt path vs decode path): {env:?}");
+            println!("cpu reference vs oracle decode path: {c:?}");
+            let why = mk::golden::verdict(&c, &env, mk::golden::MEAN_FACTOR);
+            if !why.is_empty() {
+                mk::bail!("golden check failed: {}", why.join("; "));
+            }
+            println!("golden check passed");
+        }
+        Cmd::Generate { dir, prompt, steps } => {
+            let ck = Checkpoint::open(&dir)?;
+            let w = forward::Weights::from_checkpoint(&ck);
+            if prompt.is_empty() {
+                mk::bail!("generate: --prompt needs at least one token id");
+            }
+            let mut state = forward::State::new(&w.cfg, prompt.len() + steps);
+            let mut logits = Vec::new();
+            for &t in &prompt {
+                logits = forward::step(&w, &mut state, t, None)?;
+            }
+            let mut out = Vec::new();
+            for _ in 0..steps {
+                let next = ops::argmax(&logits) as u32;
+                out.push(next);
+                logits = forward::step(&w, &mut state, next, None)?;
+            }
+            println!("{}", out.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","));
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

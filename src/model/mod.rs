@@ -1,0 +1,11 @@
+//! The model: config, checkpoint contract, synthetic generator, loader, CPU reference ops and forward.
+//! Nothing here touches CUDA.
+
+pub mod checkpoint;
+pub mod config;
+pub mod forward;
+pub mod numerics;
+pub mod ops;
+pub mod stats;
+pub mod synth;
+pub mod tensors;

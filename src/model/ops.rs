@@ -1,0 +1,294 @@
+//! CPU reference ops: the arithmetic of one decode step, op by op, with every rounding point of the
+//! oracle (transformers 5.17 `modeling_qwen3_5.py`, bf16 model dtype) reproduced and commented.
+//!
+//! Owns: the canonical summation orders (each marked `ORDER:`), which the program interpreter reuses
+//! so that it matches this reference bit for bit. Ops work on row ranges so an instruction that owns
+//! a slice of rows calls the same function on its slice.
+//! Refuses: hidden state (every op is a pure function of its arguments).
+
+use std::borrow::Cow;
+
+use super::numerics::{bf, bf16_to_f32, e4m3_table};
+
+/// Elements per k-group of a matrix-vector product. ORDER: a row's dot product is the sequential
+/// sum, over k-groups, of each group's partial; a group's partial is the sequential sum over its
+/// 128-wide tiles of (tile dot product x tile scale). Split-K instructions own whole k-groups and
+/// store one partial per group, so a fixed-order reduce of those partials gives the same bits.
+pub const KGROUP: usize = 1024;
+pub const TILE: usize = 128;
+
+/// A linear layer's weight `[rows, cols]` in checkpoint byte order.
+pub enum LinearW<'a> {
+    Bf16(Cow<'a, [u16]>),
+    /// e4m3 codes and the `[rows/128, cols/128]` dequant multipliers (`weight_scale_inv`) as f32.
+    Fp8 { w: &'a [u8], scales: Vec<f32> },
+}
+
+pub struct Linear<'a> {
+    pub rows: usize,
+    pub cols: usize,
+    pub w: LinearW<'a>,
+}
+
+/// ORDER: the dot product of one 128-wide tile: 16 lanes, lane l sums elements l, l+16, ... in
+/// order; the lanes are then folded pairwise (l += l+8, l += l+4, l += l+2, l += l+1).
+#[inline(always)]
+fn tile_dot(w: impl Fn(usize) -> f32, x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    for j in 0..TILE / 16 {
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let i = j * 16 + l;
+            *lane += w(i) * x[i];
+        }
+    }
+    for step in [8, 4, 2, 1] {
+        for l in 0..step {
+            lanes[l] += lanes[l + step];
+        }
+    }
+    lanes[0]
+}
+
+impl Linear<'_> {
+    /// The partial of row `r` over k-group `g` (see `KGROUP`).
+    #[inline]
+    pub fn group_partial(&self, x: &[f32], r: usize, g: usize) -> f32 {
+        let k0 = g * KGROUP;
+        let k1 = (k0 + KGROUP).min(self.cols);
+        let mut acc = 0f32;
+        match &self.w {
+            LinearW::Bf16(w) => {
+                let row = &w[r * self.cols..(r + 1) * self.cols];
+                for t in (k0..k1).step_by(TILE) {
+                    acc += tile_dot(|i| bf16_to_f32(row[t + i]), &x[t..t + TILE]);
+                }
+            }
+            LinearW::Fp8 { w, scales } => {
+                let lut = e4m3_table();
+                let row = &w[r * self.cols..(r + 1) * self.cols];
+                let srow = &scales[(r / TILE) * self.cols.div_ceil(TILE)..];
+                for t in (k0..k1).step_by(TILE) {
+                    // The block scale multiplies the fp32 tile sum once (seed 4.3), not each weight.
+                    acc += tile_dot(|i| lut[row[t + i] as usize], &x[t..t + TILE]) * srow[t / TILE];
+                }
+            }
+        }
+        acc
+    }
+
+    pub fn n_groups(&self) -> usize {
+        self.cols.div_ceil(KGROUP)
+    }
+
+    /// fp32 dot product of row `r` (before the output rounding).
+    #[inline]
+    pub fn row_dot(&self, x: &[f32], r: usize) -> f32 {
+        let mut y = 0f32;
+        for g in 0..self.n_groups() {
+            y += self.group_partial(x, r, g);
+        }
+        y
+    }
+
+    /// `bf(W x)` for rows [r0, r1) into `out` (bf16 Linear: fp32 accumulation, one rounding).
+    pub fn gemv_rows(&self, x: &[f32], r0: usize, r1: usize, out: &mut [f32]) {
+        for (o, r) in out.iter_mut().zip(r0..r1) {
+            *o = bf(self.row_dot(x, r));
+        }
+    }
+
+    /// `bf(W x)` for all rows, split over threads when large (rows are independent: same bits).
+    pub fn gemv(&self, x: &[f32]) -> Vec<f32> {
+        assert_eq!(x.len(), self.cols, "gemv input length");
+        let mut out = vec![0f32; self.rows];
+        let threads = if self.rows * self.cols >= 1 << 22 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        } else {
+            1
+        };
+        let chunk = self.rows.div_ceil(threads);
+        std::thread::scope(|s| {
+            for (i, o) in out.chunks_mut(chunk).enumerate() {
+                s.spawn(move || self.gemv_rows(x, i * chunk, i * chunk + o.len(), o));
+            }
+        });
+        out
+    }
+}
+
+/// ORDER: sequential sum of squares in index order.
+pub fn sum_squares(x: &[f32]) -> f32 {
+    let mut s = 0f32;
+    for v in x {
+        s += v * v;
+    }
+    s
+}
+
+/// `Qwen3_5RMSNorm`: `bf(x * rsqrt(mean(x^2) + eps) * (1 + w))`, all in fp32, one rounding.
+/// mean = sum * (1/n) (CUDA's mean multiplies by the reciprocal); rsqrt = 1/sqrt.
+pub fn rms_norm_offset(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let inv_n = 1.0 / x.len() as f32;
+    let rstd = 1.0 / (sum_squares(x) * inv_n + eps).sqrt();
+    for ((o, xv), wv) in out.iter_mut().zip(x).zip(w) {
+        // (x * rstd) is rounded to fp32 first, then multiplied by (1 + w) in fp32.
+        *o = bf((xv * rstd) * (1.0 + wv));
+    }
+}
+
+/// `Qwen3_5RMSNormGated`: norm before gate, weight plain (not 1 + w), two bf16 roundings:
+/// `bf( bf(w * bf(x * rstd)) * silu(z) )`.
+pub fn rms_norm_gated(x: &[f32], z: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let inv_n = 1.0 / x.len() as f32;
+    let rstd = 1.0 / (sum_squares(x) * inv_n + eps).sqrt();
+    for i in 0..x.len() {
+        let normed = bf(x[i] * rstd);
+        let weighted = bf(w[i] * normed);
+        out[i] = bf(weighted * silu(z[i]));
+    }
+}
+
+/// SiLU in fp32 as PyTorch computes it: x / (1 + exp(-x)).
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `F.softplus` with beta 1, threshold 20.
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// `x * rsqrt(sum(x*x) + 1e-6)` in fp32 (transformers 5.17 `l2norm`, after the fp32 cast).
+pub fn l2norm(x: &mut [f32]) {
+    let inv = 1.0 / (sum_squares(x) + 1e-6).sqrt();
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// RoPE tables for one position: `cos`, `sin` of length `rotary_dim`, rounded to bf16 as HF does
+/// (`emb = cat(freqs, freqs)`, `freqs = pos * inv_freq` in fp32, `inv_freq = 1 / theta^(2i/d)`).
+pub fn rope_tables(pos: usize, rotary_dim: usize, theta: f64) -> (Vec<f32>, Vec<f32>) {
+    let half = rotary_dim / 2;
+    let mut cos = vec![0f32; rotary_dim];
+    let mut sin = vec![0f32; rotary_dim];
+    for i in 0..half {
+        let exponent = (2 * i) as f32 / rotary_dim as f32;
+        let inv_freq = 1.0f32 / (theta as f32).powf(exponent);
+        let f = pos as f32 * inv_freq;
+        let (c, s) = (bf((f as f64).cos() as f32), bf((f as f64).sin() as f32));
+        cos[i] = c;
+        cos[i + half] = c;
+        sin[i] = s;
+        sin[i + half] = s;
+    }
+    (cos, sin)
+}
+
+/// Partial NeoX RoPE on the first `rotary_dim` dims of one head, in bf16 as HF computes it:
+/// `bf( bf(x*cos) + bf(rotate_half(x)*sin) )`, pairs (i, i + rotary_dim/2).
+pub fn apply_rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let d = cos.len();
+    let half = d / 2;
+    let orig: Vec<f32> = x[..d].to_vec();
+    for i in 0..d {
+        let rot = if i < half { -orig[i + half] } else { orig[i - half] };
+        x[i] = bf(bf(orig[i] * cos[i]) + bf(rot * sin[i]));
+    }
+}
+
+/// ORDER: sequential fp32 dot product in index order.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut s = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        s += x * y;
+    }
+    s
+}
+
+/// Index of the largest value, the lowest index on ties (the reference's greedy rule). NaN never wins.
+pub fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, v) in x.iter().enumerate() {
+        if *v > x[best] || x[best].is_nan() {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::numerics::f32_to_bf16;
+
+    #[test]
+    fn gemv_fp8_equals_dequantised_dot_within_rounding() {
+        let (rows, cols) = (256, 2048);
+        let mut rng = crate::model::synth::Rng::new(3);
+        let w: Vec<u8> = (0..rows * cols).map(|_| (rng.next_u64() as u8) & 0x7E | 0x30).collect();
+        let scales: Vec<f32> = (0..(rows / 128) * (cols / 128)).map(|i| 0.01 * (1 + i % 5) as f32).collect();
+        let x: Vec<f32> = (0..cols).map(|_| bf(rng.normal())).collect();
+        let lin = Linear { rows, cols, w: LinearW::Fp8 { w: &w, scales: scales.clone() } };
+        let y = lin.gemv(&x);
+        let lut = e4m3_table();
+        for r in 0..rows {
+            let exact: f64 = (0..cols)
+                .map(|c| lut[w[r * cols + c] as usize] as f64 * scales[(r / 128) * (cols / 128) + c / 128] as f64 * x[c] as f64)
+                .sum();
+            assert!((y[r] as f64 - exact).abs() <= exact.abs() * 1e-2 + 1e-3, "row {r}: {} vs {exact}", y[r]);
+        }
+        // Group partials summed in order reproduce the row exactly (the split-K contract).
+        let r = 17;
+        let parts: Vec<f32> = (0..lin.n_groups()).map(|g| lin.group_partial(&x, r, g)).collect();
+        let mut s = 0f32;
+        for p in parts {
+            s += p;
+        }
+        assert_eq!(bf(s).to_bits(), y[r].to_bits());
+    }
+
+    #[test]
+    fn rope_rotates_pairs_i_and_i_plus_32() {
+        let (cos, sin) = rope_tables(1, 64, 1e7);
+        assert_eq!(cos[0], bf(1f32.cos()));
+        assert_eq!(sin[32], sin[0]);
+        let mut x = vec![0f32; 256];
+        x[0] = 1.0;
+        apply_rope(&mut x, &cos, &sin);
+        assert_eq!(x[0], cos[0]);
+        assert_eq!(x[32], sin[0]); // rotate_half puts x[0] at 32
+        assert_eq!(x[100], 0.0);
+    }
+
+    #[test]
+    fn argmax_takes_the_lowest_id_on_ties() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 1.0]), 1);
+    }
+
+    #[test]
+    fn rms_norm_rounds_once() {
+        let x: Vec<f32> = (0..256).map(|i| bf16_to_f32(f32_to_bf16((i as f32 - 128.0) / 7.0))).collect();
+        let w = vec![0.0; 256];
+        let mut o = vec![0.0; 256];
+        rms_norm_offset(&x, &w, 1e-6, &mut o);
+        let ms: f64 = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / 256.0;
+        for i in 0..256 {
+            let exact = x[i] as f64 / (ms + 1e-6).sqrt();
+            assert!((o[i] as f64 - exact).abs() <= exact.abs() / 128.0 + 1e-6);
+            assert_eq!(o[i], bf(o[i]));
+        }
+    }
+}
