@@ -27,30 +27,64 @@ pub struct Golden {
 
 impl Golden {
     pub fn load(path: &Path) -> Result<Golden> {
-        let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-        let bytes = std::fs::read(path).with_context(|| format!("read golden {}", path.display()))?;
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| crate::error::Error::new(format!("{file}: {e}")))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| crate::error::Error::new(format!("{file}: {e}")))?;
+        let file = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let bytes =
+            std::fs::read(path).with_context(|| format!("read golden {}", path.display()))?;
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
+            .map_err(|e| crate::error::Error::new(format!("{file}: {e}")))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes)
+            .map_err(|e| crate::error::Error::new(format!("{file}: {e}")))?;
         let mut tensors = HashMap::new();
         for (name, view) in st.tensors() {
             let d = view.data();
             let vals: Vec<f32> = match view.dtype() {
-                safetensors::Dtype::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-                safetensors::Dtype::I32 => d.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect(),
-                safetensors::Dtype::BF16 => d.chunks_exact(2).map(|c| crate::model::numerics::bf16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
+                safetensors::Dtype::F32 => d
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                safetensors::Dtype::I32 => d
+                    .chunks_exact(4)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
+                    .collect(),
+                safetensors::Dtype::BF16 => d
+                    .chunks_exact(2)
+                    .map(|c| crate::model::numerics::bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                    .collect(),
                 other => bail!("{file}: tensor {name} has unexpected dtype {other:?}"),
             };
             tensors.insert(name, (view.shape().to_vec(), vals));
         }
-        let ids: Vec<u32> = tensors.get("ids").with_context(|| format!("{file}: no ids"))?.1.iter().map(|x| *x as u32).collect();
-        Ok(Golden { file, ids, tensors, meta: meta.metadata().clone().unwrap_or_default() })
+        let ids: Vec<u32> = tensors
+            .get("ids")
+            .with_context(|| format!("{file}: no ids"))?
+            .1
+            .iter()
+            .map(|x| *x as u32)
+            .collect();
+        Ok(Golden {
+            file,
+            ids,
+            tensors,
+            meta: meta.metadata().clone().unwrap_or_default(),
+        })
     }
 
     pub fn get(&self, name: &str) -> Result<&[f32]> {
-        Ok(&self.tensors.get(name).with_context(|| format!("{}: no tensor {name}", self.file))?.1)
+        Ok(&self
+            .tensors
+            .get(name)
+            .with_context(|| format!("{}: no tensor {name}", self.file))?
+            .1)
     }
     pub fn shape(&self, name: &str) -> Result<&[usize]> {
-        Ok(&self.tensors.get(name).with_context(|| format!("{}: no tensor {name}", self.file))?.0)
+        Ok(&self
+            .tensors
+            .get(name)
+            .with_context(|| format!("{}: no tensor {name}", self.file))?
+            .0)
     }
 }
 
@@ -82,14 +116,23 @@ pub struct Envelope {
 pub fn envelope(goldens: &[Golden]) -> Result<Envelope> {
     let (mut n, mut agree, mut max_abs, mut sum) = (0usize, 0usize, 0f32, 0f64);
     for g in goldens {
-        for (a, d) in g.get("self.top1_agree")?.iter().zip(g.get("self.max_abs_diff")?) {
+        for (a, d) in g
+            .get("self.top1_agree")?
+            .iter()
+            .zip(g.get("self.max_abs_diff")?)
+        {
             n += 1;
             agree += (*a != 0.0) as usize;
             max_abs = max_abs.max(*d);
             sum += *d as f64;
         }
     }
-    Ok(Envelope { positions: n, self_top1: agree as f64 / n.max(1) as f64, max_abs, mean_abs: (sum / n.max(1) as f64) as f32 })
+    Ok(Envelope {
+        positions: n,
+        self_top1: agree as f64 / n.max(1) as f64,
+        max_abs,
+        mean_abs: (sum / n.max(1) as f64) as f32,
+    })
 }
 
 /// The CPU reference against the oracle's decode path, teacher-forced.
@@ -128,8 +171,16 @@ pub fn compare(w: &Weights, goldens: &[Golden], max_prompts: usize) -> Result<Co
         let t_len = g.ids.len();
         let top_ids = g.get("decode.top_ids")?;
         let top_logits = g.get("decode.top_logits")?;
-        let (dec_arg, pr_arg, margin) = (g.get("decode.argmax")?, g.get("prompt.argmax")?, g.get("decode.margin")?);
-        let full_pos: Vec<usize> = g.get("full_positions")?.iter().map(|x| *x as usize).collect();
+        let (dec_arg, pr_arg, margin) = (
+            g.get("decode.argmax")?,
+            g.get("prompt.argmax")?,
+            g.get("decode.margin")?,
+        );
+        let full_pos: Vec<usize> = g
+            .get("full_positions")?
+            .iter()
+            .map(|x| *x as usize)
+            .collect();
         let full = g.get("decode.full_logits")?;
         let mut state = State::new(cfg, t_len);
         for (t, &tok) in g.ids.iter().enumerate() {
@@ -150,7 +201,12 @@ pub fn compare(w: &Weights, goldens: &[Golden], max_prompts: usize) -> Result<Co
             sum_abs += d as f64;
             if let Some(i) = full_pos.iter().position(|p| *p == t) {
                 let v = cfg.vocab;
-                full_max = full_max.max(logits.iter().zip(&full[i * v..(i + 1) * v]).fold(0f32, |m, (x, y)| m.max((x - y).abs())));
+                full_max = full_max.max(
+                    logits
+                        .iter()
+                        .zip(&full[i * v..(i + 1) * v])
+                        .fold(0f32, |m, (x, y)| m.max((x - y).abs())),
+                );
             }
         }
         for (l, s) in state.recurrent.iter().enumerate() {
@@ -167,7 +223,8 @@ pub fn compare(w: &Weights, goldens: &[Golden], max_prompts: usize) -> Result<Co
                 let mut reordered = vec![0f32; ours.len()];
                 for t in 0..t_len {
                     for h in 0..nkv {
-                        reordered[(h * t_len + t) * d..][..d].copy_from_slice(&ours[(t * nkv + h) * d..][..d]);
+                        reordered[(h * t_len + t) * d..][..d]
+                            .copy_from_slice(&ours[(t * nkv + h) * d..][..d]);
                     }
                 }
                 kv_rel = kv_rel.max(rel_diff(&reordered, theirs));
@@ -195,16 +252,28 @@ pub fn compare(w: &Weights, goldens: &[Golden], max_prompts: usize) -> Result<Co
 pub fn verdict(c: &Comparison, env: &Envelope, mean_factor: f32) -> Vec<String> {
     let mut why = Vec::new();
     if c.top1_vs_decode < env.self_top1 {
-        why.push(format!("top-1 agreement {:.4} < the oracle's own {:.4}", c.top1_vs_decode, env.self_top1));
+        why.push(format!(
+            "top-1 agreement {:.4} < the oracle's own {:.4}",
+            c.top1_vs_decode, env.self_top1
+        ));
     }
     if c.max_abs > env.max_abs {
-        why.push(format!("largest logit difference {:.4} > envelope {:.4}", c.max_abs, env.max_abs));
+        why.push(format!(
+            "largest logit difference {:.4} > envelope {:.4}",
+            c.max_abs, env.max_abs
+        ));
     }
     if c.mean_abs > mean_factor * env.mean_abs {
-        why.push(format!("mean logit difference {:.4} > {mean_factor} x the oracle's {:.4}", c.mean_abs, env.mean_abs));
+        why.push(format!(
+            "mean logit difference {:.4} > {mean_factor} x the oracle's {:.4}",
+            c.mean_abs, env.mean_abs
+        ));
     }
     if c.unexplained_flips > 0 {
-        why.push(format!("{} top-1 flips where the oracle's margin exceeds the envelope", c.unexplained_flips));
+        why.push(format!(
+            "{} top-1 flips where the oracle's margin exceeds the envelope",
+            c.unexplained_flips
+        ));
     }
     why
 }

@@ -8,7 +8,11 @@ use mk::error::Result;
 use mk::model::{checkpoint::Checkpoint, config::ModelConfig, forward, ops, stats, synth};
 
 #[derive(Parser)]
-#[command(name = "mk", version, about = "Qwen3.5-27B research inference engine: megakernel, CUDA-graph path, experiment runner")]
+#[command(
+    name = "mk",
+    version,
+    about = "Qwen3.5-27B research inference engine: megakernel, CUDA-graph path, experiment runner"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -69,7 +73,12 @@ fn run(cli: Cli) -> Result<()> {
             let cfg = ModelConfig::preset(&preset)?;
             let t = std::time::Instant::now();
             let bytes = synth::write_checkpoint(&cfg, seed, &out)?;
-            println!("wrote {} ({:.2} GB, preset {preset}, seed {seed}) in {:.1} s", out.display(), bytes as f64 / 1e9, t.elapsed().as_secs_f64());
+            println!(
+                "wrote {} ({:.2} GB, preset {preset}, seed {seed}) in {:.1} s",
+                out.display(),
+                bytes as f64 / 1e9,
+                t.elapsed().as_secs_f64()
+            );
         }
         Cmd::Check { dir, quick } => {
             let t = std::time::Instant::now();
@@ -98,7 +107,12 @@ fn run(cli: Cli) -> Result<()> {
             let w = forward::Weights::from_checkpoint(&ck);
             stats::print(&stats::measure(&w, tokens, seed)?);
         }
-        Cmd::Golden { dir, goldens, rope_theta, max_prompts } => {
+        Cmd::Golden {
+            dir,
+            goldens,
+            rope_theta,
+            max_prompts,
+        } => {
             let ck = Checkpoint::open(&dir)?;
             let mut w = forward::Weights::from_checkpoint(&ck);
             if let Some(t) = rope_theta {
@@ -132,7 +146,13 @@ fn run(cli: Cli) -> Result<()> {
                 out.push(next);
                 logits = forward::step(&w, &mut state, next, None)?;
             }
-            println!("{}", out.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","));
+            println!(
+                "{}",
+                out.iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
         }
     }
     Ok(())

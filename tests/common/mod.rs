@@ -1,0 +1,138 @@
+//! Shared test support: one synthetic tiny checkpoint per test process, and cheap private copies of
+//! it (big shards are symlinked, small files copied) that a test may corrupt.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use mk::model::{config::ModelConfig, synth};
+
+pub const SEED: u64 = 0;
+
+pub fn scratch() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mk-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The tiny preset's synthetic checkpoint (seed 0), generated once per test process.
+pub fn tiny() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = scratch().join("tiny");
+        synth::write_checkpoint(&ModelConfig::preset("tiny").unwrap(), SEED, &d).unwrap();
+        d
+    })
+}
+
+/// A private copy of the tiny checkpoint: files over 50 MB are symlinks (never corrupt those).
+pub fn copy_of_tiny(tag: &str) -> PathBuf {
+    let src = tiny();
+    let dst = scratch().join(tag);
+    let _ = std::fs::remove_dir_all(&dst);
+    std::fs::create_dir_all(&dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let p = e.unwrap().path();
+        let to = dst.join(p.file_name().unwrap());
+        if std::fs::metadata(&p).unwrap().len() > 50 << 20 {
+            std::os::unix::fs::symlink(&p, &to).unwrap();
+        } else {
+            std::fs::copy(&p, &to).unwrap();
+        }
+    }
+    dst
+}
+
+/// The (small, copied) shard holding `tensor`.
+pub fn shard_of(dir: &Path, tensor: &str) -> PathBuf {
+    let idx: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("model.safetensors.index.json")).unwrap(),
+    )
+    .unwrap();
+    dir.join(idx["weight_map"][tensor].as_str().unwrap())
+}
+
+pub struct RawTensor {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+/// Reads a shard into raw tensors (in file order).
+pub fn read_raw(path: &Path) -> Vec<RawTensor> {
+    let b = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let h: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&b[8..8 + n]).unwrap();
+    let mut out: Vec<RawTensor> = h
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| {
+            let o = v["data_offsets"].as_array().unwrap();
+            let (s, e) = (
+                o[0].as_u64().unwrap() as usize,
+                o[1].as_u64().unwrap() as usize,
+            );
+            RawTensor {
+                name: k.clone(),
+                dtype: v["dtype"].as_str().unwrap().to_string(),
+                shape: v["shape"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as usize)
+                    .collect(),
+                data: b[8 + n + s..8 + n + e].to_vec(),
+            }
+        })
+        .collect();
+    out.sort_by_key(|t| t.data.as_ptr() as usize);
+    out
+}
+
+/// Writes raw tensors as a safetensors shard (header exactly as declared: shapes are not checked).
+pub fn write_raw(path: &Path, tensors: &[RawTensor]) {
+    let mut header = serde_json::Map::new();
+    let mut off = 0;
+    for t in tensors {
+        header.insert(t.name.clone(), serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [off, off + t.data.len()]}));
+        off += t.data.len();
+    }
+    let mut h = serde_json::to_vec(&header).unwrap();
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend(h);
+    for t in tensors {
+        out.extend(&t.data);
+    }
+    let _ = std::fs::remove_file(path);
+    std::fs::write(path, out).unwrap();
+}
+
+/// Rewrites the index's weight_map from the shards' contents.
+pub fn reindex(dir: &Path) {
+    let mut map = serde_json::Map::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect();
+    files.sort();
+    for f in files {
+        for t in read_raw(&f) {
+            map.insert(
+                t.name,
+                serde_json::json!(f.file_name().unwrap().to_string_lossy()),
+            );
+        }
+    }
+    let idx = serde_json::json!({"metadata": {"total_size": 0}, "weight_map": map});
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        serde_json::to_string_pretty(&idx).unwrap(),
+    )
+    .unwrap();
+}
