@@ -42,9 +42,20 @@ def load_model(ckpt, device):
     config = Qwen3_5TextConfig(**text)
     config._attn_implementation = "eager"
     config.dtype = torch.bfloat16
-    with torch.device(device):
-        model = Qwen3_5ForCausalLM(config).to(torch.bfloat16)
+    # Build as from_pretrained(dtype=bfloat16) does: parameters in bf16 through the default dtype,
+    # while buffers created with an explicit float dtype (RoPE's inv_freq) stay fp32. A blanket
+    # model.to(bfloat16) would round inv_freq to bf16 and change every RoPE angle.
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            model = Qwen3_5ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(prev)
     model.eval()
+    inv = model.model.rotary_emb.inv_freq
+    if inv.dtype != torch.float32:
+        raise SystemExit(f"RoPE inv_freq is {inv.dtype}, expected float32")
     index_path = os.path.join(ckpt, "model.safetensors.index.json")
     if os.path.exists(index_path):
         files = sorted(set(json.load(open(index_path))["weight_map"].values()))

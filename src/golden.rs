@@ -228,6 +228,14 @@ pub fn compare(w: &Weights, goldens: &[Golden], max_prompts: usize) -> Result<Co
                     }
                 }
                 kv_rel = kv_rel.max(rel_diff(&reordered, theirs));
+                if std::env::var("MK_DBG").is_ok() {
+                    let mut per_dim = vec![0f32; d];
+                    let mut per_t = vec![0f32; t_len];
+                    for i in 0..reordered.len() { let dd = (reordered[i]-theirs[i]).abs(); per_dim[i % d] = per_dim[i % d].max(dd); per_t[(i / d) % t_len] = per_t[(i/d)%t_len].max(dd); }
+                    eprintln!("{name} {}: per-dim max diff (first 70): {:?}", g.file, &per_dim[..70].iter().map(|x| (x*1000.0).round()/1000.0).collect::<Vec<_>>());
+                    eprintln!("  dims 64.. max {}", per_dim[64..].iter().fold(0f32, |a,b| a.max(*b)));
+                    eprintln!("  per-t max diff (first 20, last 5): {:?} {:?}", &per_t[..20], &per_t[t_len-5..]);
+                }
             }
         }
     }

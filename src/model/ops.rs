@@ -12,7 +12,7 @@ use super::numerics::{bf, bf16_to_f32, e4m3_table};
 
 /// Elements per k-group of a matrix-vector product. ORDER: a row's dot product is the sequential
 /// sum, over k-groups, of each group's partial; a group's partial is the sequential sum over its
-/// 128-wide tiles of (tile dot product x tile scale). Split-K instructions own whole k-groups and
+/// 128-wide tiles of the tile dot products. Split-K instructions own whole k-groups and
 /// store one partial per group, so a fixed-order reduce of those partials gives the same bits.
 pub const KGROUP: usize = 1024;
 pub const TILE: usize = 128;
@@ -20,7 +20,8 @@ pub const TILE: usize = 128;
 /// A linear layer's weight `[rows, cols]` in checkpoint byte order.
 pub enum LinearW<'a> {
     Bf16(Cow<'a, [u16]>),
-    /// e4m3 codes and the `[rows/128, cols/128]` dequant multipliers (`weight_scale_inv`) as f32.
+    /// e4m3 codes and the `[rows/128, cols/128]` dequant multipliers (`weight_scale_inv`) as f32;
+    /// the weight is `bf16(e4m3 * scale)`.
     Fp8 {
         w: &'a [u8],
         scales: Vec<f32>,
@@ -72,7 +73,11 @@ impl Linear<'_> {
                 let srow = &scales[(r / TILE) * self.cols.div_ceil(TILE)..];
                 for t in (k0..k1).step_by(TILE) {
                     // The block scale multiplies the fp32 tile sum once (seed 4.3), not each weight.
-                    acc += tile_dot(|i| lut[row[t + i] as usize], &x[t..t + TILE]) * srow[t / TILE];
+                    // The oracle's weights: W = bf16(fp8 * scale), one rounding per weight (the
+                    // checkpoint dequantised to bf16 up front). On the GPU this is the multiply that
+                    // widens e4m3 to bf16 anyway, with the scale folded in.
+                    let sc = srow[t / TILE];
+                    acc += tile_dot(|i| bf(lut[row[t + i] as usize] * sc), &x[t..t + TILE]);
                 }
             }
         }
@@ -243,7 +248,7 @@ mod tests {
     use crate::model::numerics::f32_to_bf16;
 
     #[test]
-    fn gemv_fp8_equals_dequantised_dot_within_rounding() {
+    fn gemv_fp8_equals_the_bf16_dequantised_dot_within_rounding() {
         let (rows, cols) = (256, 2048);
         let mut rng = crate::model::synth::Rng::new(3);
         let w: Vec<u8> = (0..rows * cols)
