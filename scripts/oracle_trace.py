@@ -36,6 +36,33 @@ for i, l in enumerate(model.model.layers):
         sa = l.self_attn
         for n in ["q_proj", "k_proj", "v_proj", "q_norm", "k_norm", "o_proj"]:
             getattr(sa, n).register_forward_hook(hook(f"l{i}.{n}"))
+# Capture the inputs and outputs of the functions the layers call (module globals), per call.
+import transformers.models.qwen3_5.modeling_qwen3_5 as M
+calls = {"conv": 0, "rec": 0, "attn": 0}
+def put(name, x):
+    caps.setdefault(name, []).append(x.detach().float().reshape(-1).cpu().clone())
+orig_conv = M.causal_conv1d_update
+def conv_wrap(hidden_states, conv_state, weight, bias=None, activation=None):
+    put("conv.in", hidden_states); put("conv.state_in", conv_state)
+    out = orig_conv(hidden_states, conv_state, weight, bias, activation)
+    put("conv.out", out)
+    return out
+M.causal_conv1d_update = conv_wrap
+orig_rec = M.torch_recurrent_gated_delta_rule
+def rec_wrap(query, key, value, g, beta, initial_state=None, **kw):
+    put("rec.q", query); put("rec.k", key); put("rec.v", value); put("rec.g", g); put("rec.beta", beta)
+    put("rec.state_in", initial_state)
+    o, st = orig_rec(query, key, value, g=g, beta=beta, initial_state=initial_state, **kw)
+    put("rec.out", o); put("rec.state_out", st)
+    return o, st
+M.torch_recurrent_gated_delta_rule = rec_wrap
+orig_attn = M.eager_attention_forward
+def attn_wrap(module, query, key, value, attention_mask, scaling, dropout=0.0, **kw):
+    put("attn.q", query); put("attn.k", key); put("attn.v", value)
+    o, w = orig_attn(module, query, key, value, attention_mask, scaling, dropout=dropout, **kw)
+    put("attn.out", o)
+    return o, w
+M.eager_attention_forward = attn_wrap
 rot = model.model.rotary_emb
 cache = None
 with torch.no_grad():

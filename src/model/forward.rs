@@ -366,53 +366,54 @@ pub fn gdn_core(
 }
 
 /// One gated full-attention layer for one token at `pos` (eager attention, GQA, KV append).
-pub fn attention_layer(
-    cfg: &ModelConfig,
-    a: &AttnWeights,
-    x: &[f32],
-    pos: usize,
-    kc: &mut Vec<f32>,
-    vc: &mut Vec<f32>,
-) -> Vec<f32> {
-    let (nh, nkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-    let eps = cfg.rms_eps as f32;
+pub fn attention_layer(cfg: &ModelConfig, a: &AttnWeights, x: &[f32], pos: usize, kc: &mut Vec<f32>, vc: &mut Vec<f32>) -> Vec<f32> {
     let qg = a.q_proj.gemv(x);
     let k = a.k_proj.gemv(x);
     let v = a.v_proj.gemv(x);
+    let q = attn_q(cfg, &qg, &a.q_norm, pos);
+    kc.extend_from_slice(&attn_k(cfg, &k, &a.k_norm, pos));
+    vc.extend_from_slice(&v);
+    let mut o = attn_core(cfg, &q, kc, vc, pos + 1);
+    attn_gate(cfg, &mut o, &qg);
+    a.o_proj.gemv(&o)
+}
+
+/// Queries of all heads: per-head (1 + w) RMSNorm then partial RoPE. `qg` is the q_proj output, with
+/// query and gate interleaved per head: rows [512h, 512h+256) query, [512h+256, 512h+512) gate.
+pub fn attn_q(cfg: &ModelConfig, qg: &[f32], q_norm: &[f32], pos: usize) -> Vec<f32> {
+    let (nh, d) = (cfg.n_heads, cfg.head_dim);
     let (cos, sin) = ops::rope_tables(pos, cfg.rotary_dim, cfg.rope_theta);
-    // q and gate are interleaved per head: rows [512h, 512h+256) query, [512h+256, 512h+512) gate.
     let mut q = vec![0f32; nh * d];
     for h in 0..nh {
-        ops::rms_norm_offset(
-            &qg[2 * d * h..2 * d * h + d],
-            &a.q_norm,
-            eps,
-            &mut q[h * d..(h + 1) * d],
-        );
+        ops::rms_norm_offset(&qg[2 * d * h..2 * d * h + d], q_norm, cfg.rms_eps as f32, &mut q[h * d..(h + 1) * d]);
         ops::apply_rope(&mut q[h * d..(h + 1) * d], &cos, &sin);
     }
+    q
+}
+
+/// Keys of all KV heads as the cache stores them: per-head (1 + w) RMSNorm then partial RoPE.
+pub fn attn_k(cfg: &ModelConfig, k: &[f32], k_norm: &[f32], pos: usize) -> Vec<f32> {
+    let (nkv, d) = (cfg.n_kv_heads, cfg.head_dim);
+    let (cos, sin) = ops::rope_tables(pos, cfg.rotary_dim, cfg.rope_theta);
     let mut kn = vec![0f32; nkv * d];
     for h in 0..nkv {
-        ops::rms_norm_offset(
-            &k[h * d..(h + 1) * d],
-            &a.k_norm,
-            eps,
-            &mut kn[h * d..(h + 1) * d],
-        );
+        ops::rms_norm_offset(&k[h * d..(h + 1) * d], k_norm, cfg.rms_eps as f32, &mut kn[h * d..(h + 1) * d]);
         ops::apply_rope(&mut kn[h * d..(h + 1) * d], &cos, &sin);
     }
-    kc.extend_from_slice(&kn);
-    vc.extend_from_slice(&v);
-    let n_ctx = pos + 1;
+    kn
+}
+
+/// Eager attention of every query head over cache positions [0, n_ctx): bf16 output before the gate.
+/// `kc`/`vc` are `[t][kv_heads][head_dim]`; query head h reads KV head h / (n_heads / n_kv_heads).
+pub fn attn_core(cfg: &ModelConfig, q: &[f32], kc: &[f32], vc: &[f32], n_ctx: usize) -> Vec<f32> {
+    let (nh, nkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
     let scaling = 1.0 / (d as f32).sqrt();
     let mut attn = vec![0f32; nh * d];
     for h in 0..nh {
         let kvh = h / (nh / nkv);
         let qh = &q[h * d..(h + 1) * d];
         // scores = bf(q . k) * 1/16 (bf16 matmul output, then an exact power-of-two scale).
-        let scores: Vec<f32> = (0..n_ctx)
-            .map(|j| bf(bf(ops::dot(qh, &kc[(j * nkv + kvh) * d..][..d])) * scaling))
-            .collect();
+        let scores: Vec<f32> = (0..n_ctx).map(|j| bf(bf(ops::dot(qh, &kc[(j * nkv + kvh) * d..][..d])) * scaling)).collect();
         // softmax in fp32 (ORDER: max and sum in position order), probabilities rounded to bf16.
         let m = scores.iter().fold(f32::NEG_INFINITY, |a, b| a.max(*b));
         let e: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();
@@ -420,20 +421,29 @@ pub fn attention_layer(
         for x in &e {
             sum += x;
         }
-        let p: Vec<f32> = e.iter().map(|x| bf(x / sum)).collect();
         // o = bf(sum_j p_j v_j), ORDER: positions in order.
         let out = &mut attn[h * d..(h + 1) * d];
-        for (j, pj) in p.iter().enumerate() {
+        for (j, x) in e.iter().enumerate() {
+            let pj = bf(x / sum);
             let vrow = &vc[(j * nkv + kvh) * d..][..d];
             for (o, vv) in out.iter_mut().zip(vrow) {
                 *o += pj * vv;
             }
         }
-        // Output gate: bf(o) * bf(sigmoid(gate)), rounded.
-        let gate = &qg[2 * d * h + d..2 * d * (h + 1)];
-        for (o, gv) in out.iter_mut().zip(gate) {
-            *o = bf(bf(*o) * bf(ops::sigmoid(*gv)));
+        for o in out.iter_mut() {
+            *o = bf(*o);
         }
     }
-    a.o_proj.gemv(&attn)
+    attn
+}
+
+/// The output gate: `bf(o * bf(sigmoid(gate)))` with the gate half of each head's q_proj rows.
+pub fn attn_gate(cfg: &ModelConfig, o: &mut [f32], qg: &[f32]) {
+    let d = cfg.head_dim;
+    for h in 0..cfg.n_heads {
+        let gate = &qg[2 * d * h + d..2 * d * (h + 1)];
+        for (ov, gv) in o[h * d..(h + 1) * d].iter_mut().zip(gate) {
+            *ov = bf(*ov * bf(ops::sigmoid(*gv)));
+        }
+    }
 }
