@@ -107,12 +107,7 @@ fn run(cli: Cli) -> Result<()> {
             let w = forward::Weights::from_checkpoint(&ck);
             stats::print(&stats::measure(&w, tokens, seed)?);
         }
-        Cmd::Golden {
-            dir,
-            goldens,
-            rope_theta,
-            max_prompts,
-        } => {
+        Cmd::Golden { dir, goldens, rope_theta, max_prompts } => {
             let ck = Checkpoint::open(&dir)?;
             let mut w = forward::Weights::from_checkpoint(&ck);
             if let Some(t) = rope_theta {
@@ -146,13 +141,7 @@ fn run(cli: Cli) -> Result<()> {
                 out.push(next);
                 logits = forward::step(&w, &mut state, next, None)?;
             }
-            println!(
-                "{}",
-                out.iter()
-                    .map(|t| t.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
+            println!("{}", out.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","));
         }
     }
     Ok(())

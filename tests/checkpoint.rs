@@ -37,10 +37,7 @@ fn a_synthetic_checkpoint_opens_and_passes_the_deep_check() {
     assert!(ck.shard_names().len() >= 3, "sharded like a release");
     assert_eq!(ck.config.hidden, 256);
     // fp8 kept in checkpoint byte order: the loader hands out the file's bytes.
-    let raw = read_raw(&shard_of(tiny(), FP8))
-        .into_iter()
-        .find(|t| t.name == FP8)
-        .unwrap();
+    let raw = read_raw(&shard_of(tiny(), FP8)).into_iter().find(|t| t.name == FP8).unwrap();
     assert_eq!(ck.bytes(FP8), &raw.data[..]);
 }
 
@@ -50,10 +47,7 @@ fn missing_tensor() {
     let file = edit(&d, NORM, |t| t.retain(|x| x.name != NORM));
     reindex(&d);
     let m = err(&d);
-    assert!(
-        m.contains("missing tensor") && m.contains(NORM),
-        "{m} ({file})"
-    );
+    assert!(m.contains("missing tensor") && m.contains(NORM), "{m} ({file})");
 }
 
 #[test]
@@ -69,10 +63,7 @@ fn extra_tensor() {
     });
     reindex(&d);
     let m = err(&d);
-    assert!(
-        m.contains("unexpected tensor model.language_model.layers.0.mlp.bias") && m.contains(&file),
-        "{m}"
-    );
+    assert!(m.contains("unexpected tensor model.language_model.layers.0.mlp.bias") && m.contains(&file), "{m}");
 }
 
 #[test]
@@ -93,27 +84,17 @@ fn vision_tensors_are_tolerated() {
 #[test]
 fn wrong_dtype() {
     let d = copy_of_tiny("dtype");
-    let file = edit(&d, FP8, |t| {
-        t.iter_mut().find(|x| x.name == FP8).unwrap().dtype = "U8".into()
-    });
+    let file = edit(&d, FP8, |t| t.iter_mut().find(|x| x.name == FP8).unwrap().dtype = "U8".into());
     let m = err(&d);
-    assert!(
-        m.contains(FP8) && m.contains("dtype U8") && m.contains(&file),
-        "{m}"
-    );
+    assert!(m.contains(FP8) && m.contains("dtype U8") && m.contains(&file), "{m}");
 }
 
 #[test]
 fn wrong_shape() {
     let d = copy_of_tiny("shape");
-    let file = edit(&d, NORM, |t| {
-        t.iter_mut().find(|x| x.name == NORM).unwrap().shape = vec![128, 2]
-    });
+    let file = edit(&d, NORM, |t| t.iter_mut().find(|x| x.name == NORM).unwrap().shape = vec![128, 2]);
     let m = err(&d);
-    assert!(
-        m.contains(NORM) && m.contains("[128, 2]") && m.contains("[256]") && m.contains(&file),
-        "{m}"
-    );
+    assert!(m.contains(NORM) && m.contains("[128, 2]") && m.contains("[256]") && m.contains(&file), "{m}");
 }
 
 #[test]
@@ -121,24 +102,11 @@ fn truncated_shard() {
     let d = copy_of_tiny("truncated");
     let shard = shard_of(&d, NORM);
     let len = std::fs::metadata(&shard).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&shard)
-        .unwrap()
-        .set_len(len - 100)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(&shard).unwrap().set_len(len - 100).unwrap();
     let m = err(&d);
-    assert!(
-        m.contains("truncated shard") && m.contains("tensor "),
-        "{m}"
-    );
+    assert!(m.contains("truncated shard") && m.contains("tensor "), "{m}");
     // A file shorter than the 8-byte header length.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&shard)
-        .unwrap()
-        .set_len(3)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(&shard).unwrap().set_len(3).unwrap();
     assert!(err(&d).contains("truncated"));
 }
 
@@ -150,10 +118,7 @@ fn corrupt_header() {
     b[8] = b'x';
     std::fs::write(&shard, &b).unwrap();
     let m = err(&d);
-    assert!(
-        m.contains("corrupt header") && m.contains(&*shard.file_name().unwrap().to_string_lossy()),
-        "{m}"
-    );
+    assert!(m.contains("corrupt header") && m.contains(&*shard.file_name().unwrap().to_string_lossy()), "{m}");
     b[..8].copy_from_slice(&u64::MAX.to_le_bytes());
     std::fs::write(&shard, &b).unwrap();
     assert!(err(&d).contains("corrupt header"));
@@ -163,31 +128,18 @@ fn corrupt_header() {
 fn config_that_disagrees_with_the_tensors() {
     let d = copy_of_tiny("config");
     let p = d.join("config.json");
-    let mut c: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    let mut c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
     c["text_config"]["intermediate_size"] = serde_json::json!(1024);
     std::fs::write(&p, c.to_string()).unwrap();
     let m = err(&d);
-    assert!(
-        m.contains("mlp.") && m.contains("config.json implies"),
-        "{m}"
-    );
+    assert!(m.contains("mlp.") && m.contains("config.json implies"), "{m}");
     // The quantization config says down_proj stays bf16, the tensors are fp8.
     c["text_config"]["intermediate_size"] = serde_json::json!(512);
-    c["quantization_config"]["modules_to_not_convert"] = serde_json::json!([
-        "lm_head",
-        "embed_tokens",
-        "in_proj_a",
-        "in_proj_b",
-        "mtp.fc",
-        "down_proj"
-    ]);
+    c["quantization_config"]["modules_to_not_convert"] =
+        serde_json::json!(["lm_head", "embed_tokens", "in_proj_a", "in_proj_b", "mtp.fc", "down_proj"]);
     std::fs::write(&p, c.to_string()).unwrap();
     let m = err(&d);
-    assert!(
-        m.contains("down_proj") && m.contains("expected Bf16"),
-        "{m}"
-    );
+    assert!(m.contains("down_proj") && m.contains("expected Bf16"), "{m}");
     std::fs::write(&p, "{\"text_config\": 3}").unwrap();
     assert!(err(&d).contains("config.json"));
 }
@@ -200,10 +152,7 @@ fn non_finite_scale() {
         s.data[6..8].copy_from_slice(&0x7FC0u16.to_le_bytes());
     });
     let m = err(&d);
-    assert!(
-        m.contains(SCALE) && m.contains("non-finite scale at block [1, 1]"),
-        "{m}"
-    );
+    assert!(m.contains(SCALE) && m.contains("non-finite scale at block [1, 1]"), "{m}");
 }
 
 #[test]
@@ -211,11 +160,8 @@ fn scales_stored_as_f32_are_accepted() {
     let d = copy_of_tiny("f32scale");
     edit(&d, SCALE, |t| {
         let s = t.iter_mut().find(|x| x.name == SCALE).unwrap();
-        s.data = s
-            .data
-            .chunks_exact(2)
-            .flat_map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]])).to_le_bytes())
-            .collect();
+        s.data =
+            s.data.chunks_exact(2).flat_map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]])).to_le_bytes()).collect();
         s.dtype = "F32".into();
     });
     let a = Checkpoint::open(&d).unwrap();
@@ -229,10 +175,7 @@ fn missing_shard_and_single_shard_without_index() {
     let shard = shard_of(&d, NORM);
     std::fs::remove_file(&shard).unwrap();
     let m = err(&d);
-    assert!(
-        m.contains("is missing") && m.contains(&*shard.file_name().unwrap().to_string_lossy()),
-        "{m}"
-    );
+    assert!(m.contains("is missing") && m.contains(&*shard.file_name().unwrap().to_string_lossy()), "{m}");
     // One shard holding everything, no index: a valid layout.
     let d = copy_of_tiny("oneshard");
     let mut all = Vec::new();
@@ -256,9 +199,7 @@ fn missing_shard_and_single_shard_without_index() {
 #[test]
 fn a_nan_weight_is_found_by_the_deep_check() {
     let d = copy_of_tiny("nanweight");
-    edit(&d, FP8, |t| {
-        t.iter_mut().find(|x| x.name == FP8).unwrap().data[1000] = 0x7F
-    });
+    edit(&d, FP8, |t| t.iter_mut().find(|x| x.name == FP8).unwrap().data[1000] = 0x7F);
     let ck = Checkpoint::open(&d).unwrap();
     let m = ck.deep_check().unwrap_err().to_string();
     assert!(m.contains(FP8) && m.contains("element 1000"), "{m}");

@@ -37,16 +37,9 @@ fn synthetic_magnitudes_stay_realistic_through_64_layers() {
     stats::print(&s);
     assert!(s.all_finite);
     let (first, last) = (s.hidden_rms[0], s.hidden_rms[63]);
-    assert!(
-        last > first && last < 12.0 * first,
-        "residual rms {first} -> {last}"
-    );
+    assert!(last > first && last < 12.0 * first, "residual rms {first} -> {last}");
     assert!((1.0..10.0).contains(&s.logits.std_mean), "{:?}", s.logits);
-    assert!(
-        s.logits.top1_z_median > 5.0,
-        "top-1 must stand out of the bulk: {:?}",
-        s.logits
-    );
+    assert!(s.logits.top1_z_median > 5.0, "top-1 must stand out of the bulk: {:?}", s.logits);
     assert!(s.logits.margin_p50 > 0.5, "{:?}", s.logits);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -48,25 +48,17 @@ impl Checkpoint {
         let mut tensors: HashMap<String, TensorLoc> = HashMap::new();
         for (si, name) in shard_names.iter().enumerate() {
             let path = dir.join(name);
-            let file =
-                std::fs::File::open(&path).with_context(|| format!("{name}: cannot open"))?;
-            let len = file
-                .metadata()
-                .with_context(|| format!("{name}: cannot stat"))?
-                .len();
+            let file = std::fs::File::open(&path).with_context(|| format!("{name}: cannot open"))?;
+            let len = file.metadata().with_context(|| format!("{name}: cannot stat"))?.len();
             if len < 8 {
                 bail!("{name}: truncated shard ({len} bytes, no safetensors header)");
             }
             // SAFETY: the mapping is read-only and the engine never writes checkpoint files; a file
             // changed underneath a running engine is outside what it defends against.
-            let map = unsafe { memmap2::Mmap::map(&file) }
-                .with_context(|| format!("{name}: cannot map"))?;
+            let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("{name}: cannot map"))?;
             for (tname, loc) in parse_shard(name, si, &map)? {
                 if let Some(prev) = tensors.get(&tname) {
-                    bail!(
-                        "{name}: tensor {tname} is also in {}",
-                        shard_names[prev.shard]
-                    );
+                    bail!("{name}: tensor {tname} is also in {}", shard_names[prev.shard]);
                 }
                 if let Some(idx) = &index {
                     match idx.get(&tname) {
@@ -89,66 +81,35 @@ impl Checkpoint {
             }
         }
         let specs = expected_tensors(&config);
-        let ck = Checkpoint {
-            dir: dir.to_path_buf(),
-            config,
-            shard_names,
-            maps,
-            tensors,
-            specs,
-        };
+        let ck = Checkpoint { dir: dir.to_path_buf(), config, shard_names, maps, tensors, specs };
         ck.validate()?;
         Ok(ck)
     }
 
     fn file_of(&self, name: &str) -> &str {
-        self.tensors
-            .get(name)
-            .map(|l| self.shard_names[l.shard].as_str())
-            .unwrap_or("checkpoint")
+        self.tensors.get(name).map(|l| self.shard_names[l.shard].as_str()).unwrap_or("checkpoint")
     }
 
     /// Names, dtypes and shapes against the config; finite scales.
     fn validate(&self) -> Result<()> {
-        let expected: HashMap<&str, &TensorSpec> =
-            self.specs.iter().map(|s| (s.name.as_str(), s)).collect();
+        let expected: HashMap<&str, &TensorSpec> = self.specs.iter().map(|s| (s.name.as_str(), s)).collect();
         for spec in &self.specs {
             let Some(loc) = self.tensors.get(&spec.name) else {
-                bail!(
-                    "checkpoint {}: missing tensor {} (config.json implies it)",
-                    self.dir.display(),
-                    spec.name
-                );
+                bail!("checkpoint {}: missing tensor {} (config.json implies it)", self.dir.display(), spec.name);
             };
             let file = &self.shard_names[loc.shard];
             if loc.dtype != spec.dtype && Some(loc.dtype) != spec.alt_dtype {
-                bail!(
-                    "{file}: tensor {} has dtype {:?}, expected {:?}",
-                    spec.name,
-                    loc.dtype,
-                    spec.dtype
-                );
+                bail!("{file}: tensor {} has dtype {:?}, expected {:?}", spec.name, loc.dtype, spec.dtype);
             }
             if loc.shape != spec.shape {
-                bail!(
-                    "{file}: tensor {} has shape {:?}, config.json implies {:?}",
-                    spec.name,
-                    loc.shape,
-                    spec.shape
-                );
+                bail!("{file}: tensor {} has shape {:?}, config.json implies {:?}", spec.name, loc.shape, spec.shape);
             }
         }
-        let mut extra: Vec<&String> = self
-            .tensors
-            .keys()
-            .filter(|n| !expected.contains_key(n.as_str()) && !is_ignored(n))
-            .collect();
+        let mut extra: Vec<&String> =
+            self.tensors.keys().filter(|n| !expected.contains_key(n.as_str()) && !is_ignored(n)).collect();
         extra.sort();
         if let Some(n) = extra.first() {
-            bail!(
-                "{}: unexpected tensor {n} (not part of the model config.json describes)",
-                self.file_of(n)
-            );
+            bail!("{}: unexpected tensor {n} (not part of the model config.json describes)", self.file_of(n));
         }
         for spec in self.specs.iter().filter(|s| s.role == Role::Scale) {
             let v = self.f32_vec(&spec.name);
@@ -174,15 +135,10 @@ impl Checkpoint {
             let bad = match self.dtype(&spec.name) {
                 Dt::F8E4M3 => b.iter().position(|x| x & 0x7F == 0x7F),
                 Dt::Bf16 => bytes_to_u16(b).iter().position(|x| x & 0x7F80 == 0x7F80),
-                Dt::F32 => b
-                    .chunks_exact(4)
-                    .position(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
+                Dt::F32 => b.chunks_exact(4).position(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
             };
             if let Some(i) = bad {
-                bail!(
-                    "{file}: tensor {} has a non-finite value at element {i}",
-                    spec.name
-                );
+                bail!("{file}: tensor {} has a non-finite value at element {i}", spec.name);
             }
         }
         Ok(())
@@ -224,10 +180,7 @@ impl Checkpoint {
     pub fn f32_vec(&self, name: &str) -> Vec<f32> {
         let b = self.bytes(name);
         match self.dtype(name) {
-            Dt::F32 => b
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
+            Dt::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             _ => bytes_to_u16(b).iter().map(|x| bf16_to_f32(*x)).collect(),
         }
     }
@@ -242,10 +195,8 @@ fn find_shards(dir: &Path) -> Result<(Vec<String>, Option<BTreeMap<String, Strin
         struct Index {
             weight_map: BTreeMap<String, String>,
         }
-        let text = std::fs::read_to_string(&index_path)
-            .context("model.safetensors.index.json: cannot read")?;
-        let idx: Index =
-            serde_json::from_str(&text).context("model.safetensors.index.json: corrupt")?;
+        let text = std::fs::read_to_string(&index_path).context("model.safetensors.index.json: cannot read")?;
+        let idx: Index = serde_json::from_str(&text).context("model.safetensors.index.json: corrupt")?;
         let mut files: Vec<String> = idx.weight_map.values().cloned().collect();
         files.sort();
         files.dedup();
@@ -264,10 +215,7 @@ fn find_shards(dir: &Path) -> Result<(Vec<String>, Option<BTreeMap<String, Strin
         .collect();
     files.sort();
     if files.is_empty() {
-        bail!(
-            "checkpoint {}: no .safetensors files and no model.safetensors.index.json",
-            dir.display()
-        );
+        bail!("checkpoint {}: no .safetensors files and no model.safetensors.index.json", dir.display());
     }
     Ok((files, None))
 }
@@ -277,22 +225,16 @@ fn find_shards(dir: &Path) -> Result<(Vec<String>, Option<BTreeMap<String, Strin
 /// Qwen3.5 checkpoint uses, and byte lengths match shapes.
 fn parse_shard(name: &str, shard: usize, buf: &[u8]) -> Result<Vec<(String, TensorLoc)>> {
     let n = u64::from_le_bytes(
-        buf[..8]
-            .try_into()
-            .map_err(|_| crate::error::Error::new(format!("{name}: truncated shard")))?,
+        buf[..8].try_into().map_err(|_| crate::error::Error::new(format!("{name}: truncated shard")))?,
     );
     if n > (buf.len() - 8) as u64 || n > 100 << 20 {
-        bail!(
-            "{name}: corrupt header (declares {n} header bytes, file has {})",
-            buf.len()
-        );
+        bail!("{name}: corrupt header (declares {n} header bytes, file has {})", buf.len());
     }
     let data_start = 8 + n as usize;
-    let header: serde_json::Map<String, serde_json::Value> =
-        std::str::from_utf8(&buf[8..data_start])
-            .ok()
-            .and_then(|s| serde_json::from_str(s).ok())
-            .with_context(|| format!("{name}: corrupt header (not a JSON object)"))?;
+    let header: serde_json::Map<String, serde_json::Value> = std::str::from_utf8(&buf[8..data_start])
+        .ok()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .with_context(|| format!("{name}: corrupt header (not a JSON object)"))?;
     let data_len = buf.len() - data_start;
     // Truncation first, with the name of the tensor it cuts.
     let mut ends: Vec<(u64, &String)> = header
@@ -310,21 +252,12 @@ fn parse_shard(name: &str, shard: usize, buf: &[u8]) -> Result<Vec<(String, Tens
     let mut out = Vec::new();
     for (tname, info) in meta.tensors() {
         let dtype = Dt::from_st(info.dtype).with_context(|| {
-            format!(
-                "{name}: tensor {tname} has dtype {:?}, which no Qwen3.5 checkpoint uses",
-                info.dtype
-            )
+            format!("{name}: tensor {tname} has dtype {:?}, which no Qwen3.5 checkpoint uses", info.dtype)
         })?;
         let (a, b) = info.data_offsets;
         out.push((
             tname,
-            TensorLoc {
-                shard,
-                dtype,
-                shape: info.shape.clone(),
-                start: data_start + a,
-                end: data_start + b,
-            },
+            TensorLoc { shard, dtype, shape: info.shape.clone(), start: data_start + a, end: data_start + b },
         ));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));

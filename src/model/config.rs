@@ -62,13 +62,7 @@ pub struct ModelConfig {
 
 /// The `modules_to_not_convert` of the 27B FP8 release as far as it is known (spec 1.4): the GDN
 /// gate projections and the MTP fusion stay bf16; names are matched as substrings, as HF does.
-pub const DEFAULT_NOT_CONVERTED: [&str; 5] = [
-    "lm_head",
-    "embed_tokens",
-    "in_proj_a",
-    "in_proj_b",
-    "mtp.fc",
-];
+pub const DEFAULT_NOT_CONVERTED: [&str; 5] = ["lm_head", "embed_tokens", "in_proj_a", "in_proj_b", "mtp.fc"];
 
 impl ModelConfig {
     pub fn preset(name: &str) -> Result<ModelConfig> {
@@ -106,10 +100,7 @@ impl ModelConfig {
             eos_token_id: 248_044,
             quant: Some(Fp8Quant {
                 block: [128, 128],
-                not_converted: DEFAULT_NOT_CONVERTED
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
+                not_converted: DEFAULT_NOT_CONVERTED.iter().map(|s| s.to_string()).collect(),
                 activation_scheme: "dynamic".into(),
             }),
         };
@@ -128,10 +119,8 @@ impl ModelConfig {
     /// Parses the text of a `config.json`.
     pub fn from_json_str(text: &str) -> Result<ModelConfig> {
         let root: Value = serde_json::from_str(text).context("config.json is not valid JSON")?;
-        let archs: Vec<String> = root
-            .get("architectures")
-            .and_then(|a| serde_json::from_value(a.clone()).ok())
-            .unwrap_or_default();
+        let archs: Vec<String> =
+            root.get("architectures").and_then(|a| serde_json::from_value(a.clone()).ok()).unwrap_or_default();
         let (text_val, prefix) = match root.get("text_config") {
             Some(t) => (t.clone(), "model.language_model."),
             None if archs.iter().any(|a| a.contains("ConditionalGeneration")) => {
@@ -139,12 +128,9 @@ impl ModelConfig {
             }
             None => (root.clone(), "model."),
         };
-        let tc: TextConfigJson =
-            serde_json::from_value(text_val).context("config.json text config")?;
+        let tc: TextConfigJson = serde_json::from_value(text_val).context("config.json text config")?;
         // quantization_config sits at the top level in the FP8 releases; accept it inside text_config too.
-        let qv = root
-            .get("quantization_config")
-            .or_else(|| root.get("text_config")?.get("quantization_config"));
+        let qv = root.get("quantization_config").or_else(|| root.get("text_config")?.get("quantization_config"));
         let quant = match qv {
             None => None,
             Some(q) => Some(parse_quant(q)?),
@@ -153,8 +139,7 @@ impl ModelConfig {
     }
 
     pub fn from_file(path: &std::path::Path) -> Result<ModelConfig> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
         ModelConfig::from_json_str(&text).with_context(|| format!("{}", path.display()))
     }
 
@@ -169,18 +154,9 @@ impl ModelConfig {
         mult("hidden_size", self.hidden)?;
         mult("intermediate_size", self.intermediate)?;
         mult("vocab_size", self.vocab)?;
-        mult(
-            "linear key dim (heads x dim)",
-            self.gdn_k_heads * self.gdn_k_dim,
-        )?;
-        mult(
-            "linear value dim (heads x dim)",
-            self.gdn_v_heads * self.gdn_v_dim,
-        )?;
-        mult(
-            "attention kv dim (heads x dim)",
-            self.n_kv_heads * self.head_dim,
-        )?;
+        mult("linear key dim (heads x dim)", self.gdn_k_heads * self.gdn_k_dim)?;
+        mult("linear value dim (heads x dim)", self.gdn_v_heads * self.gdn_v_dim)?;
+        mult("attention kv dim (heads x dim)", self.n_kv_heads * self.head_dim)?;
         if self.head_dim != 256 || self.gdn_k_dim != 128 || self.gdn_v_dim != 128 {
             bail!(
                 "config: head dims (attention {}, linear key {}, linear value {}) must be 256/128/128",
@@ -204,21 +180,16 @@ impl ModelConfig {
             );
         }
         if self.rotary_dim == 0 || self.rotary_dim % 2 != 0 || self.rotary_dim > self.head_dim {
-            bail!(
-                "config: rotary dim {} must be even and at most head_dim {}",
-                self.rotary_dim,
-                self.head_dim
-            );
+            bail!("config: rotary dim {} must be even and at most head_dim {}", self.rotary_dim, self.head_dim);
         }
         if self.conv_kernel != 4 {
-            bail!("config: linear_conv_kernel_dim = {} (the engine's conv ring holds 3 past inputs: 4 taps)", self.conv_kernel);
+            bail!(
+                "config: linear_conv_kernel_dim = {} (the engine's conv ring holds 3 past inputs: 4 taps)",
+                self.conv_kernel
+            );
         }
         if self.layer_kinds.len() != self.n_layers {
-            bail!(
-                "config: layer_types has {} entries for {} layers",
-                self.layer_kinds.len(),
-                self.n_layers
-            );
+            bail!("config: layer_types has {} entries for {} layers", self.layer_kinds.len(), self.n_layers);
         }
         if let Some(q) = &self.quant {
             if q.block != [128, 128] {
@@ -226,20 +197,13 @@ impl ModelConfig {
             }
         }
         if self.eos_token_id as usize >= self.vocab {
-            bail!(
-                "config: eos_token_id {} >= vocab_size {}",
-                self.eos_token_id,
-                self.vocab
-            );
+            bail!("config: eos_token_id {} >= vocab_size {}", self.eos_token_id, self.vocab);
         }
         Ok(())
     }
 
     pub fn n_gdn_layers(&self) -> usize {
-        self.layer_kinds
-            .iter()
-            .filter(|k| **k == LayerKind::Gdn)
-            .count()
+        self.layer_kinds.iter().filter(|k| **k == LayerKind::Gdn).count()
     }
     pub fn n_attn_layers(&self) -> usize {
         self.n_layers - self.n_gdn_layers()
@@ -275,13 +239,7 @@ impl ModelConfig {
         let layer_types: Vec<&str> = self
             .layer_kinds
             .iter()
-            .map(|k| {
-                if *k == LayerKind::Gdn {
-                    "linear_attention"
-                } else {
-                    "full_attention"
-                }
-            })
+            .map(|k| if *k == LayerKind::Gdn { "linear_attention" } else { "full_attention" })
             .collect();
         let mut root = json!({
             "architectures": ["Qwen3_5ForConditionalGeneration"],
@@ -347,15 +305,7 @@ impl ModelConfig {
 
 /// HF's rule when `layer_types` is absent: every `interval`-th layer is full attention.
 fn default_layer_kinds(n_layers: usize, interval: usize) -> Vec<LayerKind> {
-    (0..n_layers)
-        .map(|i| {
-            if (i + 1) % interval == 0 {
-                LayerKind::Attention
-            } else {
-                LayerKind::Gdn
-            }
-        })
-        .collect()
+    (0..n_layers).map(|i| if (i + 1) % interval == 0 { LayerKind::Attention } else { LayerKind::Gdn }).collect()
 }
 
 fn parse_quant(q: &Value) -> Result<Fp8Quant> {
@@ -370,13 +320,9 @@ fn parse_quant(q: &Value) -> Result<Fp8Quant> {
         #[serde(default)]
         modules_to_not_convert: Option<Vec<String>>,
     }
-    let qj: QuantJson =
-        serde_json::from_value(q.clone()).context("config.json quantization_config")?;
+    let qj: QuantJson = serde_json::from_value(q.clone()).context("config.json quantization_config")?;
     if qj.quant_method != "fp8" {
-        bail!(
-            "config.json: quantization_config.quant_method '{}' (the engine reads fp8 checkpoints)",
-            qj.quant_method
-        );
+        bail!("config.json: quantization_config.quant_method '{}' (the engine reads fp8 checkpoints)", qj.quant_method);
     }
     if let Some(f) = &qj.fmt {
         if f != "e4m3" {
@@ -384,15 +330,10 @@ fn parse_quant(q: &Value) -> Result<Fp8Quant> {
         }
     }
     Ok(Fp8Quant {
-        block: qj
-            .weight_block_size
-            .context("config.json: quantization_config has no weight_block_size")?,
-        not_converted: qj.modules_to_not_convert.unwrap_or_else(|| {
-            DEFAULT_NOT_CONVERTED
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-        }),
+        block: qj.weight_block_size.context("config.json: quantization_config has no weight_block_size")?,
+        not_converted: qj
+            .modules_to_not_convert
+            .unwrap_or_else(|| DEFAULT_NOT_CONVERTED.iter().map(|s| s.to_string()).collect()),
         activation_scheme: qj.activation_scheme.unwrap_or_else(|| "dynamic".into()),
     })
 }
@@ -489,40 +430,26 @@ impl TextConfigJson {
                 .map(|(i, t)| match t.as_str() {
                     "linear_attention" => Ok(LayerKind::Gdn),
                     "full_attention" => Ok(LayerKind::Attention),
-                    other => Err(crate::error::Error::new(format!(
-                        "config.json: layer_types[{i}] = '{other}'"
-                    ))),
+                    other => Err(crate::error::Error::new(format!("config.json: layer_types[{i}] = '{other}'"))),
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
         let rope = self.rope_parameters.unwrap_or(Value::Null);
-        let rope_theta = rope
-            .get("rope_theta")
-            .and_then(Value::as_f64)
-            .or(self.rope_theta)
-            .unwrap_or(1e7);
+        let rope_theta = rope.get("rope_theta").and_then(Value::as_f64).or(self.rope_theta).unwrap_or(1e7);
         if let Some(rt) = rope.get("rope_type").and_then(Value::as_str) {
             if rt != "default" {
                 bail!("config.json: rope_type '{rt}' (the engine implements default RoPE)");
             }
         }
-        let partial = rope
-            .get("partial_rotary_factor")
-            .and_then(Value::as_f64)
-            .or(self.partial_rotary_factor)
-            .unwrap_or(0.25);
+        let partial =
+            rope.get("partial_rotary_factor").and_then(Value::as_f64).or(self.partial_rotary_factor).unwrap_or(0.25);
         // HF: int(head_dim * partial_rotary_factor)
         let rotary_dim = (self.head_dim as f64 * partial) as usize;
         let eos = match &self.eos_token_id {
             None => 248_044,
-            Some(Value::Number(n)) => {
-                n.as_u64()
-                    .context("config.json: eos_token_id is not an id")? as u32
-            }
+            Some(Value::Number(n)) => n.as_u64().context("config.json: eos_token_id is not an id")? as u32,
             Some(Value::Array(a)) => {
-                a.first()
-                    .and_then(Value::as_u64)
-                    .context("config.json: eos_token_id list is empty")? as u32
+                a.first().and_then(Value::as_u64).context("config.json: eos_token_id list is empty")? as u32
             }
             Some(other) => bail!("config.json: eos_token_id = {other}"),
         };
@@ -575,13 +502,7 @@ mod tests {
         for p in ["tiny", "small", "qwen3.5-27b"] {
             let c = ModelConfig::preset(p).unwrap();
             let back = ModelConfig::from_json_str(&c.to_hf_json().to_string()).unwrap();
-            assert_eq!(
-                ModelConfig {
-                    name: c.name.clone(),
-                    ..back
-                },
-                c
-            );
+            assert_eq!(ModelConfig { name: c.name.clone(), ..back }, c);
         }
     }
 
@@ -600,10 +521,7 @@ mod tests {
           "rope_theta":10000000,"partial_rotary_factor":0.25}},"tie_word_embeddings":false}"#;
         let c = ModelConfig::from_json_str(real).unwrap();
         let p = ModelConfig::preset("qwen3.5-27b").unwrap();
-        assert_eq!(
-            (c.hidden, c.n_layers, c.intermediate, c.rotary_dim),
-            (5120, 64, 17408, 64)
-        );
+        assert_eq!((c.hidden, c.n_layers, c.intermediate, c.rotary_dim), (5120, 64, 17408, 64));
         assert_eq!(c.layer_kinds, p.layer_kinds);
         assert_eq!(c.gdn_conv_dim(), 10240);
         assert!(c.is_fp8("model.language_model.layers.5.mlp.gate_proj"));
@@ -619,14 +537,8 @@ mod tests {
         assert!(e.message().contains("hidden_size = 300"), "{e}");
         let mut j = c.to_hf_json();
         j["text_config"]["layer_types"][0] = json!("sliding");
-        assert!(ModelConfig::from_json_str(&j.to_string())
-            .unwrap_err()
-            .message()
-            .contains("layer_types[0]"));
-        assert!(ModelConfig::from_json_str("{")
-            .unwrap_err()
-            .message()
-            .contains("not valid JSON"));
+        assert!(ModelConfig::from_json_str(&j.to_string()).unwrap_err().message().contains("layer_types[0]"));
+        assert!(ModelConfig::from_json_str("{").unwrap_err().message().contains("not valid JSON"));
         assert!(ModelConfig::preset("huge").is_err());
     }
 }

@@ -63,10 +63,7 @@ fn linear<'a>(ck: &'a Checkpoint, module: &str) -> Linear<'a> {
     let shape = ck.shape(&name);
     let (rows, cols) = (shape[0], shape[1]);
     let w = if ck.dtype(&name) == super::tensors::Dt::F8E4M3 {
-        LinearW::Fp8 {
-            w: ck.bytes(&name),
-            scales: ck.f32_vec(&format!("{module}.weight_scale_inv")),
-        }
+        LinearW::Fp8 { w: ck.bytes(&name), scales: ck.f32_vec(&format!("{module}.weight_scale_inv")) }
     } else {
         LinearW::Bf16(ck.bf16(&name))
     };
@@ -170,33 +167,18 @@ pub struct Trace {
 }
 
 /// Runs one token through the model, advancing `state`; returns the bf16 logits (as f32).
-pub fn step(
-    w: &Weights,
-    state: &mut State,
-    token: u32,
-    trace: Option<&mut Trace>,
-) -> Result<Vec<f32>> {
+pub fn step(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace>) -> Result<Vec<f32>> {
     let cfg = &w.cfg;
     if token as usize >= cfg.vocab {
-        bail!(
-            "token id {token} is out of range (vocabulary {})",
-            cfg.vocab
-        );
+        bail!("token id {token} is out of range (vocabulary {})", cfg.vocab);
     }
     if state.pos >= state.max_context {
-        bail!(
-            "context overflow: position {} >= max context {}",
-            state.pos,
-            state.max_context
-        );
+        bail!("context overflow: position {} >= max context {}", state.pos, state.max_context);
     }
     let eps = cfg.rms_eps as f32;
     let hd = cfg.hidden;
     let t = token as usize;
-    let mut h: Vec<f32> = w.embed[t * hd..(t + 1) * hd]
-        .iter()
-        .map(|b| bf16_to_f32(*b))
-        .collect();
+    let mut h: Vec<f32> = w.embed[t * hd..(t + 1) * hd].iter().map(|b| bf16_to_f32(*b)).collect();
     let mut xn = vec![0f32; hd];
     let (mut gi, mut ai) = (0, 0);
     let mut trace = trace;
@@ -209,14 +191,7 @@ pub fn step(
                 o
             }
             Mixer::Attn(a) => {
-                let o = attention_layer(
-                    cfg,
-                    a,
-                    &xn,
-                    state.pos,
-                    &mut state.k_cache[ai],
-                    &mut state.v_cache[ai],
-                );
+                let o = attention_layer(cfg, a, &xn, state.pos, &mut state.k_cache[ai], &mut state.v_cache[ai]);
                 ai += 1;
                 o
             }
@@ -246,20 +221,11 @@ pub fn residual_add(h: &mut [f32], x: &[f32]) {
 pub fn mlp_gate_up(gate: &Linear, up: &Linear, x: &[f32]) -> Vec<f32> {
     let g = gate.gemv(x);
     let u = up.gemv(x);
-    g.iter()
-        .zip(&u)
-        .map(|(g, u)| bf(bf(ops::silu(*g)) * u))
-        .collect()
+    g.iter().zip(&u).map(|(g, u)| bf(bf(ops::silu(*g)) * u)).collect()
 }
 
 /// One GDN layer for one token: projections, conv ring, gates, fp32 recurrence, gated norm, out_proj.
-pub fn gdn_layer(
-    cfg: &ModelConfig,
-    g: &GdnWeights,
-    x: &[f32],
-    conv: &mut [f32],
-    s: &mut [f32],
-) -> Vec<f32> {
+pub fn gdn_layer(cfg: &ModelConfig, g: &GdnWeights, x: &[f32], conv: &mut [f32], s: &mut [f32]) -> Vec<f32> {
     let qkv = g.in_proj_qkv.gemv(x);
     let z = g.in_proj_z.gemv(x);
     let b = g.in_proj_b.gemv(x);
@@ -270,13 +236,7 @@ pub fn gdn_layer(
     let mut normed = vec![0f32; core.len()];
     for hh in 0..cfg.gdn_v_heads {
         let r = hh * dv..(hh + 1) * dv;
-        ops::rms_norm_gated(
-            &core[r.clone()],
-            &z[r.clone()],
-            &g.norm,
-            cfg.rms_eps as f32,
-            &mut normed[r],
-        );
+        ops::rms_norm_gated(&core[r.clone()], &z[r.clone()], &g.norm, cfg.rms_eps as f32, &mut normed[r]);
     }
     g.out_proj.gemv(&normed)
 }
@@ -306,12 +266,7 @@ pub fn gdn_core(
     dt_bias: &[f32],
     s: &mut [f32],
 ) -> Vec<f32> {
-    let (dk, dv, hk, hv) = (
-        cfg.gdn_k_dim,
-        cfg.gdn_v_dim,
-        cfg.gdn_k_heads,
-        cfg.gdn_v_heads,
-    );
+    let (dk, dv, hk, hv) = (cfg.gdn_k_dim, cfg.gdn_v_dim, cfg.gdn_k_heads, cfg.gdn_v_heads);
     let key_dim = hk * dk;
     let mut q = mixed[..key_dim].to_vec();
     let mut k = mixed[key_dim..2 * key_dim].to_vec();
@@ -343,11 +298,7 @@ pub fn gdn_core(
                 *m += sv * kval;
             }
         }
-        let delta: Vec<f32> = vh
-            .iter()
-            .zip(&kv_mem)
-            .map(|(vv, m)| (vv - m) * beta)
-            .collect();
+        let delta: Vec<f32> = vh.iter().zip(&kv_mem).map(|(vv, m)| (vv - m) * beta).collect();
         let mut o = vec![0f32; dv];
         for (kk, kval) in kh.iter().enumerate() {
             let row = &mut st[kk * dv..(kk + 1) * dv];
@@ -366,7 +317,14 @@ pub fn gdn_core(
 }
 
 /// One gated full-attention layer for one token at `pos` (eager attention, GQA, KV append).
-pub fn attention_layer(cfg: &ModelConfig, a: &AttnWeights, x: &[f32], pos: usize, kc: &mut Vec<f32>, vc: &mut Vec<f32>) -> Vec<f32> {
+pub fn attention_layer(
+    cfg: &ModelConfig,
+    a: &AttnWeights,
+    x: &[f32],
+    pos: usize,
+    kc: &mut Vec<f32>,
+    vc: &mut Vec<f32>,
+) -> Vec<f32> {
     let qg = a.q_proj.gemv(x);
     let k = a.k_proj.gemv(x);
     let v = a.v_proj.gemv(x);
@@ -413,7 +371,8 @@ pub fn attn_core(cfg: &ModelConfig, q: &[f32], kc: &[f32], vc: &[f32], n_ctx: us
         let kvh = h / (nh / nkv);
         let qh = &q[h * d..(h + 1) * d];
         // scores = bf(q . k) * 1/16 (bf16 matmul output, then an exact power-of-two scale).
-        let scores: Vec<f32> = (0..n_ctx).map(|j| bf(bf(ops::dot(qh, &kc[(j * nkv + kvh) * d..][..d])) * scaling)).collect();
+        let scores: Vec<f32> =
+            (0..n_ctx).map(|j| bf(bf(ops::dot(qh, &kc[(j * nkv + kvh) * d..][..d])) * scaling)).collect();
         // softmax in fp32 (ORDER: max and sum in position order), probabilities rounded to bf16.
         let m = scores.iter().fold(f32::NEG_INFINITY, |a, b| a.max(*b));
         let e: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();

@@ -45,11 +45,7 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
 pub fn bytes_to_u16(b: &[u8]) -> std::borrow::Cow<'_, [u16]> {
     match bytemuck::try_cast_slice::<u8, u16>(b) {
         Ok(s) => std::borrow::Cow::Borrowed(s),
-        Err(_) => std::borrow::Cow::Owned(
-            b.chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]))
-                .collect(),
-        ),
+        Err(_) => std::borrow::Cow::Owned(b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()),
     }
 }
 

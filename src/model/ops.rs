@@ -110,9 +110,7 @@ impl Linear<'_> {
         assert_eq!(x.len(), self.cols, "gemv input length");
         let mut out = vec![0f32; self.rows];
         let threads = if self.rows * self.cols >= 1 << 22 {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
         } else {
             1
         };
@@ -213,11 +211,7 @@ pub fn apply_rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
     let half = d / 2;
     let orig: Vec<f32> = x[..d].to_vec();
     for i in 0..d {
-        let rot = if i < half {
-            -orig[i + half]
-        } else {
-            orig[i - half]
-        };
+        let rot = if i < half { -orig[i + half] } else { orig[i - half] };
         x[i] = bf(bf(orig[i] * cos[i]) + bf(rot * sin[i]));
     }
 }
@@ -251,21 +245,10 @@ mod tests {
     fn gemv_fp8_equals_the_bf16_dequantised_dot_within_rounding() {
         let (rows, cols) = (256, 2048);
         let mut rng = crate::model::synth::Rng::new(3);
-        let w: Vec<u8> = (0..rows * cols)
-            .map(|_| (rng.next_u64() as u8) & 0x7E | 0x30)
-            .collect();
-        let scales: Vec<f32> = (0..(rows / 128) * (cols / 128))
-            .map(|i| 0.01 * (1 + i % 5) as f32)
-            .collect();
+        let w: Vec<u8> = (0..rows * cols).map(|_| (rng.next_u64() as u8) & 0x7E | 0x30).collect();
+        let scales: Vec<f32> = (0..(rows / 128) * (cols / 128)).map(|i| 0.01 * (1 + i % 5) as f32).collect();
         let x: Vec<f32> = (0..cols).map(|_| bf(rng.normal())).collect();
-        let lin = Linear {
-            rows,
-            cols,
-            w: LinearW::Fp8 {
-                w: &w,
-                scales: scales.clone(),
-            },
-        };
+        let lin = Linear { rows, cols, w: LinearW::Fp8 { w: &w, scales: scales.clone() } };
         let y = lin.gemv(&x);
         let lut = e4m3_table();
         for r in 0..rows {
@@ -276,17 +259,11 @@ mod tests {
                         * x[c] as f64
                 })
                 .sum();
-            assert!(
-                (y[r] as f64 - exact).abs() <= exact.abs() * 1e-2 + 1e-3,
-                "row {r}: {} vs {exact}",
-                y[r]
-            );
+            assert!((y[r] as f64 - exact).abs() <= exact.abs() * 1e-2 + 1e-3, "row {r}: {} vs {exact}", y[r]);
         }
         // Group partials summed in order reproduce the row exactly (the split-K contract).
         let r = 17;
-        let parts: Vec<f32> = (0..lin.n_groups())
-            .map(|g| lin.group_partial(&x, r, g))
-            .collect();
+        let parts: Vec<f32> = (0..lin.n_groups()).map(|g| lin.group_partial(&x, r, g)).collect();
         let mut s = 0f32;
         for p in parts {
             s += p;
@@ -315,9 +292,7 @@ mod tests {
 
     #[test]
     fn rms_norm_rounds_once() {
-        let x: Vec<f32> = (0..256)
-            .map(|i| bf16_to_f32(f32_to_bf16((i as f32 - 128.0) / 7.0)))
-            .collect();
+        let x: Vec<f32> = (0..256).map(|i| bf16_to_f32(f32_to_bf16((i as f32 - 128.0) / 7.0))).collect();
         let w = vec![0.0; 256];
         let mut o = vec![0.0; 256];
         rms_norm_offset(&x, &w, 1e-6, &mut o);

@@ -49,19 +49,13 @@ pub fn measure(w: &Weights, n_tokens: usize, seed: u64) -> Result<Stats> {
         let logits = step(w, &mut state, tok, Some(&mut trace))?;
         for (acc, h) in hidden_rms.iter_mut().zip(&trace.hidden) {
             all_finite &= h.iter().all(|x| x.is_finite());
-            *acc += (h.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / h.len() as f64).sqrt()
-                as f32
-                / n_tokens as f32;
+            *acc +=
+                (h.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / h.len() as f64).sqrt() as f32 / n_tokens as f32;
         }
         all_finite &= logits.iter().all(|x| x.is_finite());
         let n = logits.len() as f64;
         let mean = logits.iter().map(|x| *x as f64).sum::<f64>() / n;
-        let std = (logits
-            .iter()
-            .map(|x| (*x as f64 - mean).powi(2))
-            .sum::<f64>()
-            / n)
-            .sqrt();
+        let std = (logits.iter().map(|x| (*x as f64 - mean).powi(2)).sum::<f64>() / n).sqrt();
         let (mut t1, mut t2) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
         for &x in &logits {
             if x > t1 {
@@ -89,12 +83,7 @@ pub fn measure(w: &Weights, n_tokens: usize, seed: u64) -> Result<Stats> {
         margin_p90: quantile(&mut margins, 0.9),
         tie_fraction: ties as f32 / n,
     };
-    Ok(Stats {
-        positions: n_tokens,
-        hidden_rms,
-        all_finite,
-        logits,
-    })
+    Ok(Stats { positions: n_tokens, hidden_rms, all_finite, logits })
 }
 
 pub fn print(s: &Stats) {
@@ -104,16 +93,7 @@ pub fn print(s: &Stats) {
     println!("all finite: {}", s.all_finite);
     let l = &s.logits;
     println!("logit std (mean over positions): {:.3}", l.std_mean);
-    println!(
-        "top-1 logit, in std above the mean (median): {:.2}",
-        l.top1_z_median
-    );
-    println!(
-        "top-1 - top-2 margin: p10 {:.3}  p50 {:.3}  p90 {:.3}",
-        l.margin_p10, l.margin_p50, l.margin_p90
-    );
-    println!(
-        "positions with a top-2 within one bf16 ulp: {:.1} %",
-        100.0 * l.tie_fraction
-    );
+    println!("top-1 logit, in std above the mean (median): {:.2}", l.top1_z_median);
+    println!("top-1 - top-2 margin: p10 {:.3}  p50 {:.3}  p90 {:.3}", l.margin_p10, l.margin_p50, l.margin_p90);
+    println!("positions with a top-2 within one bf16 ulp: {:.1} %", 100.0 * l.tie_fraction);
 }

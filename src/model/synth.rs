@@ -105,9 +105,7 @@ struct Fp8Table {
 
 fn fp8_table() -> Fp8Table {
     let zmax = ih_z(1020);
-    let code: Vec<u8> = (0..=1020)
-        .map(|s| f32_to_e4m3(ih_z(s) * (448.0 / zmax)))
-        .collect();
+    let code: Vec<u8> = (0..=1020).map(|s| f32_to_e4m3(ih_z(s) * (448.0 / zmax))).collect();
     // Exact Irwin-Hall(4) pmf by integer convolution of four uniform bytes.
     let mut pmf = vec![1u64; 256];
     for _ in 1..4 {
@@ -121,16 +119,8 @@ fn fp8_table() -> Fp8Table {
     }
     let t = super::numerics::e4m3_table();
     let total = (1u64 << 32) as f64;
-    let var: f64 = pmf
-        .iter()
-        .zip(&code)
-        .map(|(p, c)| *p as f64 * (t[*c as usize] as f64).powi(2))
-        .sum::<f64>()
-        / total;
-    Fp8Table {
-        code,
-        code_std: var.sqrt() as f32,
-    }
+    let var: f64 = pmf.iter().zip(&code).map(|(p, c)| *p as f64 * (t[*c as usize] as f64).powi(2)).sum::<f64>() / total;
+    Fp8Table { code, code_std: var.sqrt() as f32 }
 }
 
 /// Rows per parallel work unit (one fp8 scale block row).
@@ -166,10 +156,7 @@ fn generate(spec: &TensorSpec, seed: u64, fp8: &Fp8Table) -> Vec<u8> {
     let mut out = vec![0u8; spec.bytes()];
     let chunk = BLOCK_ROWS * row_bytes;
     let blocks: Vec<(usize, &mut [u8])> = out.chunks_mut(chunk).enumerate().collect();
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(blocks.len().max(1));
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(blocks.len().max(1));
     let mut per_thread: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, b) in blocks {
         per_thread[i % threads].push((i, b));
@@ -208,19 +195,15 @@ fn fill_block(spec: &TensorSpec, seed: u64, fp8: &Fp8Table, blk: usize, dst: &mu
             // Scale-to-fit: make sure every 128x128 block of this row block holds a +-448.
             let rows = dst.len() / cols;
             for cb in 0..cols.div_ceil(128) {
-                let (r, c) = (
-                    (rng.next_u64() as usize) % rows,
-                    cb * 128 + (rng.next_u64() as usize) % 128.min(cols - cb * 128),
-                );
+                let (r, c) =
+                    ((rng.next_u64() as usize) % rows, cb * 128 + (rng.next_u64() as usize) % 128.min(cols - cb * 128));
                 let v = &mut dst[r * cols + c];
                 *v = (*v & 0x80) | 0x7E;
             }
         }
         Role::Scale => {
             // One scale per 128x128 block: std / code_std, jittered by +-25 %.
-            let Role::Linear { gain, .. } = linear_role_for_scale(spec) else {
-                unreachable!()
-            };
+            let Role::Linear { gain, .. } = linear_role_for_scale(spec) else { unreachable!() };
             let in_features = spec.shape[1] * 128;
             let target = gain / (in_features as f32).sqrt();
             for i in 0..n {
@@ -261,8 +244,7 @@ fn fill_block(spec: &TensorSpec, seed: u64, fp8: &Fp8Table, blk: usize, dst: &mu
 /// The scale tensor of `x.weight_scale_inv` takes its gain from the linear `x.weight`.
 fn linear_role_for_scale(spec: &TensorSpec) -> Role {
     let name = &spec.name;
-    let gain = if name.contains("o_proj") || name.contains("out_proj") || name.contains("down_proj")
-    {
+    let gain = if name.contains("o_proj") || name.contains("out_proj") || name.contains("down_proj") {
         super::tensors::GAIN_OUT
     } else {
         super::tensors::GAIN_IN
@@ -303,26 +285,12 @@ pub fn write_checkpoint(cfg: &ModelConfig, seed: u64, out: &Path) -> Result<u64>
         let file = format!("model-{:05}-of-{:05}.safetensors", i + 1, n);
         let views = shard.iter().map(|s| {
             weight_map.insert(s.name.clone(), file.clone());
-            (
-                s.name.clone(),
-                LazyTensor {
-                    spec: s,
-                    st_shape: s.shape.clone(),
-                    seed,
-                    fp8: &fp8,
-                },
-            )
+            (s.name.clone(), LazyTensor { spec: s, st_shape: s.shape.clone(), seed, fp8: &fp8 })
         });
-        let meta = Some(
-            [("format".to_string(), "pt".to_string())]
-                .into_iter()
-                .collect(),
-        );
-        safetensors::serialize_to_file(views, meta, &out.join(&file))
-            .with_context(|| format!("write {file}"))?;
+        let meta = Some([("format".to_string(), "pt".to_string())].into_iter().collect());
+        safetensors::serialize_to_file(views, meta, &out.join(&file)).with_context(|| format!("write {file}"))?;
     }
-    let index =
-        serde_json::json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
+    let index = serde_json::json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
     write_json(&out.join("model.safetensors.index.json"), &index)?;
     write_json(&out.join("config.json"), &cfg.to_hf_json())?;
     // Not part of a real release: says how this one was made (the loader ignores it).
@@ -362,10 +330,7 @@ mod tests {
         let cfg = ModelConfig::preset("tiny").unwrap();
         let specs = expected_tensors(&cfg);
         let fp8 = fp8_table();
-        let q = specs
-            .iter()
-            .find(|s| s.name.ends_with("layers.0.mlp.gate_proj.weight"))
-            .unwrap();
+        let q = specs.iter().find(|s| s.name.ends_with("layers.0.mlp.gate_proj.weight")).unwrap();
         let a = generate(q, 5, &fp8);
         let mut b = vec![0u8; a.len()];
         for (blk, chunk) in b.chunks_mut(128 * q.shape[1]).enumerate() {
@@ -377,9 +342,7 @@ mod tests {
         let cols = q.shape[1];
         for br in 0..q.shape[0] / 128 {
             for bc in 0..cols / 128 {
-                let hit = (0..128).any(|r| {
-                    (0..128).any(|c| a[(br * 128 + r) * cols + bc * 128 + c] & 0x7F == 0x7E)
-                });
+                let hit = (0..128).any(|r| (0..128).any(|c| a[(br * 128 + r) * cols + bc * 128 + c] & 0x7F == 0x7E));
                 assert!(hit, "block ({br},{bc}) has no 448");
             }
         }

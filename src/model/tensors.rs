@@ -99,30 +99,15 @@ impl Builder<'_> {
     fn push(&mut self, name: String, dtype: Dt, shape: Vec<usize>, role: Role) {
         // Small vectors may be stored in f32 by other writers; scales are bf16 or f32 (spec 2.3).
         let alt = match (dtype, role) {
-            (
-                Dt::Bf16,
-                Role::Scale | Role::ALog | Role::DtBias | Role::NormOffset | Role::NormPlain,
-            ) => Some(Dt::F32),
+            (Dt::Bf16, Role::Scale | Role::ALog | Role::DtBias | Role::NormOffset | Role::NormPlain) => Some(Dt::F32),
             _ => None,
         };
-        self.out.push(TensorSpec {
-            name,
-            dtype,
-            alt_dtype: alt,
-            shape,
-            role,
-            group: self.group,
-        });
+        self.out.push(TensorSpec { name, dtype, alt_dtype: alt, shape, role, group: self.group });
     }
     fn linear(&mut self, module: String, out: usize, inp: usize, gain: f32) {
         let fp8 = self.cfg.is_fp8(&module);
         if fp8 {
-            self.push(
-                format!("{module}.weight"),
-                Dt::F8E4M3,
-                vec![out, inp],
-                Role::Linear { fp8, gain },
-            );
+            self.push(format!("{module}.weight"), Dt::F8E4M3, vec![out, inp], Role::Linear { fp8, gain });
             self.push(
                 format!("{module}.weight_scale_inv"),
                 Dt::Bf16,
@@ -130,12 +115,7 @@ impl Builder<'_> {
                 Role::Scale,
             );
         } else {
-            self.push(
-                format!("{module}.weight"),
-                Dt::Bf16,
-                vec![out, inp],
-                Role::Linear { fp8, gain },
-            );
+            self.push(format!("{module}.weight"), Dt::Bf16, vec![out, inp], Role::Linear { fp8, gain });
         }
     }
     fn norm(&mut self, name: String, n: usize) {
@@ -143,30 +123,10 @@ impl Builder<'_> {
     }
     fn attention(&mut self, p: &str) {
         let c = self.cfg;
-        self.linear(
-            format!("{p}self_attn.q_proj"),
-            2 * c.attn_q_dim(),
-            c.hidden,
-            GAIN_IN,
-        );
-        self.linear(
-            format!("{p}self_attn.k_proj"),
-            c.attn_kv_dim(),
-            c.hidden,
-            GAIN_IN,
-        );
-        self.linear(
-            format!("{p}self_attn.v_proj"),
-            c.attn_kv_dim(),
-            c.hidden,
-            GAIN_IN,
-        );
-        self.linear(
-            format!("{p}self_attn.o_proj"),
-            c.hidden,
-            c.attn_q_dim(),
-            GAIN_OUT,
-        );
+        self.linear(format!("{p}self_attn.q_proj"), 2 * c.attn_q_dim(), c.hidden, GAIN_IN);
+        self.linear(format!("{p}self_attn.k_proj"), c.attn_kv_dim(), c.hidden, GAIN_IN);
+        self.linear(format!("{p}self_attn.v_proj"), c.attn_kv_dim(), c.hidden, GAIN_IN);
+        self.linear(format!("{p}self_attn.o_proj"), c.hidden, c.attn_q_dim(), GAIN_OUT);
         self.norm(format!("{p}self_attn.q_norm.weight"), c.head_dim);
         self.norm(format!("{p}self_attn.k_norm.weight"), c.head_dim);
     }
@@ -174,85 +134,31 @@ impl Builder<'_> {
         let c = self.cfg;
         self.norm(format!("{p}input_layernorm.weight"), c.hidden);
         self.norm(format!("{p}post_attention_layernorm.weight"), c.hidden);
-        self.linear(
-            format!("{p}mlp.gate_proj"),
-            c.intermediate,
-            c.hidden,
-            GAIN_IN,
-        );
+        self.linear(format!("{p}mlp.gate_proj"), c.intermediate, c.hidden, GAIN_IN);
         self.linear(format!("{p}mlp.up_proj"), c.intermediate, c.hidden, GAIN_IN);
-        self.linear(
-            format!("{p}mlp.down_proj"),
-            c.hidden,
-            c.intermediate,
-            GAIN_OUT,
-        );
+        self.linear(format!("{p}mlp.down_proj"), c.hidden, c.intermediate, GAIN_OUT);
     }
     fn gdn(&mut self, p: &str) {
         let c = self.cfg;
         let la = format!("{p}linear_attn.");
-        self.linear(
-            format!("{la}in_proj_qkv"),
-            c.gdn_conv_dim(),
-            c.hidden,
-            GAIN_IN,
-        );
-        self.linear(
-            format!("{la}in_proj_z"),
-            c.gdn_value_dim(),
-            c.hidden,
-            GAIN_IN,
-        );
+        self.linear(format!("{la}in_proj_qkv"), c.gdn_conv_dim(), c.hidden, GAIN_IN);
+        self.linear(format!("{la}in_proj_z"), c.gdn_value_dim(), c.hidden, GAIN_IN);
         self.linear(format!("{la}in_proj_b"), c.gdn_v_heads, c.hidden, GAIN_IN);
         self.linear(format!("{la}in_proj_a"), c.gdn_v_heads, c.hidden, GAIN_IN);
-        self.push(
-            format!("{la}conv1d.weight"),
-            Dt::Bf16,
-            vec![c.gdn_conv_dim(), 1, c.conv_kernel],
-            Role::Conv1d,
-        );
-        self.push(
-            format!("{la}A_log"),
-            Dt::Bf16,
-            vec![c.gdn_v_heads],
-            Role::ALog,
-        );
-        self.push(
-            format!("{la}dt_bias"),
-            Dt::Bf16,
-            vec![c.gdn_v_heads],
-            Role::DtBias,
-        );
-        self.push(
-            format!("{la}norm.weight"),
-            Dt::Bf16,
-            vec![c.gdn_v_dim],
-            Role::NormPlain,
-        );
-        self.linear(
-            format!("{la}out_proj"),
-            c.hidden,
-            c.gdn_value_dim(),
-            GAIN_OUT,
-        );
+        self.push(format!("{la}conv1d.weight"), Dt::Bf16, vec![c.gdn_conv_dim(), 1, c.conv_kernel], Role::Conv1d);
+        self.push(format!("{la}A_log"), Dt::Bf16, vec![c.gdn_v_heads], Role::ALog);
+        self.push(format!("{la}dt_bias"), Dt::Bf16, vec![c.gdn_v_heads], Role::DtBias);
+        self.push(format!("{la}norm.weight"), Dt::Bf16, vec![c.gdn_v_dim], Role::NormPlain);
+        self.linear(format!("{la}out_proj"), c.hidden, c.gdn_value_dim(), GAIN_OUT);
     }
 }
 
 /// Every tensor of the text model and MTP head, in a stable order (embedding, layers, final norm and
 /// head, MTP).
 pub fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
-    let mut b = Builder {
-        cfg,
-        out: Vec::new(),
-        group: 0,
-    };
+    let mut b = Builder { cfg, out: Vec::new(), group: 0 };
     let p = &cfg.prefix;
-    b.push(
-        format!("{p}embed_tokens.weight"),
-        Dt::Bf16,
-        vec![cfg.vocab, cfg.hidden],
-        Role::Embedding,
-    );
+    b.push(format!("{p}embed_tokens.weight"), Dt::Bf16, vec![cfg.vocab, cfg.hidden], Role::Embedding);
     for (i, kind) in cfg.layer_kinds.iter().enumerate() {
         b.group = 1 + i;
         let lp = format!("{p}layers.{i}.");
@@ -264,12 +170,7 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
     }
     b.group = cfg.n_layers + 1;
     b.norm(format!("{p}norm.weight"), cfg.hidden);
-    b.push(
-        "lm_head.weight".into(),
-        Dt::Bf16,
-        vec![cfg.vocab, cfg.hidden],
-        Role::LmHead,
-    );
+    b.push("lm_head.weight".into(), Dt::Bf16, vec![cfg.vocab, cfg.hidden], Role::LmHead);
     for m in 0..cfg.mtp_layers {
         b.group = cfg.n_layers + 1;
         if m == 0 {
@@ -305,18 +206,13 @@ mod tests {
         assert_eq!(fp8, 48 * 3 + 16 * 4 + 64 * 3 + 7);
         let qkv = t
             .iter()
-            .find(|s| {
-                s.name == "model.language_model.layers.0.linear_attn.in_proj_qkv.weight_scale_inv"
-            })
+            .find(|s| s.name == "model.language_model.layers.0.linear_attn.in_proj_qkv.weight_scale_inv")
             .unwrap();
         assert_eq!(qkv.shape, vec![80, 40]);
         // The streamed bytes of one decode step: fp8 linears of the trunk, bf16 small projections,
         // conv, norms and the lm_head (seed Part 1: 24.3 GB fp8 + 2.6 GB bf16 = 26.9 GB).
-        let step: usize = t
-            .iter()
-            .filter(|s| !s.name.starts_with("mtp.") && s.role != Role::Embedding)
-            .map(|s| s.bytes())
-            .sum();
+        let step: usize =
+            t.iter().filter(|s| !s.name.starts_with("mtp.") && s.role != Role::Embedding).map(|s| s.bytes()).sum();
         assert!((26.8e9..27.0e9).contains(&(step as f64)), "{step}");
     }
 }

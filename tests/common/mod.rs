@@ -45,10 +45,8 @@ pub fn copy_of_tiny(tag: &str) -> PathBuf {
 
 /// The (small, copied) shard holding `tensor`.
 pub fn shard_of(dir: &Path, tensor: &str) -> PathBuf {
-    let idx: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("model.safetensors.index.json")).unwrap(),
-    )
-    .unwrap();
+    let idx: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("model.safetensors.index.json")).unwrap()).unwrap();
     dir.join(idx["weight_map"][tensor].as_str().unwrap())
 }
 
@@ -63,26 +61,17 @@ pub struct RawTensor {
 pub fn read_raw(path: &Path) -> Vec<RawTensor> {
     let b = std::fs::read(path).unwrap();
     let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
-    let h: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(&b[8..8 + n]).unwrap();
+    let h: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&b[8..8 + n]).unwrap();
     let mut out: Vec<RawTensor> = h
         .iter()
         .filter(|(k, _)| *k != "__metadata__")
         .map(|(k, v)| {
             let o = v["data_offsets"].as_array().unwrap();
-            let (s, e) = (
-                o[0].as_u64().unwrap() as usize,
-                o[1].as_u64().unwrap() as usize,
-            );
+            let (s, e) = (o[0].as_u64().unwrap() as usize, o[1].as_u64().unwrap() as usize);
             RawTensor {
                 name: k.clone(),
                 dtype: v["dtype"].as_str().unwrap().to_string(),
-                shape: v["shape"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_u64().unwrap() as usize)
-                    .collect(),
+                shape: v["shape"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect(),
                 data: b[8 + n + s..8 + n + e].to_vec(),
             }
         })
@@ -96,7 +85,10 @@ pub fn write_raw(path: &Path, tensors: &[RawTensor]) {
     let mut header = serde_json::Map::new();
     let mut off = 0;
     for t in tensors {
-        header.insert(t.name.clone(), serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [off, off + t.data.len()]}));
+        header.insert(
+            t.name.clone(),
+            serde_json::json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [off, off + t.data.len()]}),
+        );
         off += t.data.len();
     }
     let mut h = serde_json::to_vec(&header).unwrap();
@@ -123,16 +115,9 @@ pub fn reindex(dir: &Path) {
     files.sort();
     for f in files {
         for t in read_raw(&f) {
-            map.insert(
-                t.name,
-                serde_json::json!(f.file_name().unwrap().to_string_lossy()),
-            );
+            map.insert(t.name, serde_json::json!(f.file_name().unwrap().to_string_lossy()));
         }
     }
     let idx = serde_json::json!({"metadata": {"total_size": 0}, "weight_map": map});
-    std::fs::write(
-        dir.join("model.safetensors.index.json"),
-        serde_json::to_string_pretty(&idx).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(dir.join("model.safetensors.index.json"), serde_json::to_string_pretty(&idx).unwrap()).unwrap();
 }

@@ -1,0 +1,46 @@
+//! The CPU reference against the oracle's goldens (transformers 5.17 on the H200, tiny preset, seed 0),
+//! with the envelope calibrated on the oracle's own noise, and the negative control: the same check
+//! must reject a reference with a wrong RoPE theta.
+
+mod common;
+use mk::golden::{compare, envelope, load_dir, verdict, MEAN_FACTOR};
+use mk::model::checkpoint::Checkpoint;
+use mk::model::forward::Weights;
+use std::path::Path;
+
+fn goldens() -> Vec<mk::golden::Golden> {
+    let g = load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("goldens/tiny")).unwrap();
+    // The goldens were recorded on the checkpoint this test regenerates.
+    let made: serde_json::Value = serde_json::from_str(&g[0].meta["checkpoint"]).unwrap();
+    assert_eq!((made["preset"].as_str(), made["seed"].as_u64()), (Some("tiny"), Some(common::SEED)));
+    assert_eq!(g[0].meta["transformers"], "5.17.0");
+    g
+}
+
+#[test]
+fn the_reference_agrees_with_the_oracle_inside_its_own_envelope() {
+    let g = goldens();
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let env = envelope(&g).unwrap();
+    let c = compare(&w, &g, usize::MAX).unwrap();
+    println!("{env:?}\n{c:?}");
+    assert!(env.positions >= 800);
+    let why = verdict(&c, &env, MEAN_FACTOR);
+    assert!(why.is_empty(), "{why:?}");
+    // The final states, relative to their largest magnitude (rounding-level differences only).
+    assert!(c.recurrent_rel < 0.05 && c.conv_rel < 0.02 && c.kv_rel < 0.05, "{c:?}");
+}
+
+#[test]
+fn negative_control_a_wrong_rope_theta_is_rejected() {
+    let g = goldens();
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let mut w = Weights::from_checkpoint(&ck);
+    w.cfg.rope_theta = 1e4;
+    let env = envelope(&g).unwrap();
+    let c = compare(&w, &g, 2).unwrap();
+    let why = verdict(&c, &env, MEAN_FACTOR);
+    println!("{c:?}\n{why:?}");
+    assert!(why.iter().any(|r| r.contains("envelope")), "the check must reject a wrong RoPE theta: {c:?}");
+}
