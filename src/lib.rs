@@ -8,3 +8,4 @@ pub mod error;
 pub mod golden;
 
 pub mod model;
+pub mod trace;

@@ -56,6 +56,11 @@ enum Cmd {
         #[arg(long, default_value_t = usize::MAX)]
         max_prompts: usize,
     },
+    /// Compare the CPU reference op by op against an oracle trace (scripts/oracle_trace.py).
+    Trace {
+        dir: PathBuf,
+        trace: PathBuf,
+    },
     /// Greedy generation with the CPU reference forward; prints the token ids.
     Generate {
         dir: PathBuf,
@@ -123,6 +128,11 @@ fn run(cli: Cli) -> Result<()> {
                 mk::bail!("golden check failed: {}", why.join("; "));
             }
             println!("golden check passed");
+        }
+        Cmd::Trace { dir, trace } => {
+            let ck = Checkpoint::open(&dir)?;
+            let w = forward::Weights::from_checkpoint(&ck);
+            mk::trace::print(&mk::trace::compare(&w, &trace)?);
         }
         Cmd::Generate { dir, prompt, steps } => {
             let ck = Checkpoint::open(&dir)?;
