@@ -57,10 +57,7 @@ enum Cmd {
         max_prompts: usize,
     },
     /// Compare the CPU reference op by op against an oracle trace (scripts/oracle_trace.py).
-    Trace {
-        dir: PathBuf,
-        trace: PathBuf,
-    },
+    Trace { dir: PathBuf, trace: PathBuf },
     /// Greedy generation with the CPU reference forward; prints the token ids.
     Generate {
         dir: PathBuf,

@@ -39,14 +39,29 @@ pub fn compare(w: &Weights, trace_path: &Path) -> Result<Table> {
         for (li, layer) in w.layers.iter().enumerate() {
             if li > 0 {
                 let mut xn = vec![0f32; cfg.hidden];
-                ops::rms_norm_offset(g(format!("layer{}.t{pos}", li - 1))?, &layer.input_norm, cfg.rms_eps as f32, &mut xn);
+                ops::rms_norm_offset(
+                    g(format!("layer{}.t{pos}", li - 1))?,
+                    &layer.input_norm,
+                    cfg.rms_eps as f32,
+                    &mut xn,
+                );
                 record(&mut t, "rmsnorm (input)", &xn, g(format!("l{li}.innorm.t{pos}"))?);
             }
             let xn = g(format!("l{li}.innorm.t{pos}"))?;
             match &layer.mixer {
                 Mixer::Gdn(gw) => {
-                    record(&mut t, "gemv fp8 in_proj_qkv", &gw.in_proj_qkv.gemv(xn), g(format!("l{li}.in_proj_qkv.t{pos}"))?);
-                    record(&mut t, "gemv bf16 in_proj_b", &gw.in_proj_b.gemv(xn), g(format!("l{li}.in_proj_b.t{pos}"))?);
+                    record(
+                        &mut t,
+                        "gemv fp8 in_proj_qkv",
+                        &gw.in_proj_qkv.gemv(xn),
+                        g(format!("l{li}.in_proj_qkv.t{pos}"))?,
+                    );
+                    record(
+                        &mut t,
+                        "gemv bf16 in_proj_b",
+                        &gw.in_proj_b.gemv(xn),
+                        g(format!("l{li}.in_proj_b.t{pos}"))?,
+                    );
                     // The oracle's first token takes the chunked path; its recurrent calls start at token 1.
                     if pos >= 1 {
                         let j = (pos - 1) * cfg.n_gdn_layers() + gi;
@@ -62,14 +77,21 @@ pub fn compare(w: &Weights, trace_path: &Path) -> Result<Table> {
                             .collect();
                         record(&mut t, "g (log decay)", &gl, g(format!("rec.g.t{j}"))?);
                         let mut state = g(format!("rec.state_in.t{j}"))?.to_vec();
-                        let core = gdn_core(cfg, g(format!("conv.out.t{j}"))?, b, a, &gw.a_log, &gw.dt_bias, &mut state);
+                        let core =
+                            gdn_core(cfg, g(format!("conv.out.t{j}"))?, b, a, &gw.a_log, &gw.dt_bias, &mut state);
                         record(&mut t, "gdn recurrence output", &core, g(format!("rec.out.t{j}"))?);
                         record(&mut t, "gdn recurrence state", &state, g(format!("rec.state_out.t{j}"))?);
                         let (oc, z) = (g(format!("rec.out.t{j}"))?, g(format!("l{li}.in_proj_z.t{pos}"))?);
                         let mut normed = vec![0f32; oc.len()];
                         for h in 0..cfg.gdn_v_heads {
                             let r = h * dv..(h + 1) * dv;
-                            ops::rms_norm_gated(&oc[r.clone()], &z[r.clone()], &gw.norm, cfg.rms_eps as f32, &mut normed[r]);
+                            ops::rms_norm_gated(
+                                &oc[r.clone()],
+                                &z[r.clone()],
+                                &gw.norm,
+                                cfg.rms_eps as f32,
+                                &mut normed[r],
+                            );
                         }
                         record(&mut t, "gated rmsnorm", &normed, g(format!("l{li}.norm.t{pos}"))?);
                     }
@@ -80,7 +102,12 @@ pub fn compare(w: &Weights, trace_path: &Path) -> Result<Table> {
                 Mixer::Attn(aw) => {
                     let qg = g(format!("l{li}.q_proj.t{pos}"))?;
                     record(&mut t, "gemv fp8 q_proj", &aw.q_proj.gemv(xn), qg);
-                    record(&mut t, "attn q (norm + rope)", &attn_q(cfg, qg, &aw.q_norm, pos), g(format!("attn.q.t{pos}"))?);
+                    record(
+                        &mut t,
+                        "attn q (norm + rope)",
+                        &attn_q(cfg, qg, &aw.q_norm, pos),
+                        g(format!("attn.q.t{pos}"))?,
+                    );
                     // Oracle caches are [kv_heads, t, 256]; ours [t, kv_heads, 256].
                     let (nkv, d, n) = (cfg.n_kv_heads, cfg.head_dim, pos + 1);
                     let (kf, vf) = (g(format!("attn.k.t{pos}"))?, g(format!("attn.v.t{pos}"))?);
@@ -99,7 +126,12 @@ pub fn compare(w: &Weights, trace_path: &Path) -> Result<Table> {
                     record(&mut t, "attn core (softmax, pv)", &o, oo);
                     let mut gated = oo.to_vec();
                     attn_gate(cfg, &mut gated, qg);
-                    record(&mut t, "gemv fp8 o_proj (gated input)", &aw.o_proj.gemv(&gated), g(format!("l{li}.o_proj.t{pos}"))?);
+                    record(
+                        &mut t,
+                        "gemv fp8 o_proj (gated input)",
+                        &aw.o_proj.gemv(&gated),
+                        g(format!("l{li}.o_proj.t{pos}"))?,
+                    );
                 }
             }
         }

@@ -529,6 +529,17 @@ mod tests {
     }
 
     #[test]
+    fn a_text_only_config_uses_the_model_prefix() {
+        let c = ModelConfig::preset("tiny").unwrap();
+        let mut text = c.to_hf_json()["text_config"].clone();
+        text["architectures"] = json!(["Qwen3_5ForCausalLM"]);
+        let back = ModelConfig::from_json_str(&text.to_string()).unwrap();
+        assert_eq!(back.prefix, "model.");
+        assert!(back.quant.is_none());
+        assert!(!back.is_fp8("model.layers.0.mlp.gate_proj"));
+    }
+
+    #[test]
     fn bad_configs_name_the_field() {
         let c = ModelConfig::preset("tiny").unwrap();
         let mut j = c.to_hf_json();
