@@ -192,13 +192,13 @@ pub fn compare(w: &Weights, goldens: &[Golden], max_prompts: usize) -> Result<Co
         for (l, s) in state.recurrent.iter().enumerate() {
             rec_rel = rec_rel.max(rel_diff(s, g.get(&format!("decode.recurrent.{l}"))?));
         }
-        for (l, c) in state.conv.iter().enumerate() {
-            conv_rel = conv_rel.max(rel_diff(c, g.get(&format!("decode.conv.{l}"))?));
+        for l in 0..state.conv.len() {
+            conv_rel = conv_rel.max(rel_diff(&state.conv_ordered(l), g.get(&format!("decode.conv.{l}"))?));
         }
         // Oracle KV layout is [kv_heads, T, 256]; ours is [T, kv_heads, 256].
         let (nkv, d) = (cfg.n_kv_heads, cfg.head_dim);
         for (l, (kc, vc)) in state.k_cache.iter().zip(&state.v_cache).enumerate() {
-            for (ours, name) in [(kc, "k"), (vc, "v")] {
+            for (ours, name) in [(&kc[..t_len * nkv * d], "k"), (&vc[..t_len * nkv * d], "v")] {
                 let theirs = g.get(&format!("decode.{name}.{l}"))?;
                 let mut reordered = vec![0f32; ours.len()];
                 for t in 0..t_len {

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::error::Result;
 use crate::golden::Golden;
-use crate::model::forward::{attn_core, attn_gate, attn_k, attn_q, conv_step, gdn_core, Mixer, Weights};
+use crate::model::forward::{attn_core, attn_gate, attn_k, attn_q, conv_channels, gdn_head, GdnGates, Mixer, Weights};
 use crate::model::numerics::bf;
 use crate::model::ops;
 
@@ -65,9 +65,16 @@ pub fn compare(w: &Weights, trace_path: &Path) -> Result<Table> {
                     // The oracle's first token takes the chunked path; its recurrent calls start at token 1.
                     if pos >= 1 {
                         let j = (pos - 1) * cfg.n_gdn_layers() + gi;
+                        // The oracle's conv state holds positions pos-4 .. pos-1; our ring needs pos-3 .. pos-1.
                         let st4 = g(format!("conv.state_in.t{j}"))?;
-                        let mut st3: Vec<f32> = (0..cd).flat_map(|c| st4[4 * c + 1..4 * c + 4].to_vec()).collect();
-                        let conv = conv_step(g(format!("conv.in.t{j}"))?, &gw.conv1d, &mut st3);
+                        let mut ring = vec![0f32; 4 * cd];
+                        for c in 0..cd {
+                            for i in 0..3 {
+                                ring[4 * c + (pos + 1 + i) % 4] = st4[4 * c + 1 + i];
+                            }
+                        }
+                        let mut conv = vec![0f32; cd];
+                        conv_channels(g(format!("conv.in.t{j}"))?, &gw.conv1d, &mut ring, pos, 0..cd, &mut conv);
                         record(&mut t, "conv + silu", &conv, g(format!("conv.out.t{j}"))?);
                         let (b, a) = (g(format!("l{li}.in_proj_b.t{pos}"))?, g(format!("l{li}.in_proj_a.t{pos}"))?);
                         let beta: Vec<f32> = b.iter().map(|x| bf(ops::sigmoid(*x))).collect();
@@ -77,8 +84,20 @@ pub fn compare(w: &Weights, trace_path: &Path) -> Result<Table> {
                             .collect();
                         record(&mut t, "g (log decay)", &gl, g(format!("rec.g.t{j}"))?);
                         let mut state = g(format!("rec.state_in.t{j}"))?.to_vec();
-                        let core =
-                            gdn_core(cfg, g(format!("conv.out.t{j}"))?, b, a, &gw.a_log, &gw.dt_bias, &mut state);
+                        let mut core = vec![0f32; cfg.gdn_value_dim()];
+                        let hs = cfg.gdn_k_dim * dv;
+                        for h in 0..cfg.gdn_v_heads {
+                            let gates = GdnGates { b: b[h], a: a[h], a_log: gw.a_log[h], dt_bias: gw.dt_bias[h] };
+                            let conv_out = g(format!("conv.out.t{j}"))?;
+                            gdn_head(
+                                cfg,
+                                h,
+                                conv_out,
+                                gates,
+                                &mut state[h * hs..(h + 1) * hs],
+                                &mut core[h * dv..(h + 1) * dv],
+                            );
+                        }
                         record(&mut t, "gdn recurrence output", &core, g(format!("rec.out.t{j}"))?);
                         record(&mut t, "gdn recurrence state", &state, g(format!("rec.state_out.t{j}"))?);
                         let (oc, z) = (g(format!("rec.out.t{j}"))?, g(format!("l{li}.in_proj_z.t{pos}"))?);

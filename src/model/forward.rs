@@ -1,161 +1,64 @@
-//! The CPU reference forward: one token at a time, exactly the oracle's decode path
-//! (`causal_conv1d_update` + `torch_recurrent_gated_delta_rule` for GDN layers, eager attention with a
-//! KV cache), every rounding point reproduced (see `ops.rs`).
+//! The CPU reference forward: one token at a time, the oracle's decode path (`causal_conv1d_update` +
+//! `torch_recurrent_gated_delta_rule` for GDN layers, eager attention with a KV cache), every rounding
+//! point reproduced (`ops.rs`), every reduction in a fixed order.
 //!
-//! Owns: `Weights` (typed views of a validated checkpoint), `State` (conv ring, fp32 recurrent state,
-//! KV cache, position) and `Model::step`. Refuses: out-of-range token ids and context overflow (errors).
+//! Owns: `State` (conv ring, fp32 recurrent state, KV cache, position), `step`, and the per-unit layer
+//! functions (one channel range of the conv, one value head of the recurrence, one KV partition of
+//! attention) that the program interpreter calls on its units, so both produce the same bits.
+//! Refuses: out-of-range token ids and context overflow (errors).
 
-use std::borrow::Cow;
-
-use super::checkpoint::Checkpoint;
-use super::config::{LayerKind, ModelConfig};
+use super::config::ModelConfig;
 use super::numerics::{bf, bf16_to_f32};
-use super::ops::{self, Linear, LinearW};
+use super::ops::{self, Linear};
+pub use super::weights::{AttnWeights, GdnWeights, LayerWeights, Mixer, Weights};
 use crate::bail;
 use crate::error::Result;
 
-pub struct GdnWeights<'a> {
-    pub in_proj_qkv: Linear<'a>,
-    pub in_proj_z: Linear<'a>,
-    pub in_proj_b: Linear<'a>,
-    pub in_proj_a: Linear<'a>,
-    /// `[conv_dim, 4]`, tap 3 multiplies the current token.
-    pub conv1d: Vec<f32>,
-    pub a_log: Vec<f32>,
-    pub dt_bias: Vec<f32>,
-    pub norm: Vec<f32>,
-    pub out_proj: Linear<'a>,
-}
+/// KV positions per attention partition. ORDER: softmax statistics and the weighted sum of values are
+/// taken per partition (positions in order), then merged over partitions in order. A fixed size (not a
+/// fixed count) keeps the numerics independent of the GPU's SM count.
+pub const ATTN_PART: usize = 256;
 
-pub struct AttnWeights<'a> {
-    pub q_proj: Linear<'a>,
-    pub k_proj: Linear<'a>,
-    pub v_proj: Linear<'a>,
-    pub o_proj: Linear<'a>,
-    pub q_norm: Vec<f32>,
-    pub k_norm: Vec<f32>,
-}
-
-pub enum Mixer<'a> {
-    Gdn(GdnWeights<'a>),
-    Attn(AttnWeights<'a>),
-}
-
-pub struct LayerWeights<'a> {
-    pub input_norm: Vec<f32>,
-    pub post_norm: Vec<f32>,
-    pub mixer: Mixer<'a>,
-    pub gate: Linear<'a>,
-    pub up: Linear<'a>,
-    pub down: Linear<'a>,
-}
-
-pub struct Weights<'a> {
-    pub cfg: ModelConfig,
-    pub embed: Cow<'a, [u16]>,
-    pub layers: Vec<LayerWeights<'a>>,
-    pub final_norm: Vec<f32>,
-    pub lm_head: Linear<'a>,
-}
-
-fn linear<'a>(ck: &'a Checkpoint, module: &str) -> Linear<'a> {
-    let name = format!("{module}.weight");
-    let shape = ck.shape(&name);
-    let (rows, cols) = (shape[0], shape[1]);
-    let w = if ck.dtype(&name) == super::tensors::Dt::F8E4M3 {
-        LinearW::Fp8 { w: ck.bytes(&name), scales: ck.f32_vec(&format!("{module}.weight_scale_inv")) }
-    } else {
-        LinearW::Bf16(ck.bf16(&name))
-    };
-    Linear { rows, cols, w }
-}
-
-impl<'a> Weights<'a> {
-    /// Views of a validated checkpoint (small vectors are widened to f32, exactly).
-    pub fn from_checkpoint(ck: &'a Checkpoint) -> Weights<'a> {
-        let cfg = ck.config.clone();
-        let p = cfg.prefix.clone();
-        let layers = cfg
-            .layer_kinds
-            .iter()
-            .enumerate()
-            .map(|(i, kind)| {
-                let lp = format!("{p}layers.{i}.");
-                let mixer = match kind {
-                    LayerKind::Gdn => {
-                        let la = format!("{lp}linear_attn.");
-                        Mixer::Gdn(GdnWeights {
-                            in_proj_qkv: linear(ck, &format!("{la}in_proj_qkv")),
-                            in_proj_z: linear(ck, &format!("{la}in_proj_z")),
-                            in_proj_b: linear(ck, &format!("{la}in_proj_b")),
-                            in_proj_a: linear(ck, &format!("{la}in_proj_a")),
-                            conv1d: ck.f32_vec(&format!("{la}conv1d.weight")),
-                            a_log: ck.f32_vec(&format!("{la}A_log")),
-                            dt_bias: ck.f32_vec(&format!("{la}dt_bias")),
-                            norm: ck.f32_vec(&format!("{la}norm.weight")),
-                            out_proj: linear(ck, &format!("{la}out_proj")),
-                        })
-                    }
-                    LayerKind::Attention => {
-                        let sa = format!("{lp}self_attn.");
-                        Mixer::Attn(AttnWeights {
-                            q_proj: linear(ck, &format!("{sa}q_proj")),
-                            k_proj: linear(ck, &format!("{sa}k_proj")),
-                            v_proj: linear(ck, &format!("{sa}v_proj")),
-                            o_proj: linear(ck, &format!("{sa}o_proj")),
-                            q_norm: ck.f32_vec(&format!("{sa}q_norm.weight")),
-                            k_norm: ck.f32_vec(&format!("{sa}k_norm.weight")),
-                        })
-                    }
-                };
-                LayerWeights {
-                    input_norm: ck.f32_vec(&format!("{lp}input_layernorm.weight")),
-                    post_norm: ck.f32_vec(&format!("{lp}post_attention_layernorm.weight")),
-                    mixer,
-                    gate: linear(ck, &format!("{lp}mlp.gate_proj")),
-                    up: linear(ck, &format!("{lp}mlp.up_proj")),
-                    down: linear(ck, &format!("{lp}mlp.down_proj")),
-                }
-            })
-            .collect();
-        Weights {
-            embed: ck.bf16(&format!("{p}embed_tokens.weight")),
-            final_norm: ck.f32_vec(&format!("{p}norm.weight")),
-            lm_head: linear(ck, "lm_head"),
-            layers,
-            cfg,
-        }
-    }
-}
-
-/// Per-sequence state. Layouts follow the oracle's cache so goldens compare directly.
+/// Per-sequence state. Preallocated for `max_context` positions.
 #[derive(Clone)]
 pub struct State {
     /// Next position to be written (= tokens consumed so far).
     pub pos: usize,
-    /// Per GDN layer: `[conv_dim, 3]` past pre-activation qkv inputs (bf16 values), oldest first.
+    /// Per GDN layer: `[conv_dim, 4]` ring of pre-activation qkv inputs; slot `p % 4` holds position p.
     pub conv: Vec<Vec<f32>>,
     /// Per GDN layer: `[v_heads, 128 (K), 128 (V)]` fp32 (HF layout).
     pub recurrent: Vec<Vec<f32>>,
-    /// Per attention layer: keys `[t][kv_heads][256]` post-norm post-RoPE, bf16 values.
+    /// Per attention layer: keys `[max_context][kv_heads][256]`, post-norm post-RoPE (bf16 values).
     pub k_cache: Vec<Vec<f32>>,
-    /// Per attention layer: values `[t][kv_heads][256]`.
+    /// Per attention layer: values `[max_context][kv_heads][256]`.
     pub v_cache: Vec<Vec<f32>>,
     pub max_context: usize,
 }
 
 impl State {
     pub fn new(cfg: &ModelConfig, max_context: usize) -> State {
-        let g = cfg.n_gdn_layers();
-        let a = cfg.n_attn_layers();
+        let kv = max_context * cfg.attn_kv_dim();
         State {
             pos: 0,
-            conv: vec![vec![0.0; cfg.gdn_conv_dim() * (cfg.conv_kernel - 1)]; g],
-            recurrent: vec![vec![0.0; cfg.gdn_v_heads * cfg.gdn_k_dim * cfg.gdn_v_dim]; g],
-            k_cache: vec![Vec::new(); a],
-            v_cache: vec![Vec::new(); a],
+            conv: vec![vec![0.0; cfg.gdn_conv_dim() * 4]; cfg.n_gdn_layers()],
+            recurrent: vec![vec![0.0; cfg.gdn_v_heads * cfg.gdn_k_dim * cfg.gdn_v_dim]; cfg.n_gdn_layers()],
+            k_cache: vec![vec![0.0; kv]; cfg.n_attn_layers()],
+            v_cache: vec![vec![0.0; kv]; cfg.n_attn_layers()],
             max_context,
         }
+    }
+
+    /// The conv state of GDN layer `l` as the oracle caches it: `[conv_dim, 3]`, oldest first.
+    pub fn conv_ordered(&self, l: usize) -> Vec<f32> {
+        let ring = &self.conv[l];
+        let mut out = Vec::with_capacity(ring.len() / 4 * 3);
+        for c in 0..ring.len() / 4 {
+            for back in (1..=3).rev() {
+                // position pos - back, zero before the sequence starts
+                out.push(if self.pos >= back { ring[4 * c + (self.pos - back) % 4] } else { 0.0 });
+            }
+        }
+        out
     }
 }
 
@@ -166,15 +69,21 @@ pub struct Trace {
     pub hidden: Vec<Vec<f32>>,
 }
 
-/// Runs one token through the model, advancing `state`; returns the bf16 logits (as f32).
-pub fn step(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace>) -> Result<Vec<f32>> {
-    let cfg = &w.cfg;
+/// Checks a token and the context before a step.
+pub fn check_input(cfg: &ModelConfig, pos: usize, max_context: usize, token: u32) -> Result<()> {
     if token as usize >= cfg.vocab {
         bail!("token id {token} is out of range (vocabulary {})", cfg.vocab);
     }
-    if state.pos >= state.max_context {
-        bail!("context overflow: position {} >= max context {}", state.pos, state.max_context);
+    if pos >= max_context {
+        bail!("context overflow: position {pos} >= max context {max_context}");
     }
+    Ok(())
+}
+
+/// Runs one token through the model, advancing `state`; returns the bf16 logits (as f32).
+pub fn step(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace>) -> Result<Vec<f32>> {
+    let cfg = &w.cfg;
+    check_input(cfg, state.pos, state.max_context, token)?;
     let eps = cfg.rms_eps as f32;
     let hd = cfg.hidden;
     let t = token as usize;
@@ -186,7 +95,7 @@ pub fn step(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace
         ops::rms_norm_offset(&h, &layer.input_norm, eps, &mut xn);
         let mixed = match &layer.mixer {
             Mixer::Gdn(g) => {
-                let o = gdn_layer(cfg, g, &xn, &mut state.conv[gi], &mut state.recurrent[gi]);
+                let o = gdn_layer(cfg, g, &xn, state.pos, &mut state.conv[gi], &mut state.recurrent[gi]);
                 gi += 1;
                 o
             }
@@ -217,103 +126,127 @@ pub fn residual_add(h: &mut [f32], x: &[f32]) {
     }
 }
 
-/// `bf( bf(silu(bf(gate x))) * bf(up x) )`: SwiGLU with the reference's three roundings.
+/// `bf( bf(silu(g)) * u )`: the SwiGLU epilogue on bf16 gate and up values.
+#[inline]
+pub fn swiglu(g: f32, u: f32) -> f32 {
+    bf(bf(ops::silu(g)) * u)
+}
+
+/// SwiGLU with the reference's three roundings (gate and up outputs are bf16).
 pub fn mlp_gate_up(gate: &Linear, up: &Linear, x: &[f32]) -> Vec<f32> {
     let g = gate.gemv(x);
     let u = up.gemv(x);
-    g.iter().zip(&u).map(|(g, u)| bf(bf(ops::silu(*g)) * u)).collect()
+    g.iter().zip(&u).map(|(g, u)| swiglu(*g, *u)).collect()
 }
 
 /// One GDN layer for one token: projections, conv ring, gates, fp32 recurrence, gated norm, out_proj.
-pub fn gdn_layer(cfg: &ModelConfig, g: &GdnWeights, x: &[f32], conv: &mut [f32], s: &mut [f32]) -> Vec<f32> {
+pub fn gdn_layer(
+    cfg: &ModelConfig,
+    g: &GdnWeights,
+    x: &[f32],
+    pos: usize,
+    ring: &mut [f32],
+    s: &mut [f32],
+) -> Vec<f32> {
     let qkv = g.in_proj_qkv.gemv(x);
     let z = g.in_proj_z.gemv(x);
     let b = g.in_proj_b.gemv(x);
     let a = g.in_proj_a.gemv(x);
-    let mixed = conv_step(&qkv, &g.conv1d, conv);
-    let core = gdn_core(cfg, &mixed, &b, &a, &g.a_log, &g.dt_bias, s);
-    let dv = cfg.gdn_v_dim;
-    let mut normed = vec![0f32; core.len()];
-    for hh in 0..cfg.gdn_v_heads {
-        let r = hh * dv..(hh + 1) * dv;
-        ops::rms_norm_gated(&core[r.clone()], &z[r.clone()], &g.norm, cfg.rms_eps as f32, &mut normed[r]);
+    let mut mixed = vec![0f32; qkv.len()];
+    conv_channels(&qkv, &g.conv1d, ring, pos, 0..qkv.len(), &mut mixed);
+    let (dk, dv) = (cfg.gdn_k_dim, cfg.gdn_v_dim);
+    let mut core = vec![0f32; cfg.gdn_value_dim()];
+    for j in 0..cfg.gdn_v_heads {
+        let gates = GdnGates { b: b[j], a: a[j], a_log: g.a_log[j], dt_bias: g.dt_bias[j] };
+        gdn_head(cfg, j, &mixed, gates, &mut s[j * dk * dv..(j + 1) * dk * dv], &mut core[j * dv..(j + 1) * dv]);
     }
-    g.out_proj.gemv(&normed)
+    g.out_proj.gemv(&gated_norm(cfg, &core, &z, &g.norm))
 }
 
-/// `causal_conv1d_update` + SiLU: `bf(silu(bf(sum_k w[c,k] x[c, t-3+k])))`, conv state shifted.
+/// `causal_conv1d_update` + SiLU for channels `cs` at position `pos`: the current input goes to ring
+/// slot `pos % 4`, then `out[c] = bf(silu(bf(sum_k w[c,k] x[c, pos-3+k])))`.
 /// ORDER: taps summed k = 0..3 (oldest input first).
-pub fn conv_step(qkv: &[f32], w: &[f32], conv: &mut [f32]) -> Vec<f32> {
-    let mut out = vec![0f32; qkv.len()];
-    for c in 0..qkv.len() {
-        let st = &mut conv[3 * c..3 * c + 3];
+pub fn conv_channels(
+    qkv: &[f32],
+    w: &[f32],
+    ring: &mut [f32],
+    pos: usize,
+    cs: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    for c in cs {
+        let r = &mut ring[4 * c..4 * c + 4];
+        r[pos % 4] = qkv[c];
         let taps = &w[4 * c..4 * c + 4];
-        let acc = taps[0] * st[0] + taps[1] * st[1] + taps[2] * st[2] + taps[3] * qkv[c];
+        let acc =
+            taps[0] * r[(pos + 1) % 4] + taps[1] * r[(pos + 2) % 4] + taps[2] * r[(pos + 3) % 4] + taps[3] * r[pos % 4];
         out[c] = bf(ops::silu(bf(acc)));
-        st.copy_within(1..3, 0);
-        st[2] = qkv[c];
     }
-    out
 }
 
-/// `torch_recurrent_gated_delta_rule` for one token (fp32 throughout), output rounded to bf16.
-pub fn gdn_core(
-    cfg: &ModelConfig,
-    mixed: &[f32],
-    b: &[f32],
-    a: &[f32],
-    a_log: &[f32],
-    dt_bias: &[f32],
-    s: &mut [f32],
-) -> Vec<f32> {
+/// The per-head gate inputs of one GDN value head.
+#[derive(Clone, Copy)]
+pub struct GdnGates {
+    /// `in_proj_b` output (bf16) and `in_proj_a` output (bf16).
+    pub b: f32,
+    pub a: f32,
+    pub a_log: f32,
+    pub dt_bias: f32,
+}
+
+/// `torch_recurrent_gated_delta_rule` for value head `j` (fp32 throughout): l2norm of its q/k head
+/// (head j / (v_heads / k_heads)), q / sqrt(128), beta = bf(sigmoid(b)), g = -exp(A_log) softplus(a +
+/// dt_bias), the decayed delta-rule update of `s` (`[128 K][128 V]`), output rounded to bf16.
+pub fn gdn_head(cfg: &ModelConfig, j: usize, mixed: &[f32], gates: GdnGates, s: &mut [f32], out: &mut [f32]) {
     let (dk, dv, hk, hv) = (cfg.gdn_k_dim, cfg.gdn_v_dim, cfg.gdn_k_heads, cfg.gdn_v_heads);
     let key_dim = hk * dk;
-    let mut q = mixed[..key_dim].to_vec();
-    let mut k = mixed[key_dim..2 * key_dim].to_vec();
-    let v = &mixed[2 * key_dim..];
+    let qk = j / (hv / hk);
+    let mut q = mixed[qk * dk..(qk + 1) * dk].to_vec();
+    let mut k = mixed[key_dim + qk * dk..key_dim + (qk + 1) * dk].to_vec();
+    let v = &mixed[2 * key_dim + j * dv..2 * key_dim + (j + 1) * dv];
+    ops::l2norm(&mut q);
+    ops::l2norm(&mut k);
     let scale = (dk as f32).sqrt();
-    for h in 0..hk {
-        ops::l2norm(&mut q[h * dk..(h + 1) * dk]);
-        ops::l2norm(&mut k[h * dk..(h + 1) * dk]);
-        for x in &mut q[h * dk..(h + 1) * dk] {
-            *x /= scale;
+    for x in &mut q {
+        *x /= scale;
+    }
+    let beta = bf(ops::sigmoid(gates.b));
+    let decay = (-gates.a_log.exp() * ops::softplus(gates.a + gates.dt_bias)).exp();
+    for x in s.iter_mut() {
+        *x *= decay;
+    }
+    // ORDER: kv_mem[v] and o[v] sum over k = 0..127 in order.
+    let mut kv_mem = vec![0f32; dv];
+    for (kk, kval) in k.iter().enumerate() {
+        for (m, sv) in kv_mem.iter_mut().zip(&s[kk * dv..(kk + 1) * dv]) {
+            *m += sv * kval;
         }
     }
-    let mut out = vec![0f32; hv * dv];
-    for j in 0..hv {
-        let qk = j / (hv / hk); // value head j reads q/k head j / 3
-        let (qh, kh) = (&q[qk * dk..(qk + 1) * dk], &k[qk * dk..(qk + 1) * dk]);
-        let vh = &v[j * dv..(j + 1) * dv];
-        let beta = bf(ops::sigmoid(b[j]));
-        let gate = -a_log[j].exp() * ops::softplus(a[j] + dt_bias[j]);
-        let decay = gate.exp();
-        let st = &mut s[j * dk * dv..(j + 1) * dk * dv];
-        for x in st.iter_mut() {
-            *x *= decay;
+    let delta: Vec<f32> = v.iter().zip(&kv_mem).map(|(vv, m)| (vv - m) * beta).collect();
+    let mut o = vec![0f32; dv];
+    for (kk, kval) in k.iter().enumerate() {
+        let row = &mut s[kk * dv..(kk + 1) * dv];
+        for (sv, d) in row.iter_mut().zip(&delta) {
+            *sv += kval * d;
         }
-        // ORDER: kv_mem[v] and o[v] sum over k = 0..127 in order.
-        let mut kv_mem = vec![0f32; dv];
-        for (kk, kval) in kh.iter().enumerate() {
-            for (m, sv) in kv_mem.iter_mut().zip(&st[kk * dv..(kk + 1) * dv]) {
-                *m += sv * kval;
-            }
-        }
-        let delta: Vec<f32> = vh.iter().zip(&kv_mem).map(|(vv, m)| (vv - m) * beta).collect();
-        let mut o = vec![0f32; dv];
-        for (kk, kval) in kh.iter().enumerate() {
-            let row = &mut st[kk * dv..(kk + 1) * dv];
-            for (sv, d) in row.iter_mut().zip(&delta) {
-                *sv += kval * d;
-            }
-            for (ov, sv) in o.iter_mut().zip(row.iter()) {
-                *ov += sv * qh[kk];
-            }
-        }
-        for (dst, ov) in out[j * dv..(j + 1) * dv].iter_mut().zip(&o) {
-            *dst = bf(*ov);
+        for (ov, sv) in o.iter_mut().zip(row.iter()) {
+            *ov += sv * q[kk];
         }
     }
-    out
+    for (dst, ov) in out.iter_mut().zip(&o) {
+        *dst = bf(*ov);
+    }
+}
+
+/// The gated RMSNorm of every value head (the input transform of `out_proj`).
+pub fn gated_norm(cfg: &ModelConfig, core: &[f32], z: &[f32], w: &[f32]) -> Vec<f32> {
+    let dv = cfg.gdn_v_dim;
+    let mut normed = vec![0f32; core.len()];
+    for h in 0..core.len() / dv {
+        let r = h * dv..(h + 1) * dv;
+        ops::rms_norm_gated(&core[r.clone()], &z[r.clone()], w, cfg.rms_eps as f32, &mut normed[r]);
+    }
+    normed
 }
 
 /// One gated full-attention layer for one token at `pos` (eager attention, GQA, KV append).
@@ -322,87 +255,168 @@ pub fn attention_layer(
     a: &AttnWeights,
     x: &[f32],
     pos: usize,
-    kc: &mut Vec<f32>,
-    vc: &mut Vec<f32>,
+    kc: &mut [f32],
+    vc: &mut [f32],
 ) -> Vec<f32> {
+    let kvd = cfg.attn_kv_dim();
     let qg = a.q_proj.gemv(x);
     let k = a.k_proj.gemv(x);
     let v = a.v_proj.gemv(x);
     let q = attn_q(cfg, &qg, &a.q_norm, pos);
-    kc.extend_from_slice(&attn_k(cfg, &k, &a.k_norm, pos));
-    vc.extend_from_slice(&v);
+    kc[pos * kvd..(pos + 1) * kvd].copy_from_slice(&attn_k(cfg, &k, &a.k_norm, pos));
+    vc[pos * kvd..(pos + 1) * kvd].copy_from_slice(&v);
     let mut o = attn_core(cfg, &q, kc, vc, pos + 1);
     attn_gate(cfg, &mut o, &qg);
     a.o_proj.gemv(&o)
 }
 
-/// Queries of all heads: per-head (1 + w) RMSNorm then partial RoPE. `qg` is the q_proj output, with
-/// query and gate interleaved per head: rows [512h, 512h+256) query, [512h+256, 512h+512) gate.
-pub fn attn_q(cfg: &ModelConfig, qg: &[f32], q_norm: &[f32], pos: usize) -> Vec<f32> {
-    let (nh, d) = (cfg.n_heads, cfg.head_dim);
+/// The query of head `h`: (1 + w) RMSNorm then partial RoPE. `qg` is the q_proj output, query and gate
+/// interleaved per head: rows [512h, 512h+256) query, [512h+256, 512h+512) gate.
+pub fn attn_q_head(cfg: &ModelConfig, qg: &[f32], q_norm: &[f32], pos: usize, h: usize, out: &mut [f32]) {
+    let d = cfg.head_dim;
     let (cos, sin) = ops::rope_tables(pos, cfg.rotary_dim, cfg.rope_theta);
-    let mut q = vec![0f32; nh * d];
-    for h in 0..nh {
-        ops::rms_norm_offset(&qg[2 * d * h..2 * d * h + d], q_norm, cfg.rms_eps as f32, &mut q[h * d..(h + 1) * d]);
-        ops::apply_rope(&mut q[h * d..(h + 1) * d], &cos, &sin);
+    ops::rms_norm_offset(&qg[2 * d * h..2 * d * h + d], q_norm, cfg.rms_eps as f32, out);
+    ops::apply_rope(out, &cos, &sin);
+}
+
+/// Queries of all heads.
+pub fn attn_q(cfg: &ModelConfig, qg: &[f32], q_norm: &[f32], pos: usize) -> Vec<f32> {
+    let d = cfg.head_dim;
+    let mut q = vec![0f32; cfg.attn_q_dim()];
+    for h in 0..cfg.n_heads {
+        attn_q_head(cfg, qg, q_norm, pos, h, &mut q[h * d..(h + 1) * d]);
     }
     q
 }
 
 /// Keys of all KV heads as the cache stores them: per-head (1 + w) RMSNorm then partial RoPE.
 pub fn attn_k(cfg: &ModelConfig, k: &[f32], k_norm: &[f32], pos: usize) -> Vec<f32> {
-    let (nkv, d) = (cfg.n_kv_heads, cfg.head_dim);
+    let d = cfg.head_dim;
     let (cos, sin) = ops::rope_tables(pos, cfg.rotary_dim, cfg.rope_theta);
-    let mut kn = vec![0f32; nkv * d];
-    for h in 0..nkv {
+    let mut kn = vec![0f32; cfg.attn_kv_dim()];
+    for h in 0..cfg.n_kv_heads {
         ops::rms_norm_offset(&k[h * d..(h + 1) * d], k_norm, cfg.rms_eps as f32, &mut kn[h * d..(h + 1) * d]);
         ops::apply_rope(&mut kn[h * d..(h + 1) * d], &cos, &sin);
     }
     kn
 }
 
-/// Eager attention of every query head over cache positions [0, n_ctx): bf16 output before the gate.
-/// `kc`/`vc` are `[t][kv_heads][head_dim]`; query head h reads KV head h / (n_heads / n_kv_heads).
+/// Scores of one query head over positions [p0, p1): `bf(bf(q . k_j) * 1/16)` (the bf16 matmul output,
+/// then an exact power-of-two scale), written to `scores[j - p0]`; returns the partition's softmax
+/// statistics (max m, sum of exp(s - m) in position order).
+pub fn attn_scores_part(
+    cfg: &ModelConfig,
+    q: &[f32],
+    kc: &[f32],
+    kvh: usize,
+    p0: usize,
+    p1: usize,
+    scores: &mut [f32],
+) -> (f32, f32) {
+    let (nkv, d) = (cfg.n_kv_heads, cfg.head_dim);
+    let scaling = 1.0 / (d as f32).sqrt();
+    for j in p0..p1 {
+        scores[j - p0] = bf(bf(ops::dot(q, &kc[(j * nkv + kvh) * d..][..d])) * scaling);
+    }
+    let s = &scores[..p1 - p0];
+    let m = s.iter().fold(f32::NEG_INFINITY, |a, b| a.max(*b));
+    let mut l = 0f32;
+    for x in s {
+        l += (x - m).exp();
+    }
+    (m, l)
+}
+
+/// Merges per-partition statistics into the global (M, L). ORDER: partitions in order.
+pub fn attn_merge(stats: &[(f32, f32)]) -> (f32, f32) {
+    let m = stats.iter().fold(f32::NEG_INFINITY, |a, s| a.max(s.0));
+    let mut l = 0f32;
+    for (mp, lp) in stats {
+        l += lp * (mp - m).exp();
+    }
+    (m, l)
+}
+
+/// One partition's share of the output: `sum_j bf(exp(s_j - M) / L) v_j` over its positions, in order,
+/// fp32 (the reference rounds each probability to bf16 before the product with v).
+pub fn attn_pv_part(
+    cfg: &ModelConfig,
+    scores: &[f32],
+    (m, l): (f32, f32),
+    vc: &[f32],
+    kvh: usize,
+    p0: usize,
+    out: &mut [f32],
+) {
+    let (nkv, d) = (cfg.n_kv_heads, cfg.head_dim);
+    out.fill(0.0);
+    for (i, s) in scores.iter().enumerate() {
+        let p = bf((s - m).exp() / l);
+        let vrow = &vc[((p0 + i) * nkv + kvh) * d..][..d];
+        for (o, vv) in out.iter_mut().zip(vrow) {
+            *o += p * vv;
+        }
+    }
+}
+
+/// Number of attention partitions covering `n_ctx` positions.
+pub fn attn_parts(n_ctx: usize) -> usize {
+    n_ctx.div_ceil(ATTN_PART)
+}
+
+/// Split-KV eager attention of every query head over cache positions [0, n_ctx): bf16 output before the
+/// gate. `kc`/`vc` are `[t][kv_heads][head_dim]`; query head h reads KV head h / (n_heads / n_kv_heads).
 pub fn attn_core(cfg: &ModelConfig, q: &[f32], kc: &[f32], vc: &[f32], n_ctx: usize) -> Vec<f32> {
     let (nh, nkv, d) = (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-    let scaling = 1.0 / (d as f32).sqrt();
+    let parts = attn_parts(n_ctx);
     let mut attn = vec![0f32; nh * d];
+    let mut scores = vec![0f32; parts * ATTN_PART];
+    let mut partial = vec![0f32; parts * d];
     for h in 0..nh {
         let kvh = h / (nh / nkv);
         let qh = &q[h * d..(h + 1) * d];
-        // scores = bf(q . k) * 1/16 (bf16 matmul output, then an exact power-of-two scale).
-        let scores: Vec<f32> =
-            (0..n_ctx).map(|j| bf(bf(ops::dot(qh, &kc[(j * nkv + kvh) * d..][..d])) * scaling)).collect();
-        // softmax in fp32 (ORDER: max and sum in position order), probabilities rounded to bf16.
-        let m = scores.iter().fold(f32::NEG_INFINITY, |a, b| a.max(*b));
-        let e: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();
-        let mut sum = 0f32;
-        for x in &e {
-            sum += x;
+        let stats: Vec<(f32, f32)> = (0..parts)
+            .map(|p| {
+                let (p0, p1) = (p * ATTN_PART, ((p + 1) * ATTN_PART).min(n_ctx));
+                attn_scores_part(cfg, qh, kc, kvh, p0, p1, &mut scores[p0..])
+            })
+            .collect();
+        let ml = attn_merge(&stats);
+        for p in 0..parts {
+            let (p0, p1) = (p * ATTN_PART, ((p + 1) * ATTN_PART).min(n_ctx));
+            attn_pv_part(cfg, &scores[p0..p1], ml, vc, kvh, p0, &mut partial[p * d..(p + 1) * d]);
         }
-        // o = bf(sum_j p_j v_j), ORDER: positions in order.
-        let out = &mut attn[h * d..(h + 1) * d];
-        for (j, x) in e.iter().enumerate() {
-            let pj = bf(x / sum);
-            let vrow = &vc[(j * nkv + kvh) * d..][..d];
-            for (o, vv) in out.iter_mut().zip(vrow) {
-                *o += pj * vv;
-            }
-        }
-        for o in out.iter_mut() {
-            *o = bf(*o);
-        }
+        attn_reduce(&partial, d, &mut attn[h * d..(h + 1) * d]);
     }
     attn
 }
 
-/// The output gate: `bf(o * bf(sigmoid(gate)))` with the gate half of each head's q_proj rows.
+/// `o = bf(sum_p partial_p)`. ORDER: partitions in order.
+pub fn attn_reduce(partial: &[f32], d: usize, out: &mut [f32]) {
+    out.fill(0.0);
+    for part in partial.chunks_exact(d) {
+        for (o, x) in out.iter_mut().zip(part) {
+            *o += x;
+        }
+    }
+    for o in out.iter_mut() {
+        *o = bf(*o);
+    }
+}
+
+/// The output gate of head `h`: `bf(o * bf(sigmoid(gate)))` with the gate half of its q_proj rows.
+pub fn attn_gate_head(cfg: &ModelConfig, o: &mut [f32], qg: &[f32], h: usize) {
+    let d = cfg.head_dim;
+    let gate = &qg[2 * d * h + d..2 * d * (h + 1)];
+    for (ov, gv) in o.iter_mut().zip(gate) {
+        *ov = bf(*ov * bf(ops::sigmoid(*gv)));
+    }
+}
+
+/// The output gate of every head.
 pub fn attn_gate(cfg: &ModelConfig, o: &mut [f32], qg: &[f32]) {
     let d = cfg.head_dim;
     for h in 0..cfg.n_heads {
-        let gate = &qg[2 * d * h + d..2 * d * (h + 1)];
-        for (ov, gv) in o[h * d..(h + 1) * d].iter_mut().zip(gate) {
-            *ov = bf(*ov * bf(ops::sigmoid(*gv)));
-        }
+        attn_gate_head(cfg, &mut o[h * d..(h + 1) * d], qg, h);
     }
 }

@@ -9,3 +9,4 @@ pub mod ops;
 pub mod stats;
 pub mod synth;
 pub mod tensors;
+pub mod weights;
