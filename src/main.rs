@@ -58,6 +58,31 @@ enum Cmd {
     },
     /// Compare the CPU reference op by op against an oracle trace (scripts/oracle_trace.py).
     Trace { dir: PathBuf, trace: PathBuf },
+    /// Lower a model into the instruction program of one decode step (RON).
+    Compile {
+        /// A preset (tiny, small, qwen3.5-27b) ...
+        #[arg(long, conflicts_with = "config")]
+        preset: Option<String>,
+        /// ... or a real config.json.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long, default_value_t = 132)]
+        sms: u32,
+        #[arg(long, default_value_t = 512)]
+        threads: u32,
+        /// Activation rows per step (1-8; >1 verifies speculative drafts).
+        #[arg(long, default_value_t = 1)]
+        rows: u32,
+        #[arg(long, default_value_t = 32768)]
+        max_context: u32,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Inspect a compiled program.
+    Program {
+        #[command(subcommand)]
+        cmd: ProgramCmd,
+    },
     /// Greedy generation with the CPU reference forward; prints the token ids.
     Generate {
         dir: PathBuf,
@@ -67,6 +92,18 @@ enum Cmd {
         #[arg(long, default_value_t = 16)]
         steps: usize,
     },
+}
+
+#[derive(Subcommand)]
+enum ProgramCmd {
+    /// Print the CUDA header generated from the instruction set (megakernel/abi.cuh).
+    Header,
+    /// List the words: index, opcode, layer, rows, units, bytes streamed, wait and signal.
+    Show { file: PathBuf },
+    /// Counts: a line `instructions: N`, counts per opcode, bytes per step.
+    Stats { file: PathBuf },
+    /// Run the static validator.
+    Check { file: PathBuf },
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -131,6 +168,34 @@ fn run(cli: Cli) -> Result<()> {
             let w = forward::Weights::from_checkpoint(&ck);
             mk::trace::print(&mk::trace::compare(&w, &trace)?);
         }
+        Cmd::Compile { preset, config, sms, threads, rows, max_context, out } => {
+            let (cfg, name) = match (preset, config) {
+                (Some(p), _) => (ModelConfig::preset(&p)?, p),
+                (None, Some(c)) => (ModelConfig::from_file(&c)?, "checkpoint".to_string()),
+                (None, None) => mk::bail!("compile: give --preset or --config"),
+            };
+            let target = mk::isa::Target { sms, threads, m_rows: rows, max_context };
+            let prog = mk::compiler::compile(&cfg, &name, &target)?;
+            let summary = mk::isa::validate::validate(&prog)?;
+            std::fs::write(&out, prog.to_ron()?)
+                .map_err(|e| mk::error::Error::new(format!("write {}: {e}", out.display())))?;
+            println!(
+                "wrote {} ({} words, {} units, {} counters; validated)",
+                out.display(),
+                summary.words,
+                summary.units,
+                summary.counters
+            );
+        }
+        Cmd::Program { cmd } => match cmd {
+            ProgramCmd::Header => print!("{}", mk::isa::cuda_header()),
+            ProgramCmd::Show { file } => print!("{}", mk::isa::report::show(&mk::isa::Program::load(&file)?)),
+            ProgramCmd::Stats { file } => print!("{}", mk::isa::report::stats(&mk::isa::Program::load(&file)?)),
+            ProgramCmd::Check { file } => {
+                let s = mk::isa::validate::validate(&mk::isa::Program::load(&file)?)?;
+                println!("ok: {} words, {} units, {} counters", s.words, s.units, s.counters);
+            }
+        },
         Cmd::Generate { dir, prompt, steps } => {
             let ck = Checkpoint::open(&dir)?;
             let w = forward::Weights::from_checkpoint(&ck);

@@ -14,10 +14,7 @@ pub use super::weights::{AttnWeights, GdnWeights, LayerWeights, Mixer, Weights};
 use crate::bail;
 use crate::error::Result;
 
-/// KV positions per attention partition. ORDER: softmax statistics and the weighted sum of values are
-/// taken per partition (positions in order), then merged over partitions in order. A fixed size (not a
-/// fixed count) keeps the numerics independent of the GPU's SM count.
-pub const ATTN_PART: usize = 256;
+pub use crate::isa::access::ATTN_PART;
 
 /// Per-sequence state. Preallocated for `max_context` positions.
 #[derive(Clone)]
@@ -289,14 +286,20 @@ pub fn attn_q(cfg: &ModelConfig, qg: &[f32], q_norm: &[f32], pos: usize) -> Vec<
     q
 }
 
-/// Keys of all KV heads as the cache stores them: per-head (1 + w) RMSNorm then partial RoPE.
-pub fn attn_k(cfg: &ModelConfig, k: &[f32], k_norm: &[f32], pos: usize) -> Vec<f32> {
+/// The key of KV head `h` as the cache stores it: (1 + w) RMSNorm then partial RoPE.
+pub fn attn_k_head(cfg: &ModelConfig, k: &[f32], k_norm: &[f32], pos: usize, h: usize, out: &mut [f32]) {
     let d = cfg.head_dim;
     let (cos, sin) = ops::rope_tables(pos, cfg.rotary_dim, cfg.rope_theta);
+    ops::rms_norm_offset(&k[h * d..(h + 1) * d], k_norm, cfg.rms_eps as f32, out);
+    ops::apply_rope(out, &cos, &sin);
+}
+
+/// Keys of all KV heads.
+pub fn attn_k(cfg: &ModelConfig, k: &[f32], k_norm: &[f32], pos: usize) -> Vec<f32> {
+    let d = cfg.head_dim;
     let mut kn = vec![0f32; cfg.attn_kv_dim()];
     for h in 0..cfg.n_kv_heads {
-        ops::rms_norm_offset(&k[h * d..(h + 1) * d], k_norm, cfg.rms_eps as f32, &mut kn[h * d..(h + 1) * d]);
-        ops::apply_rope(&mut kn[h * d..(h + 1) * d], &cos, &sin);
+        attn_k_head(cfg, k, k_norm, pos, h, &mut kn[h * d..(h + 1) * d]);
     }
     kn
 }

@@ -10,11 +10,9 @@ use std::borrow::Cow;
 
 use super::numerics::{bf, bf16_to_f32, e4m3_table};
 
-/// Elements per k-group of a matrix-vector product. ORDER: a row's dot product is the sequential
-/// sum, over k-groups, of each group's partial; a group's partial is the sequential sum over its
-/// 128-wide tiles of the tile dot products. Split-K instructions own whole k-groups and
-/// store one partial per group, so a fixed-order reduce of those partials gives the same bits.
-pub const KGROUP: usize = 1024;
+/// ORDER: a group's partial is the sequential sum over its 128-wide tiles of the tile dot products;
+/// a row is the sequential sum of its k-group partials (`KGROUP`, part of the program contract).
+pub use crate::isa::access::KGROUP;
 pub const TILE: usize = 128;
 
 /// A linear layer's weight `[rows, cols]` in checkpoint byte order.

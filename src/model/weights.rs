@@ -52,7 +52,8 @@ pub struct Weights<'a> {
     pub lm_head: Linear<'a>,
 }
 
-fn linear<'a>(ck: &'a Checkpoint, module: &str) -> Linear<'a> {
+/// The linear `module` (`module.weight`, plus `module.weight_scale_inv` when fp8) as a view.
+pub fn linear<'a>(ck: &'a Checkpoint, module: &str) -> Linear<'a> {
     let name = format!("{module}.weight");
     let shape = ck.shape(&name);
     let (rows, cols) = (shape[0], shape[1]);

@@ -1,0 +1,38 @@
+// GENERATED from src/isa/mod.rs by mk. Do not edit.
+#pragma once
+#define OP_EMBED 1
+#define OP_GEMV_NORM 2
+#define OP_GEMV_GATE_UP 3
+#define OP_GEMV_GATED_NORM_RESIDUAL 4
+#define OP_GEMV_RESIDUAL 5
+#define OP_REDUCE_STORE 6
+#define OP_REDUCE_RESIDUAL 7
+#define OP_GDN_CONV 8
+#define OP_GDN_RECUR 9
+#define OP_ATTN_KV 10
+#define OP_ATTN_SCORES 11
+#define OP_ATTN_PV 12
+#define OP_ATTN_REDUCE_GATE 13
+#define OP_LM_HEAD 14
+#define OP_ARGMAX 15
+#define OP_END_STEP 16
+#define SLOT_W0 0
+#define SLOT_W1 1
+#define SLOT_W2 2
+#define SLOT_IN0 3
+#define SLOT_IN1 4
+#define SLOT_IN2 5
+#define SLOT_OUT0 6
+#define SLOT_OUT1 7
+#define SLOT_ST0 8
+#define SLOT_ST1 9
+#define OPERAND_NONE 65535u
+#define NO_COUNTER 4294967295u
+#define FLAG_PARTIAL 1u
+struct Word {
+  unsigned short opcode, layer, m_rows, flags;
+  unsigned int rows, unit_rows, k_parts, units, wait, wait_target, signal;
+  unsigned short ops[10];
+  unsigned int arg0, arg1;
+};
+static_assert(sizeof(Word) == 64, "instruction word is 64 bytes");

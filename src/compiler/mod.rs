@@ -1,0 +1,386 @@
+//! The compiler: a model config and a target (SM count, threads per block, M rows, context) lowered
+//! into the program of one decode step. No CUDA here: scheduling research runs in unit tests.
+//!
+//! Owns: the order of words, their unit shapes (row slices, split-K), buffers and counters. Every word
+//! of a stage waits for the whole previous stage (one counter per stage); the words of one stage are
+//! independent and may run concurrently. Refuses: nondeterminism (the same input gives the same
+//! program, byte for byte: no hash-map iteration, no clocks).
+//!
+//! Unit shapes are starting points sized for the H200 (132 SMs), to be re-derived by measurement on
+//! the GPU (issues 5 and 6): GEMV units of 16 rows (one mma tile of rows); split-K when a GEMV has
+//! fewer than `SPLIT_BELOW_UNITS_PER_SM` row slices per SM, into at most one part per 1,024-wide
+//! k-group, so dynamic unit handout has enough small units to balance the SMs.
+
+use crate::bail;
+use crate::error::Result;
+use crate::isa::access::{ATTN_HEAD_DIM, CTRL_LEN, GDN_HEAD_DIM, KGROUP};
+use crate::isa::{slot, BufKind, Buffer, Opcode, Program, Target, Word, FLAG_PARTIAL, FORMAT, NO_COUNTER};
+use crate::model::config::{LayerKind, ModelConfig};
+use crate::model::forward::ATTN_PART;
+use crate::model::tensors::{expected_tensors, Dt, TensorSpec};
+
+/// Output rows per GEMV unit (one tensor-core tile of rows).
+pub const GEMV_UNIT_ROWS: u32 = 16;
+/// Split a GEMV's reduction axis when it has fewer row slices than this many per SM.
+pub const SPLIT_BELOW_UNITS_PER_SM: u32 = 4;
+/// Vocabulary rows per lm_head unit.
+pub const LM_UNIT_ROWS: u32 = 64;
+/// Conv channels per GdnConv unit; hidden elements per Embed unit; rows per split-K reduce unit.
+pub const CONV_UNIT: u32 = 128;
+pub const EMBED_UNIT: u32 = 1024;
+pub const REDUCE_UNIT: u32 = 128;
+
+/// The default target: one H200.
+pub fn h200(m_rows: u32) -> Target {
+    Target { sms: 132, threads: 512, m_rows, max_context: 32768 }
+}
+
+struct Builder<'a> {
+    t: &'a Target,
+    specs: Vec<TensorSpec>,
+    buffers: Vec<Buffer>,
+    words: Vec<Word>,
+    /// The counter the next stage waits on and its full count.
+    prev: Option<(u32, u32)>,
+    n_counters: u32,
+    /// Scratch buffers for split-K partials, one per split word of a stage (reused across stages).
+    partial: Vec<u16>,
+    partial_need: Vec<u64>,
+    layer: u16,
+}
+
+impl Builder<'_> {
+    fn buf(&mut self, name: &str, kind: BufKind, rows: u64, cols: u64, elem_bytes: u32) -> u16 {
+        self.buffers.push(Buffer { name: name.to_string(), kind, rows, cols, elem_bytes });
+        (self.buffers.len() - 1) as u16
+    }
+    fn act(&mut self, name: &str, cols: usize) -> u16 {
+        let m = self.t.m_rows as u64;
+        self.buf(name, BufKind::Activation, m, cols as u64, 2)
+    }
+    fn scratch(&mut self, name: &str, cols: usize) -> u16 {
+        let m = self.t.m_rows as u64;
+        self.buf(name, BufKind::Scratch, m, cols as u64, 4)
+    }
+    /// The buffer of checkpoint tensor `name` (its scale travels with it for fp8).
+    fn weight(&mut self, name: &str) -> Result<u16> {
+        let Some(s) = self.specs.iter().find(|s| s.name == name) else {
+            bail!("compile: the model has no tensor {name}");
+        };
+        let (rows, cols) = match s.shape.len() {
+            1 => (1, s.shape[0]),
+            _ => (s.shape[0], s.shape[1..].iter().product()),
+        };
+        let bytes = if s.dtype == Dt::F8E4M3 { 1 } else { 2 };
+        Ok(self.buf(name, BufKind::Weight, rows as u64, cols as u64, bytes))
+    }
+    fn word(&self, op: Opcode, rows: u32, unit_rows: u32) -> Word {
+        let mut w = Word::new(op);
+        w.layer = self.layer;
+        w.m_rows = self.t.m_rows as u16;
+        w.rows = rows;
+        w.unit_rows = unit_rows;
+        w.units = w.row_units();
+        w
+    }
+    /// Appends a stage: every word waits for the previous stage and signals a new counter.
+    fn stage(&mut self, mut words: Vec<Word>) {
+        let c = self.n_counters;
+        self.n_counters += 1;
+        let mut count = 0;
+        for w in &mut words {
+            (w.wait, w.wait_target) = self.prev.unwrap_or((NO_COUNTER, 0));
+            w.signal = c;
+            count += w.units;
+        }
+        self.words.extend(words);
+        self.prev = Some((c, count));
+    }
+    /// A GEMV word over `rows` outputs reading `k` inputs. It is split-K when its whole stage has
+    /// fewer than `SPLIT_BELOW_UNITS_PER_SM` row slices per SM (`stage_rows` output rows over all the
+    /// stage's GEMVs: a small GEMV beside big ones needs no split, the big ones keep the SMs busy). A
+    /// split word writes partials to the `which`-th partial buffer, else it writes `out`.
+    fn gemv(&mut self, op: Opcode, rows: usize, k: usize, out: u16, which: usize, stage_rows: usize) -> (Word, bool) {
+        let mut w = self.word(op, rows as u32, GEMV_UNIT_ROWS);
+        let row_units = w.row_units();
+        let stage_units = (stage_rows as u32).div_ceil(GEMV_UNIT_ROWS).max(row_units);
+        let groups = k.div_ceil(KGROUP) as u32;
+        let want = SPLIT_BELOW_UNITS_PER_SM * self.t.sms;
+        let split = op != Opcode::GemvGateUp && groups >= 2 && stage_units < want;
+        if split {
+            w.k_parts = groups.min(want.div_ceil(stage_units));
+            w.units = row_units * w.k_parts;
+            w.flags |= FLAG_PARTIAL;
+            w.arg0 = groups;
+            while self.partial.len() <= which {
+                let name = format!("partial{}", self.partial.len());
+                let id = self.scratch(&name, 1);
+                self.partial.push(id);
+                self.partial_need.push(1);
+            }
+            w.ops[slot::OUT0] = self.partial[which];
+            self.partial_need[which] = self.partial_need[which].max(groups as u64 * rows as u64);
+        } else {
+            w.ops[slot::OUT0] = out;
+        }
+        (w, split)
+    }
+    /// The split-K reduce that follows a split GEMV.
+    fn reduce(&mut self, op: Opcode, gemv: &Word, out: u16) -> Word {
+        let mut r = self.word(op, gemv.rows, REDUCE_UNIT);
+        r.arg0 = gemv.arg0;
+        r.ops[slot::IN0] = gemv.ops[slot::OUT0];
+        r.ops[slot::OUT0] = out;
+        r
+    }
+}
+
+/// Lowers `cfg` for `t` into the program of one decode step.
+pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
+    if !(1..=8).contains(&t.m_rows) {
+        bail!("compile: M = {} rows (1-8 supported)", t.m_rows);
+    }
+    if t.sms == 0 || t.max_context == 0 || t.max_context as usize % ATTN_PART != 0 {
+        bail!("compile: target needs SMs > 0 and a max context that is a positive multiple of {ATTN_PART}");
+    }
+    if cfg.head_dim != ATTN_HEAD_DIM || cfg.gdn_k_dim != GDN_HEAD_DIM || cfg.gdn_v_dim != GDN_HEAD_DIM {
+        bail!("compile: head dims must be {ATTN_HEAD_DIM} (attention) and {GDN_HEAD_DIM} (GDN)");
+    }
+    let mut b = Builder {
+        t,
+        specs: expected_tensors(cfg),
+        buffers: Vec::new(),
+        words: Vec::new(),
+        prev: None,
+        n_counters: 0,
+        partial: Vec::new(),
+        partial_need: Vec::new(),
+        layer: 0,
+    };
+    let (hd, p) = (cfg.hidden, cfg.prefix.clone());
+    let parts = t.max_context as usize / ATTN_PART;
+    // Activations and scratch, shared by all layers (ordered reuse).
+    let ctrl = b.buf("ctrl", BufKind::Control, 1, CTRL_LEN as u64, 4);
+    let h = b.act("h", hd);
+    let qkv = b.act("qkv", cfg.gdn_conv_dim());
+    let z = b.act("z", cfg.gdn_value_dim());
+    let gb = b.act("gdn_b", cfg.gdn_v_heads);
+    let ga = b.act("gdn_a", cfg.gdn_v_heads);
+    let conv_out = b.act("conv_out", cfg.gdn_conv_dim());
+    let core = b.act("core", cfg.gdn_value_dim());
+    let q = b.act("q", 2 * cfg.attn_q_dim());
+    let k = b.act("k", cfg.attn_kv_dim());
+    let v = b.act("v", cfg.attn_kv_dim());
+    let scores = b.scratch("attn_scores", cfg.n_heads * parts * ATTN_PART);
+    let stats = b.scratch("attn_stats", cfg.n_heads * parts * 2);
+    let attn_part = b.scratch("attn_partial", cfg.n_heads * parts * ATTN_HEAD_DIM);
+    let attn_out = b.act("attn_out", cfg.attn_q_dim());
+    let act = b.act("act", cfg.intermediate);
+    let logits = b.act("logits", cfg.vocab);
+    let lm_units = (cfg.vocab as u32).div_ceil(LM_UNIT_ROWS);
+    let cand = b.scratch("candidates", 2 * lm_units as usize);
+
+    let embed = b.weight(&format!("{p}embed_tokens.weight"))?;
+    let mut e = b.word(Opcode::Embed, hd as u32, EMBED_UNIT);
+    e.ops[slot::W0] = embed;
+    e.ops[slot::IN0] = ctrl;
+    e.ops[slot::OUT0] = h;
+    b.stage(vec![e]);
+
+    let (mut gi, mut ai) = (0, 0);
+    for (li, kind) in cfg.layer_kinds.iter().enumerate() {
+        b.layer = li as u16;
+        let lp = format!("{p}layers.{li}.");
+        let in_norm = b.weight(&format!("{lp}input_layernorm.weight"))?;
+        match kind {
+            LayerKind::Gdn => {
+                let la = format!("{lp}linear_attn.");
+                let mut stage = Vec::new();
+                let mut reduces = Vec::new();
+                let projs = [
+                    ("in_proj_qkv", qkv, cfg.gdn_conv_dim()),
+                    ("in_proj_z", z, cfg.gdn_value_dim()),
+                    ("in_proj_b", gb, cfg.gdn_v_heads),
+                    ("in_proj_a", ga, cfg.gdn_v_heads),
+                ];
+                let stage_rows = projs.iter().map(|p| p.2).sum();
+                for (wname, out, rows) in projs {
+                    let (mut w, split) = b.gemv(Opcode::GemvNorm, rows, hd, out, reduces.len(), stage_rows);
+                    w.ops[slot::W0] = b.weight(&format!("{la}{wname}.weight"))?;
+                    w.ops[slot::W1] = in_norm;
+                    w.ops[slot::IN0] = h;
+                    if split {
+                        reduces.push(b.reduce(Opcode::ReduceStore, &w, out));
+                    }
+                    stage.push(w);
+                }
+                b.stage(stage);
+                if !reduces.is_empty() {
+                    b.stage(reduces);
+                }
+                let ring = b.buf(&format!("conv_state.{gi}"), BufKind::State, cfg.gdn_conv_dim() as u64, 4, 2);
+                let rec = b.buf(
+                    &format!("recurrent_state.{gi}"),
+                    BufKind::State,
+                    cfg.gdn_v_heads as u64,
+                    (GDN_HEAD_DIM * GDN_HEAD_DIM) as u64,
+                    4,
+                );
+                let mut c = b.word(Opcode::GdnConv, cfg.gdn_conv_dim() as u32, CONV_UNIT);
+                c.ops[slot::W0] = b.weight(&format!("{la}conv1d.weight"))?;
+                c.ops[slot::IN0] = qkv;
+                c.ops[slot::IN1] = ctrl;
+                c.ops[slot::OUT0] = conv_out;
+                c.ops[slot::ST0] = ring;
+                b.stage(vec![c]);
+                let mut r = b.word(Opcode::GdnRecur, cfg.gdn_v_heads as u32, 1);
+                r.arg0 = cfg.gdn_k_heads as u32;
+                r.ops[slot::W0] = b.weight(&format!("{la}A_log"))?;
+                r.ops[slot::W1] = b.weight(&format!("{la}dt_bias"))?;
+                r.ops[slot::IN0] = conv_out;
+                r.ops[slot::IN1] = gb;
+                r.ops[slot::IN2] = ga;
+                r.ops[slot::OUT0] = core;
+                r.ops[slot::ST0] = rec;
+                b.stage(vec![r]);
+                let (mut o, split) = b.gemv(Opcode::GemvGatedNormResidual, hd, cfg.gdn_value_dim(), h, 0, hd);
+                o.ops[slot::W0] = b.weight(&format!("{la}out_proj.weight"))?;
+                o.ops[slot::W1] = b.weight(&format!("{la}norm.weight"))?;
+                o.ops[slot::IN0] = core;
+                o.ops[slot::IN1] = z;
+                b.stage(vec![o]);
+                if split {
+                    let red = b.reduce(Opcode::ReduceResidual, &o, h);
+                    b.stage(vec![red]);
+                }
+                gi += 1;
+            }
+            LayerKind::Attention => {
+                let sa = format!("{lp}self_attn.");
+                let mut stage = Vec::new();
+                let mut reduces = Vec::new();
+                let projs = [
+                    ("q_proj", q, 2 * cfg.attn_q_dim()),
+                    ("k_proj", k, cfg.attn_kv_dim()),
+                    ("v_proj", v, cfg.attn_kv_dim()),
+                ];
+                let stage_rows = projs.iter().map(|p| p.2).sum();
+                for (wname, out, rows) in projs {
+                    let (mut w, split) = b.gemv(Opcode::GemvNorm, rows, hd, out, reduces.len(), stage_rows);
+                    w.ops[slot::W0] = b.weight(&format!("{sa}{wname}.weight"))?;
+                    w.ops[slot::W1] = in_norm;
+                    w.ops[slot::IN0] = h;
+                    if split {
+                        reduces.push(b.reduce(Opcode::ReduceStore, &w, out));
+                    }
+                    stage.push(w);
+                }
+                b.stage(stage);
+                if !reduces.is_empty() {
+                    b.stage(reduces);
+                }
+                let kc =
+                    b.buf(&format!("k_cache.{ai}"), BufKind::State, t.max_context as u64, cfg.attn_kv_dim() as u64, 2);
+                let vc =
+                    b.buf(&format!("v_cache.{ai}"), BufKind::State, t.max_context as u64, cfg.attn_kv_dim() as u64, 2);
+                let mut kv = b.word(Opcode::AttnKv, cfg.n_kv_heads as u32, 1);
+                kv.ops[slot::W0] = b.weight(&format!("{sa}k_norm.weight"))?;
+                kv.ops[slot::IN0] = k;
+                kv.ops[slot::IN1] = v;
+                kv.ops[slot::IN2] = ctrl;
+                kv.ops[slot::ST0] = kc;
+                kv.ops[slot::ST1] = vc;
+                b.stage(vec![kv]);
+                let group = (cfg.n_heads / cfg.n_kv_heads) as u32;
+                let mut sc = b.word(Opcode::AttnScores, (cfg.n_kv_heads * parts) as u32, 1);
+                sc.arg0 = parts as u32;
+                sc.arg1 = group;
+                sc.ops[slot::W0] = b.weight(&format!("{sa}q_norm.weight"))?;
+                sc.ops[slot::IN0] = q;
+                sc.ops[slot::IN1] = ctrl;
+                sc.ops[slot::OUT0] = scores;
+                sc.ops[slot::OUT1] = stats;
+                sc.ops[slot::ST0] = kc;
+                b.stage(vec![sc]);
+                let mut pv = b.word(Opcode::AttnPv, (cfg.n_kv_heads * parts) as u32, 1);
+                pv.arg0 = parts as u32;
+                pv.arg1 = group;
+                pv.ops[slot::IN0] = scores;
+                pv.ops[slot::IN1] = stats;
+                pv.ops[slot::IN2] = ctrl;
+                pv.ops[slot::OUT0] = attn_part;
+                pv.ops[slot::ST1] = vc;
+                b.stage(vec![pv]);
+                let mut rg = b.word(Opcode::AttnReduceGate, cfg.n_heads as u32, 1);
+                rg.arg0 = parts as u32;
+                rg.ops[slot::IN0] = attn_part;
+                rg.ops[slot::IN1] = q;
+                rg.ops[slot::IN2] = ctrl;
+                rg.ops[slot::OUT0] = attn_out;
+                b.stage(vec![rg]);
+                let (mut o, split) = b.gemv(Opcode::GemvResidual, hd, cfg.attn_q_dim(), h, 0, hd);
+                o.ops[slot::W0] = b.weight(&format!("{sa}o_proj.weight"))?;
+                o.ops[slot::IN0] = attn_out;
+                b.stage(vec![o]);
+                if split {
+                    let red = b.reduce(Opcode::ReduceResidual, &o, h);
+                    b.stage(vec![red]);
+                }
+                ai += 1;
+            }
+        }
+        // The FFN: post-attention norm folded into gate/up, SwiGLU epilogue, down with the residual.
+        let (mut gu, _) = b.gemv(Opcode::GemvGateUp, cfg.intermediate, hd, act, 0, cfg.intermediate);
+        gu.ops[slot::W0] = b.weight(&format!("{lp}mlp.gate_proj.weight"))?;
+        gu.ops[slot::W1] = b.weight(&format!("{lp}mlp.up_proj.weight"))?;
+        gu.ops[slot::W2] = b.weight(&format!("{lp}post_attention_layernorm.weight"))?;
+        gu.ops[slot::IN0] = h;
+        b.stage(vec![gu]);
+        let (mut dn, split) = b.gemv(Opcode::GemvResidual, hd, cfg.intermediate, h, 0, hd);
+        dn.ops[slot::W0] = b.weight(&format!("{lp}mlp.down_proj.weight"))?;
+        dn.ops[slot::IN0] = act;
+        b.stage(vec![dn]);
+        if split {
+            let red = b.reduce(Opcode::ReduceResidual, &dn, h);
+            b.stage(vec![red]);
+        }
+    }
+    b.layer = 0;
+    let mut lm = b.word(Opcode::LmHead, cfg.vocab as u32, LM_UNIT_ROWS);
+    lm.ops[slot::W0] = b.weight("lm_head.weight")?;
+    lm.ops[slot::W1] = b.weight(&format!("{p}norm.weight"))?;
+    lm.ops[slot::IN0] = h;
+    lm.ops[slot::OUT0] = logits;
+    lm.ops[slot::OUT1] = cand;
+    b.stage(vec![lm]);
+    let mut am = b.word(Opcode::Argmax, 1, 1);
+    am.arg0 = lm_units;
+    am.ops[slot::IN0] = cand;
+    am.ops[slot::OUT0] = ctrl;
+    b.stage(vec![am]);
+    let mut end = b.word(Opcode::EndStep, 1, 1);
+    end.ops[slot::IN0] = ctrl;
+    b.stage(vec![end]);
+    for i in 0..b.partial.len() {
+        let need = b.partial_need[i];
+        b.buffers[b.partial[i] as usize].cols = need;
+    }
+    let shape = format!(
+        "hidden {}, {} layers ({} GDN + {} attention), FFN {}, vocab {}",
+        cfg.hidden,
+        cfg.n_layers,
+        cfg.n_gdn_layers(),
+        cfg.n_attn_layers(),
+        cfg.intermediate,
+        cfg.vocab
+    );
+    Ok(Program {
+        format: FORMAT,
+        model: name.to_string(),
+        shape,
+        target: t.clone(),
+        n_counters: b.n_counters,
+        buffers: b.buffers,
+        words: b.words,
+    })
+}

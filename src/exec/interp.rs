@@ -1,0 +1,409 @@
+//! The CPU interpreter of programs: executes a compiled program unit by unit with the CPU reference's
+//! per-unit functions, either in program order or in a random order that respects only the declared
+//! dependencies (a seeded shuffler). Matching the direct reference forward bit for bit in random
+//! orders is the proof that the program's dependencies are sufficient, before any GPU runs it.
+//!
+//! Owns: buffers (all values as f32; bf16 buffers hold bf16 values), counters, the unit semantics of
+//! every opcode (the same contract as `isa::access`). Refuses: M > 1 (speculative verification is a
+//! later issue), and running a program whose waits are not met in program order.
+
+use std::borrow::Cow;
+
+use crate::bail;
+use crate::error::Result;
+use crate::isa::access::{k_groups, CTRL_NEXT, CTRL_POS, CTRL_TOKEN};
+use crate::isa::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, NO_COUNTER};
+use crate::model::checkpoint::Checkpoint;
+use crate::model::config::ModelConfig;
+use crate::model::forward::{self as fw, GdnGates, ATTN_PART};
+use crate::model::numerics::{bf, bf16_to_f32};
+use crate::model::ops::{self, Linear};
+use crate::model::synth::Rng;
+use crate::model::tensors::{Dt, Role};
+use crate::model::weights::linear;
+
+/// A weight buffer's view.
+enum Wt<'a> {
+    Lin(Linear<'a>),
+    Vec(Vec<f32>),
+    None,
+}
+
+/// In which order units run.
+#[derive(Debug, Clone, Copy)]
+pub enum Order {
+    /// Words in program order, units in index order.
+    Program,
+    /// Any unit whose word's wait is met, picked uniformly at random (seeded).
+    Shuffled(u64),
+}
+
+pub struct Interp<'a> {
+    prog: &'a Program,
+    cfg: ModelConfig,
+    ws: Vec<Wt<'a>>,
+    pub bufs: Vec<Vec<f32>>,
+    counters: Vec<u32>,
+    ctrl: usize,
+    logits: usize,
+    rng: Rng,
+}
+
+impl<'a> Interp<'a> {
+    pub fn new(prog: &'a Program, ck: &'a Checkpoint) -> Result<Interp<'a>> {
+        if prog.target.m_rows != 1 {
+            bail!("interpreter: M = {} rows (the CPU interpreter runs M = 1)", prog.target.m_rows);
+        }
+        let specs = ck.specs();
+        let mut ws = Vec::new();
+        let mut bufs = Vec::new();
+        for b in &prog.buffers {
+            if b.kind == BufKind::Weight {
+                let Some(s) = specs.iter().find(|s| s.name == b.name) else {
+                    bail!("interpreter: the program needs tensor {} which the checkpoint does not have", b.name);
+                };
+                let shape: Vec<usize> = ck.shape(&s.name).to_vec();
+                let cols: usize = shape[1..].iter().product::<usize>().max(if shape.len() == 1 { shape[0] } else { 1 });
+                let rows = if shape.len() == 1 { 1 } else { shape[0] };
+                if rows as u64 != b.rows || cols as u64 != b.cols {
+                    bail!("interpreter: tensor {} is {shape:?} but the program says [{}, {}]", b.name, b.rows, b.cols);
+                }
+                let is_matrix = matches!(s.role, Role::Linear { .. } | Role::Embedding | Role::LmHead);
+                ws.push(if is_matrix {
+                    Wt::Lin(linear(ck, s.name.trim_end_matches(".weight")))
+                } else {
+                    Wt::Vec(ck.f32_vec(&s.name))
+                });
+                debug_assert!(s.dtype != Dt::F32 || !is_matrix);
+                bufs.push(Vec::new());
+            } else {
+                ws.push(Wt::None);
+                bufs.push(vec![0f32; b.elems() as usize]);
+            }
+        }
+        let find =
+            |n: &str| prog.buffer_id(n).ok_or_else(|| crate::error::Error::new(format!("interpreter: no buffer {n}")));
+        Ok(Interp {
+            prog,
+            cfg: ck.config.clone(),
+            ws,
+            bufs,
+            counters: vec![0; prog.n_counters as usize],
+            ctrl: find("ctrl")?,
+            logits: find("logits")?,
+            rng: Rng::new(0),
+        })
+    }
+
+    pub fn pos(&self) -> usize {
+        self.bufs[self.ctrl][CTRL_POS] as usize
+    }
+
+    /// The logits of the last step (bf16 values).
+    pub fn logits(&self) -> &[f32] {
+        &self.bufs[self.logits]
+    }
+
+    /// A state or activation buffer by name.
+    pub fn buffer(&self, name: &str) -> Option<&[f32]> {
+        self.prog.buffer_id(name).map(|i| self.bufs[i].as_slice())
+    }
+
+    /// Runs one decode step on `token`; returns the greedy next token.
+    pub fn step(&mut self, token: u32, order: Order) -> Result<u32> {
+        fw::check_input(&self.cfg, self.pos(), self.prog.target.max_context as usize, token)?;
+        self.bufs[self.ctrl][CTRL_TOKEN] = token as f32;
+        match order {
+            Order::Program => self.run_in_order()?,
+            Order::Shuffled(seed) => {
+                self.rng = Rng::new(seed ^ (self.pos() as u64).wrapping_mul(0x9E37_79B9));
+                self.run_shuffled()?
+            }
+        }
+        // EndStep handed the token over: ctrl[token] = next.
+        Ok(self.bufs[self.ctrl][CTRL_TOKEN] as u32)
+    }
+
+    fn run_in_order(&mut self) -> Result<()> {
+        for (i, w) in self.prog.words.iter().enumerate() {
+            if w.wait != NO_COUNTER && self.counters[w.wait as usize] < w.wait_target {
+                bail!(
+                    "interpreter: word {i} ({:?}) waits for counter {} >= {} in program order, which is at {}",
+                    w.opcode,
+                    w.wait,
+                    w.wait_target,
+                    self.counters[w.wait as usize]
+                );
+            }
+            for u in 0..w.units {
+                self.unit(i, u);
+            }
+        }
+        Ok(())
+    }
+
+    fn run_shuffled(&mut self) -> Result<()> {
+        let words = &self.prog.words;
+        let mut waiting: Vec<Vec<usize>> = vec![Vec::new(); self.counters.len()];
+        let mut ready: Vec<(usize, u32)> = Vec::new();
+        let mut left: u64 = 0;
+        for (i, w) in words.iter().enumerate() {
+            left += w.units as u64;
+            if w.wait == NO_COUNTER || w.wait_target == 0 {
+                ready.extend((0..w.units).map(|u| (i, u)));
+            } else {
+                waiting[w.wait as usize].push(i);
+            }
+        }
+        while let Some(pick) = (!ready.is_empty()).then(|| (self.rng.next_u64() % ready.len() as u64) as usize) {
+            let (i, u) = ready.swap_remove(pick);
+            let end = words[i].opcode == Opcode::EndStep;
+            let c = self.unit(i, u);
+            left -= 1;
+            if end {
+                continue;
+            }
+            let v = self.counters[c];
+            for &j in &waiting[c] {
+                if words[j].wait_target == v {
+                    ready.extend((0..words[j].units).map(|u| (j, u)));
+                }
+            }
+        }
+        if left > 0 {
+            bail!("interpreter: {left} units never became ready (a wait is never satisfied)");
+        }
+        Ok(())
+    }
+
+    fn lin(&self, w: &Word, s: usize) -> &Linear<'a> {
+        match w.op(s).map(|b| &self.ws[b]) {
+            Some(Wt::Lin(l)) => l,
+            _ => panic!(
+                "interpreter: operand {} of {:?} is not a matrix (the validator checks this)",
+                slot::NAMES[s],
+                w.opcode
+            ),
+        }
+    }
+    fn vecw(&self, w: &Word, s: usize) -> &[f32] {
+        match w.op(s).map(|b| &self.ws[b]) {
+            Some(Wt::Vec(v)) => v,
+            _ => panic!(
+                "interpreter: operand {} of {:?} is not a vector (the validator checks this)",
+                slot::NAMES[s],
+                w.opcode
+            ),
+        }
+    }
+    fn input(&self, w: &Word, s: usize) -> &[f32] {
+        w.op(s).map(|b| self.bufs[b].as_slice()).unwrap_or(&[])
+    }
+    fn out(&mut self, w: &Word, s: usize) -> &mut Vec<f32> {
+        let b = w.op(s).unwrap_or(usize::MAX);
+        &mut self.bufs[b]
+    }
+
+    /// Executes unit `u` of word `i` and signals its counter; returns the counter.
+    fn unit(&mut self, i: usize, u: u32) -> usize {
+        let w = self.prog.words[i];
+        let (rs, kp) = w.unit_span(u);
+        let pos = self.pos();
+        let eps = self.cfg.rms_eps as f32;
+        match w.opcode {
+            Opcode::Embed => {
+                let tok = self.bufs[self.ctrl][CTRL_TOKEN] as usize;
+                let e = self.lin(&w, slot::W0);
+                let row: Vec<f32> = match &e.w {
+                    ops::LinearW::Bf16(b) => {
+                        b[tok * e.cols + rs.start..tok * e.cols + rs.end].iter().map(|x| bf16_to_f32(*x)).collect()
+                    }
+                    ops::LinearW::Fp8 { .. } => panic!("interpreter: an fp8 embedding"),
+                };
+                self.out(&w, slot::OUT0)[rs].copy_from_slice(&row);
+            }
+            Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp => {
+                let x: Cow<[f32]> = match w.opcode {
+                    Opcode::GemvNorm if w.op(slot::W1).is_some() => {
+                        Cow::Owned(self.rms(self.input(&w, slot::IN0), self.vecw(&w, slot::W1), eps))
+                    }
+                    Opcode::GemvGateUp => Cow::Owned(self.rms(self.input(&w, slot::IN0), self.vecw(&w, slot::W2), eps)),
+                    Opcode::GemvGatedNormResidual => Cow::Owned(fw::gated_norm(
+                        &self.cfg,
+                        self.input(&w, slot::IN0),
+                        self.input(&w, slot::IN1),
+                        self.vecw(&w, slot::W1),
+                    )),
+                    _ => Cow::Owned(self.input(&w, slot::IN0).to_vec()),
+                };
+                let lin = self.lin(&w, slot::W0);
+                if w.flags & FLAG_PARTIAL != 0 {
+                    let groups = k_groups(lin.cols, w.k_parts, kp);
+                    let vals: Vec<(usize, f32)> = groups
+                        .flat_map(|g| rs.clone().map(move |r| (g, r)))
+                        .map(|(g, r)| (g * w.rows as usize + r, lin.group_partial(&x, r, g)))
+                        .collect();
+                    let out = self.out(&w, slot::OUT0);
+                    for (at, v) in vals {
+                        out[at] = v;
+                    }
+                } else if w.opcode == Opcode::GemvGateUp {
+                    let up = self.lin(&w, slot::W1);
+                    let vals: Vec<f32> =
+                        rs.clone().map(|r| fw::swiglu(bf(lin.row_dot(&x, r)), bf(up.row_dot(&x, r)))).collect();
+                    self.out(&w, slot::OUT0)[rs].copy_from_slice(&vals);
+                } else {
+                    let vals: Vec<f32> = rs.clone().map(|r| bf(lin.row_dot(&x, r))).collect();
+                    let residual = w.opcode != Opcode::GemvNorm;
+                    let out = self.out(&w, slot::OUT0);
+                    for (r, v) in rs.zip(vals) {
+                        out[r] = if residual { bf(out[r] + v) } else { v };
+                    }
+                }
+            }
+            Opcode::ReduceStore | Opcode::ReduceResidual => {
+                let (groups, rows) = (w.arg0 as usize, w.rows as usize);
+                let part = self.input(&w, slot::IN0);
+                // ORDER: groups summed in index order (the same order as `Linear::row_dot`).
+                let sums: Vec<f32> = rs
+                    .clone()
+                    .map(|r| {
+                        let mut s = 0f32;
+                        for g in 0..groups {
+                            s += part[g * rows + r];
+                        }
+                        bf(s)
+                    })
+                    .collect();
+                let residual = w.opcode == Opcode::ReduceResidual;
+                let out = self.out(&w, slot::OUT0);
+                for (r, v) in rs.zip(sums) {
+                    out[r] = if residual { bf(out[r] + v) } else { v };
+                }
+            }
+            Opcode::GdnConv => {
+                let (qkv_b, conv_b, ring_b) =
+                    (w.ops[slot::IN0] as usize, w.ops[slot::OUT0] as usize, w.ops[slot::ST0] as usize);
+                let qkv = std::mem::take(&mut self.bufs[qkv_b]);
+                let mut out = std::mem::take(&mut self.bufs[conv_b]);
+                let taps = self.vecw(&w, slot::W0).to_vec();
+                fw::conv_channels(&qkv, &taps, &mut self.bufs[ring_b], pos, rs, &mut out);
+                self.bufs[qkv_b] = qkv;
+                self.bufs[conv_b] = out;
+            }
+            Opcode::GdnRecur => {
+                let (dk, dv) = (self.cfg.gdn_k_dim, self.cfg.gdn_v_dim);
+                let (a_log, dt_bias) = (self.vecw(&w, slot::W0).to_vec(), self.vecw(&w, slot::W1).to_vec());
+                let conv = self.input(&w, slot::IN0).to_vec();
+                let (b, a) = (self.input(&w, slot::IN1).to_vec(), self.input(&w, slot::IN2).to_vec());
+                let (core_b, st_b) = (w.ops[slot::OUT0] as usize, w.ops[slot::ST0] as usize);
+                let mut core = std::mem::take(&mut self.bufs[core_b]);
+                for j in rs {
+                    let gates = GdnGates { b: b[j], a: a[j], a_log: a_log[j], dt_bias: dt_bias[j] };
+                    let st = &mut self.bufs[st_b][j * dk * dv..(j + 1) * dk * dv];
+                    fw::gdn_head(&self.cfg, j, &conv, gates, st, &mut core[j * dv..(j + 1) * dv]);
+                }
+                self.bufs[core_b] = core;
+            }
+            Opcode::AttnKv => {
+                let (d, kvd) = (self.cfg.head_dim, self.cfg.attn_kv_dim());
+                let (k, v) = (self.input(&w, slot::IN0).to_vec(), self.input(&w, slot::IN1).to_vec());
+                let knorm = self.vecw(&w, slot::W0).to_vec();
+                for h in rs {
+                    let mut kh = vec![0f32; d];
+                    fw::attn_k_head(&self.cfg, &k, &knorm, pos, h, &mut kh);
+                    self.out(&w, slot::ST0)[pos * kvd + h * d..][..d].copy_from_slice(&kh);
+                    self.out(&w, slot::ST1)[pos * kvd + h * d..][..d].copy_from_slice(&v[h * d..(h + 1) * d]);
+                }
+            }
+            Opcode::AttnScores | Opcode::AttnPv => self.attn_part(&w, rs.start, pos),
+            Opcode::AttnReduceGate => {
+                let (d, parts_max) = (self.cfg.head_dim, w.arg0 as usize);
+                let n_parts = fw::attn_parts(pos + 1);
+                let (part, q) = (self.input(&w, slot::IN0).to_vec(), self.input(&w, slot::IN1).to_vec());
+                for h in rs {
+                    let mut o = vec![0f32; d];
+                    fw::attn_reduce(&part[h * parts_max * d..(h * parts_max + n_parts) * d], d, &mut o);
+                    fw::attn_gate_head(&self.cfg, &mut o, &q, h);
+                    self.out(&w, slot::OUT0)[h * d..(h + 1) * d].copy_from_slice(&o);
+                }
+            }
+            Opcode::LmHead => {
+                let x = self.rms(self.input(&w, slot::IN0), self.vecw(&w, slot::W1), eps);
+                let lin = self.lin(&w, slot::W0);
+                let vals: Vec<f32> = rs.clone().map(|r| bf(lin.row_dot(&x, r))).collect();
+                let best = ops::argmax(&vals);
+                let (bv, bi) = (vals[best], (rs.start + best) as f32);
+                self.out(&w, slot::OUT0)[rs].copy_from_slice(&vals);
+                let cand = self.out(&w, slot::OUT1);
+                cand[2 * u as usize] = bv;
+                cand[2 * u as usize + 1] = bi;
+            }
+            Opcode::Argmax => {
+                let cand = self.input(&w, slot::IN0);
+                // ORDER: candidates in vocabulary order; strictly greater wins, so the lowest id wins ties.
+                let (mut bv, mut bi) = (cand[0], cand[1]);
+                for c in cand[..2 * w.arg0 as usize].chunks_exact(2).skip(1) {
+                    if c[0] > bv || bv.is_nan() {
+                        (bv, bi) = (c[0], c[1]);
+                    }
+                }
+                self.out(&w, slot::OUT0)[CTRL_NEXT] = bi;
+            }
+            Opcode::EndStep => {
+                let ctrl = self.out(&w, slot::IN0);
+                ctrl[CTRL_TOKEN] = ctrl[CTRL_NEXT];
+                ctrl[CTRL_POS] += 1.0;
+                self.counters.iter_mut().for_each(|c| *c = 0);
+                return w.signal as usize;
+            }
+        }
+        self.counters[w.signal as usize] += 1;
+        w.signal as usize
+    }
+
+    fn rms(&self, x: &[f32], wn: &[f32], eps: f32) -> Vec<f32> {
+        let mut out = vec![0f32; x.len()];
+        ops::rms_norm_offset(x, wn, eps, &mut out);
+        out
+    }
+
+    /// AttnScores / AttnPv for unit (KV head, partition) `u`: nothing when the partition is past the
+    /// context.
+    fn attn_part(&mut self, w: &Word, u: usize, pos: usize) {
+        let cfg = self.cfg.clone();
+        let (d, parts_max, group) = (cfg.head_dim, w.arg0 as usize, w.arg1 as usize);
+        let (kvh, part) = (u / parts_max, u % parts_max);
+        let n_ctx = pos + 1;
+        let (p0, p1) = (part * ATTN_PART, ((part + 1) * ATTN_PART).min(n_ctx));
+        if p0 >= n_ctx {
+            return;
+        }
+        let max_ctx = parts_max * ATTN_PART;
+        for h in kvh * group..(kvh + 1) * group {
+            if w.opcode == Opcode::AttnScores {
+                let mut q = vec![0f32; d];
+                fw::attn_q_head(&cfg, self.input(w, slot::IN0), self.vecw(w, slot::W0), pos, h, &mut q);
+                let kc = std::mem::take(&mut self.bufs[w.ops[slot::ST0] as usize]);
+                let (m, l) =
+                    fw::attn_scores_part(&cfg, &q, &kc, kvh, p0, p1, &mut self.out(w, slot::OUT0)[h * max_ctx + p0..]);
+                self.bufs[w.ops[slot::ST0] as usize] = kc;
+                let stats = self.out(w, slot::OUT1);
+                stats[(h * parts_max + part) * 2] = m;
+                stats[(h * parts_max + part) * 2 + 1] = l;
+            } else {
+                let st = self.input(w, slot::IN1);
+                let stats: Vec<(f32, f32)> = (0..fw::attn_parts(n_ctx))
+                    .map(|p| (st[(h * parts_max + p) * 2], st[(h * parts_max + p) * 2 + 1]))
+                    .collect();
+                let ml = fw::attn_merge(&stats);
+                let scores = self.input(w, slot::IN0)[h * max_ctx + p0..h * max_ctx + p1].to_vec();
+                let vc = std::mem::take(&mut self.bufs[w.ops[slot::ST1] as usize]);
+                let mut o = vec![0f32; d];
+                fw::attn_pv_part(&cfg, &scores, ml, &vc, kvh, p0, &mut o);
+                self.bufs[w.ops[slot::ST1] as usize] = vc;
+                self.out(w, slot::OUT0)[(h * parts_max + part) * d..][..d].copy_from_slice(&o);
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! What each opcode reads and writes: for one unit of a word, the element ranges of each buffer it
+//! touches. This is the contract the validator proves things about and the executors must honour.
+//!
+//! Owns: the per-opcode footprint. Refuses: values (weights are read-only and never tracked; the KV
+//! caches are tracked by column, across all positions, because the written position is known only at
+//! run time: conservative, so any two words touching the same heads of a cache must be ordered).
+
+use super::{slot, Opcode, Program, Word, FLAG_PARTIAL};
+
+/// Attention head dimension and GDN head dimension: fixed for every supported config.
+pub const ATTN_HEAD_DIM: usize = 256;
+pub const GDN_HEAD_DIM: usize = 128;
+
+/// Elements of the reduction axis per k-group. ORDER: a GEMV row's dot product is the sequential sum,
+/// over k-groups, of each group's partial. Split-K units own whole k-groups and store one partial per
+/// group, so a fixed-order reduce of the partials gives the same bits as the unsplit product.
+pub const KGROUP: usize = 1024;
+
+/// KV positions per attention partition. ORDER: softmax statistics and the weighted sum of values are
+/// taken per partition (positions in order), then merged over partitions in order. A fixed size (not a
+/// fixed count) keeps the numerics independent of the GPU's SM count.
+pub const ATTN_PART: usize = 256;
+
+/// Control block elements.
+pub const CTRL_POS: usize = 0;
+pub const CTRL_TOKEN: usize = 1;
+pub const CTRL_NEXT: usize = 2;
+pub const CTRL_LEN: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub buf: usize,
+    pub lo: u64,
+    pub hi: u64,
+    pub write: bool,
+}
+
+struct Acc<'a> {
+    w: &'a Word,
+    p: &'a Program,
+    out: Vec<Access>,
+}
+
+impl Acc<'_> {
+    fn add(&mut self, s: usize, lo: usize, hi: usize, write: bool) {
+        if let Some(b) = self.w.op(s) {
+            if lo < hi {
+                self.out.push(Access { buf: b, lo: lo as u64, hi: hi as u64, write });
+            }
+        }
+    }
+    fn r(&mut self, s: usize, lo: usize, hi: usize) {
+        self.add(s, lo, hi, false);
+    }
+    fn wr(&mut self, s: usize, lo: usize, hi: usize) {
+        self.add(s, lo, hi, true);
+    }
+    /// Columns of the buffer in slot `s` (its row length).
+    fn cols(&self, s: usize) -> usize {
+        self.w.op(s).and_then(|b| self.p.buffers.get(b)).map(|b| b.cols as usize).unwrap_or(0)
+    }
+    /// Row `m` of an activation buffer, columns [c0, c1).
+    fn row(&mut self, s: usize, m: usize, c0: usize, c1: usize, write: bool) {
+        let cols = self.cols(s);
+        self.add(s, m * cols + c0, m * cols + c1, write);
+    }
+    /// Split-K partials `[m][group][rows]` of the groups of k-part `kp`, rows `rs`.
+    fn partials(&mut self, m: usize, rs: &std::ops::Range<usize>, kp: u32, write: bool) {
+        let (groups, parts, rows) = (self.w.arg0 as usize, self.w.k_parts as usize, self.w.rows as usize);
+        let (g0, g1) = (kp as usize * groups / parts, (kp as usize + 1) * groups / parts);
+        for g in g0..g1 {
+            let base = (m * groups + g) * rows;
+            self.add(slot::OUT0, base + rs.start, base + rs.end, write);
+        }
+    }
+}
+
+/// The k-groups of k-part `kp` for a reduction of `k` elements split into `parts`.
+pub fn k_groups(k: usize, parts: u32, kp: u32) -> std::ops::Range<usize> {
+    let groups = k.div_ceil(KGROUP);
+    (kp as usize * groups / parts as usize)..((kp as usize + 1) * groups / parts as usize)
+}
+
+/// The footprint of unit `u` of `w` in program `p`.
+pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
+    let mut a = Acc { w, p, out: Vec::new() };
+    let (rs, kp) = w.unit_span(u);
+    let partial = w.flags & FLAG_PARTIAL != 0;
+    let (d, dk) = (ATTN_HEAD_DIM, GDN_HEAD_DIM);
+    for m in 0..w.m_rows as usize {
+        match w.opcode {
+            Opcode::Embed => {
+                a.r(slot::IN0, CTRL_TOKEN, CTRL_TOKEN + 1);
+                a.row(slot::OUT0, m, rs.start, rs.end, true);
+            }
+            Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual => {
+                let k = a.cols(slot::IN0);
+                a.row(slot::IN0, m, 0, k, false);
+                if partial {
+                    a.partials(m, &rs, kp, true);
+                } else {
+                    if w.opcode == Opcode::GemvResidual {
+                        a.row(slot::OUT0, m, rs.start, rs.end, false);
+                    }
+                    a.row(slot::OUT0, m, rs.start, rs.end, true);
+                }
+            }
+            Opcode::GemvGatedNormResidual => {
+                let k = a.cols(slot::IN0);
+                a.row(slot::IN0, m, 0, k, false);
+                a.row(slot::IN1, m, 0, k, false);
+                if partial {
+                    a.partials(m, &rs, kp, true);
+                } else {
+                    a.row(slot::OUT0, m, rs.start, rs.end, false);
+                    a.row(slot::OUT0, m, rs.start, rs.end, true);
+                }
+            }
+            Opcode::ReduceStore | Opcode::ReduceResidual => {
+                let (groups, rows) = (w.arg0 as usize, w.rows as usize);
+                for g in 0..groups {
+                    let base = (m * groups + g) * rows;
+                    a.r(slot::IN0, base + rs.start, base + rs.end);
+                }
+                if w.opcode == Opcode::ReduceResidual {
+                    a.row(slot::OUT0, m, rs.start, rs.end, false);
+                }
+                a.row(slot::OUT0, m, rs.start, rs.end, true);
+            }
+            Opcode::GdnConv => {
+                a.r(slot::IN1, CTRL_POS, CTRL_POS + 1);
+                a.row(slot::IN0, m, rs.start, rs.end, false);
+                a.r(slot::ST0, 4 * rs.start, 4 * rs.end);
+                a.wr(slot::ST0, 4 * rs.start, 4 * rs.end);
+                a.row(slot::OUT0, m, rs.start, rs.end, true);
+            }
+            Opcode::GdnRecur => {
+                // rows = value heads; arg0 = q/k heads.
+                let (hv, hk) = (w.rows as usize, w.arg0.max(1) as usize);
+                let key_dim = hk * dk;
+                for j in rs.clone() {
+                    let qk = j / (hv / hk).max(1);
+                    a.row(slot::IN0, m, qk * dk, (qk + 1) * dk, false);
+                    a.row(slot::IN0, m, key_dim + qk * dk, key_dim + (qk + 1) * dk, false);
+                    a.row(slot::IN0, m, 2 * key_dim + j * dk, 2 * key_dim + (j + 1) * dk, false);
+                    a.row(slot::IN1, m, j, j + 1, false);
+                    a.row(slot::IN2, m, j, j + 1, false);
+                    a.r(slot::ST0, j * dk * dk, (j + 1) * dk * dk);
+                    a.wr(slot::ST0, j * dk * dk, (j + 1) * dk * dk);
+                    a.row(slot::OUT0, m, j * dk, (j + 1) * dk, true);
+                }
+            }
+            Opcode::AttnKv => {
+                a.r(slot::IN2, CTRL_POS, CTRL_POS + 1);
+                for h in rs.clone() {
+                    a.row(slot::IN0, m, h * d, (h + 1) * d, false);
+                    a.row(slot::IN1, m, h * d, (h + 1) * d, false);
+                    a.wr(slot::ST0, h * d, (h + 1) * d);
+                    a.wr(slot::ST1, h * d, (h + 1) * d);
+                }
+            }
+            Opcode::AttnScores | Opcode::AttnPv => {
+                // unit = (kv head, partition); arg0 = partitions, arg1 = query heads per KV head.
+                let (parts, group) = (w.arg0.max(1) as usize, w.arg1 as usize);
+                let (kvh, part) = (rs.start / parts, rs.start % parts);
+                let max_ctx = parts * ATTN_PART;
+                a.r(if w.opcode == Opcode::AttnScores { slot::IN1 } else { slot::IN2 }, CTRL_POS, CTRL_POS + 1);
+                for h in kvh * group..(kvh + 1) * group {
+                    let srow = h * max_ctx + part * ATTN_PART;
+                    if w.opcode == Opcode::AttnScores {
+                        a.row(slot::IN0, m, 2 * d * h, 2 * d * h + d, false);
+                        a.row(slot::OUT0, m, srow, srow + ATTN_PART, true);
+                        a.row(slot::OUT1, m, (h * parts + part) * 2, (h * parts + part) * 2 + 2, true);
+                        a.r(slot::ST0, kvh * d, (kvh + 1) * d);
+                    } else {
+                        a.row(slot::IN0, m, srow, srow + ATTN_PART, false);
+                        a.row(slot::IN1, m, h * parts * 2, (h + 1) * parts * 2, false);
+                        a.row(slot::OUT0, m, (h * parts + part) * d, (h * parts + part + 1) * d, true);
+                        a.r(slot::ST1, kvh * d, (kvh + 1) * d);
+                    }
+                }
+            }
+            Opcode::AttnReduceGate => {
+                let parts = w.arg0.max(1) as usize;
+                a.r(slot::IN2, CTRL_POS, CTRL_POS + 1);
+                for h in rs.clone() {
+                    a.row(slot::IN0, m, h * parts * d, (h + 1) * parts * d, false);
+                    a.row(slot::IN1, m, 2 * d * h + d, 2 * d * (h + 1), false);
+                    a.row(slot::OUT0, m, h * d, (h + 1) * d, true);
+                }
+            }
+            Opcode::LmHead => {
+                let k = a.cols(slot::IN0);
+                a.row(slot::IN0, m, 0, k, false);
+                a.row(slot::OUT0, m, rs.start, rs.end, true);
+                a.row(slot::OUT1, m, 2 * u as usize, 2 * u as usize + 2, true);
+            }
+            Opcode::Argmax => {
+                a.row(slot::IN0, m, 0, 2 * w.arg0 as usize, false);
+                a.wr(slot::OUT0, CTRL_NEXT, CTRL_NEXT + 1);
+            }
+            Opcode::EndStep => {
+                a.r(slot::IN0, 0, CTRL_LEN);
+                a.wr(slot::IN0, 0, CTRL_LEN);
+            }
+        }
+    }
+    a.out
+}

@@ -1,0 +1,422 @@
+//! THE CONTRACT between the compiler and the executors: opcodes, the fixed-size instruction word, the
+//! program (buffers, counters, words) as RON, and the CUDA header generated from them.
+//!
+//! Owns: opcode numbers (written once, in `Opcode`), the 64-byte `Word` layout with its one encoder and
+//! one decoder, `Program` and its RON form. Refuses: semantics (what each opcode reads and writes is in
+//! `access.rs`, whether a program is safe to run is `validate.rs`).
+//!
+//! Execution model: every word is a grid-wide instruction split into `units` independent units of work
+//! (a slice of `unit_rows` output rows, times one of `k_parts` slices of the reduction axis). Any block
+//! may execute any unit, in any order: a unit is a fixed piece of work, so which block runs it never
+//! changes its bits. Before running a unit of a word, a block waits until counter `wait` reaches
+//! `wait_target` (acquire); after finishing it increments counter `signal` by one (release). All
+//! counters are reset by the `EndStep` word, which is ordered after every other word.
+
+pub mod access;
+pub mod report;
+pub mod validate;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bail;
+use crate::error::{Context, Result};
+
+/// Every operation a word can name. The number of each is written here once; `cuda_header` renders
+/// the CUDA `#define`s from this list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[repr(u16)]
+pub enum Opcode {
+    /// h = embed[token] (row slices of the hidden vector).
+    Embed = 1,
+    /// y = W . rmsnorm(x) (zero-centred norm folded in; no norm when W2 is NONE); bf16 rows or split-K partials.
+    GemvNorm = 2,
+    /// act = bf(bf(silu(Wg . n)) * bf(Wu . n)), n = rmsnorm(x): gate/up with the SwiGLU epilogue.
+    GemvGateUp = 3,
+    /// h = bf(h + bf(W . gatednorm(core, z))): GDN out_proj with the gated norm folded in; or partials.
+    GemvGatedNormResidual = 4,
+    /// h = bf(h + bf(W . x)): o_proj / down_proj with the residual add in the epilogue; or partials.
+    GemvResidual = 5,
+    /// y = bf(sum_g partial[g]) in group order (split-K reduce).
+    ReduceStore = 6,
+    /// h = bf(h + bf(sum_g partial[g])) in group order (split-K reduce with the residual add).
+    ReduceResidual = 7,
+    /// Causal conv (ring of 4 by position) + SiLU over a slice of q|k|v channels.
+    GdnConv = 8,
+    /// The gated delta rule for one value head: l2norm, gates, fp32 state update, output.
+    GdnRecur = 9,
+    /// k = rope(rmsnorm(k)), v appended to the KV cache at the current position, per KV head.
+    AttnKv = 10,
+    /// Scores and softmax statistics of one (KV head, partition): q norm + RoPE folded in.
+    AttnScores = 11,
+    /// Merged softmax, bf16 probabilities times values, for one (KV head, partition).
+    AttnPv = 12,
+    /// o = bf(sum_p partial_p) per head, times bf(sigmoid(gate)).
+    AttnReduceGate = 13,
+    /// logits = W . rmsnorm(h) over vocabulary row slices, with each slice's (max, argmax) candidate.
+    LmHead = 14,
+    /// The greedy token: the best candidate, lowest id on ties.
+    Argmax = 15,
+    /// Hands the token over (token = next, pos += 1) and resets every counter for the next step.
+    EndStep = 16,
+}
+
+impl Opcode {
+    pub const ALL: [Opcode; 16] = [
+        Opcode::Embed,
+        Opcode::GemvNorm,
+        Opcode::GemvGateUp,
+        Opcode::GemvGatedNormResidual,
+        Opcode::GemvResidual,
+        Opcode::ReduceStore,
+        Opcode::ReduceResidual,
+        Opcode::GdnConv,
+        Opcode::GdnRecur,
+        Opcode::AttnKv,
+        Opcode::AttnScores,
+        Opcode::AttnPv,
+        Opcode::AttnReduceGate,
+        Opcode::LmHead,
+        Opcode::Argmax,
+        Opcode::EndStep,
+    ];
+
+    pub fn from_u16(v: u16) -> Option<Opcode> {
+        Opcode::ALL.iter().copied().find(|o| *o as u16 == v)
+    }
+
+    /// `GemvNorm` -> `gemv_norm` (the op's file, device function and kernel names derive from it).
+    pub fn snake(self) -> String {
+        let name = format!("{self:?}");
+        let mut out = String::new();
+        for (i, ch) in name.chars().enumerate() {
+            if ch.is_uppercase() && i > 0 {
+                out.push('_');
+            }
+            out.push(ch.to_ascii_lowercase());
+        }
+        out
+    }
+}
+
+/// Operand slots of a word (indices into `Word::ops`).
+pub mod slot {
+    pub const W0: usize = 0;
+    pub const W1: usize = 1;
+    pub const W2: usize = 2;
+    pub const IN0: usize = 3;
+    pub const IN1: usize = 4;
+    pub const IN2: usize = 5;
+    pub const OUT0: usize = 6;
+    pub const OUT1: usize = 7;
+    pub const ST0: usize = 8;
+    pub const ST1: usize = 9;
+    pub const COUNT: usize = 10;
+    pub const NAMES: [&str; COUNT] = ["w0", "w1", "w2", "in0", "in1", "in2", "out0", "out1", "st0", "st1"];
+}
+
+/// An unused operand slot.
+pub const NONE: u16 = u16::MAX;
+/// A word that waits for nothing.
+pub const NO_COUNTER: u32 = u32::MAX;
+
+/// Flag: the word writes fp32 split-K partials (one per k-group) instead of its bf16 epilogue.
+pub const FLAG_PARTIAL: u16 = 1;
+
+/// One instruction. 64 bytes, little-endian, the same layout in `megakernel/abi.cuh`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[repr(C)]
+pub struct Word {
+    pub opcode: Opcode,
+    /// Decoder layer (0-based; the embedding and head use 0).
+    pub layer: u16,
+    /// Rows of activations processed together (1-8; >1 for speculative verification).
+    pub m_rows: u16,
+    pub flags: u16,
+    /// Output rows of the whole word (the extent the units split).
+    pub rows: u32,
+    /// Output rows per unit.
+    pub unit_rows: u32,
+    /// Slices of the reduction axis per row slice (1 = no split-K).
+    pub k_parts: u32,
+    /// Units of work = ceil(rows / unit_rows) * k_parts.
+    pub units: u32,
+    /// Counter this word waits on (`NO_COUNTER`: none) and the value it waits for.
+    pub wait: u32,
+    pub wait_target: u32,
+    /// Counter each finished unit increments by one.
+    pub signal: u32,
+    /// Buffer ids by slot (`slot::*`); `NONE` where unused.
+    pub ops: [u16; slot::COUNT],
+    /// Opcode-specific: k-groups of a partial buffer, attention partitions, ...
+    pub arg0: u32,
+    pub arg1: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Word>() == 64);
+pub const WORD_BYTES: usize = 64;
+
+impl Word {
+    pub fn new(opcode: Opcode) -> Word {
+        Word {
+            opcode,
+            layer: 0,
+            m_rows: 1,
+            flags: 0,
+            rows: 1,
+            unit_rows: 1,
+            k_parts: 1,
+            units: 1,
+            wait: NO_COUNTER,
+            wait_target: 0,
+            signal: NO_COUNTER,
+            ops: [NONE; slot::COUNT],
+            arg0: 0,
+            arg1: 0,
+        }
+    }
+
+    /// The only encoder of the binary form.
+    pub fn encode(&self) -> [u8; WORD_BYTES] {
+        let mut b = [0u8; WORD_BYTES];
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        put(&(self.opcode as u16).to_le_bytes());
+        put(&self.layer.to_le_bytes());
+        put(&self.m_rows.to_le_bytes());
+        put(&self.flags.to_le_bytes());
+        for v in [self.rows, self.unit_rows, self.k_parts, self.units, self.wait, self.wait_target, self.signal] {
+            put(&v.to_le_bytes());
+        }
+        for o in self.ops {
+            put(&o.to_le_bytes());
+        }
+        put(&self.arg0.to_le_bytes());
+        put(&self.arg1.to_le_bytes());
+        b
+    }
+
+    /// The only decoder of the binary form.
+    pub fn decode(b: &[u8; WORD_BYTES]) -> Result<Word> {
+        let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let op = u16_at(0);
+        let opcode = Opcode::from_u16(op).with_context(|| format!("instruction word: unknown opcode {op}"))?;
+        let mut ops = [NONE; slot::COUNT];
+        for (i, o) in ops.iter_mut().enumerate() {
+            *o = u16_at(36 + 2 * i);
+        }
+        Ok(Word {
+            opcode,
+            layer: u16_at(2),
+            m_rows: u16_at(4),
+            flags: u16_at(6),
+            rows: u32_at(8),
+            unit_rows: u32_at(12),
+            k_parts: u32_at(16),
+            units: u32_at(20),
+            wait: u32_at(24),
+            wait_target: u32_at(28),
+            signal: u32_at(32),
+            ops,
+            arg0: u32_at(56),
+            arg1: u32_at(60),
+        })
+    }
+
+    pub fn op(&self, s: usize) -> Option<usize> {
+        (self.ops[s] != NONE).then_some(self.ops[s] as usize)
+    }
+
+    /// Row slices of the word (units = row_units * k_parts).
+    pub fn row_units(&self) -> u32 {
+        self.rows.div_ceil(self.unit_rows.max(1))
+    }
+
+    /// The (row range, k-part) of unit `u`: units are row-major over (row slice, k-part).
+    pub fn unit_span(&self, u: u32) -> (std::ops::Range<usize>, u32) {
+        let rs = u / self.k_parts.max(1);
+        let kp = u % self.k_parts.max(1);
+        let r0 = (rs * self.unit_rows) as usize;
+        let r1 = ((rs + 1) * self.unit_rows).min(self.rows) as usize;
+        (r0..r1, kp)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BufKind {
+    /// Checkpoint tensor (read-only); `name` is the tensor name.
+    Weight,
+    /// Per-step activations (bf16 values).
+    Activation,
+    /// fp32 scratch (split-K partials, attention scores and statistics).
+    Scratch,
+    /// Per-sequence state that lives across steps (conv rings, recurrent state, KV caches).
+    State,
+    /// The control block: [pos, token, next_token] (u32).
+    Control,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Buffer {
+    pub name: String,
+    pub kind: BufKind,
+    /// Rows x cols elements (activations: one row per M row; vectors: one row).
+    pub rows: u64,
+    pub cols: u64,
+    /// Bytes per element on the GPU.
+    pub elem_bytes: u32,
+}
+
+impl Buffer {
+    pub fn elems(&self) -> u64 {
+        self.rows * self.cols
+    }
+}
+
+/// What a program was compiled for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    pub sms: u32,
+    pub threads: u32,
+    pub m_rows: u32,
+    /// KV cache positions the program's attention words cover.
+    pub max_context: u32,
+}
+
+/// The program of one decode step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Program {
+    pub format: u32,
+    /// The model it was lowered from (preset name or "checkpoint") and its shape summary.
+    pub model: String,
+    pub shape: String,
+    pub target: Target,
+    pub n_counters: u32,
+    pub buffers: Vec<Buffer>,
+    pub words: Vec<Word>,
+}
+
+pub const FORMAT: u32 = 1;
+
+impl Program {
+    /// RON with one buffer and one word per line, so programs diff line by line.
+    pub fn to_ron(&self) -> Result<String> {
+        let one = |v: &dyn erased::Ser| v.ron();
+        let mut s = String::from("(\n");
+        s += &format!(
+            "    format: {},\n    model: {},\n    shape: {},\n",
+            self.format,
+            one(&self.model)?,
+            one(&self.shape)?
+        );
+        s += &format!("    target: {},\n    n_counters: {},\n    buffers: [\n", one(&self.target)?, self.n_counters);
+        for b in &self.buffers {
+            s += &format!("        {},\n", one(b)?);
+        }
+        s += "    ],\n    words: [\n";
+        for w in &self.words {
+            s += &format!("        {},\n", one(w)?);
+        }
+        s += "    ],\n)\n";
+        Ok(s)
+    }
+
+    pub fn from_ron(text: &str) -> Result<Program> {
+        let p: Program = ron::from_str(text).map_err(|e| crate::error::Error::new(format!("program: {e}")))?;
+        if p.format != FORMAT {
+            bail!("program: format {} (this engine reads format {FORMAT})", p.format);
+        }
+        Ok(p)
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Program> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        Program::from_ron(&text).with_context(|| path.display().to_string())
+    }
+
+    /// The binary image the GPU reads: the words back to back.
+    pub fn encode_words(&self) -> Vec<u8> {
+        self.words.iter().flat_map(|w| w.encode()).collect()
+    }
+
+    pub fn buffer_id(&self, name: &str) -> Option<usize> {
+        self.buffers.iter().position(|b| b.name == name)
+    }
+}
+
+/// Compact one-line RON of any serialisable value.
+mod erased {
+    pub trait Ser {
+        fn ron(&self) -> crate::error::Result<String>;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn ron(&self) -> crate::error::Result<String> {
+            ron::to_string(self).map_err(|e| crate::error::Error::new(format!("serialise program: {e}")))
+        }
+    }
+}
+
+/// The CUDA header with the opcode numbers, slots and the word layout, generated from this module so
+/// the numbers are written once. Prepended to every NVRTC unit.
+pub fn cuda_header() -> String {
+    let mut s = String::from("// GENERATED from src/isa/mod.rs by mk. Do not edit.\n#pragma once\n");
+    for op in Opcode::ALL {
+        s += &format!("#define OP_{} {}\n", op.snake().to_uppercase(), op as u16);
+    }
+    for (i, n) in slot::NAMES.iter().enumerate() {
+        s += &format!("#define SLOT_{} {i}\n", n.to_uppercase());
+    }
+    s += &format!(
+        "#define OPERAND_NONE {NONE}u\n#define NO_COUNTER {NO_COUNTER}u\n#define FLAG_PARTIAL {FLAG_PARTIAL}u\n"
+    );
+    s += "struct Word {\n  unsigned short opcode, layer, m_rows, flags;\n  unsigned int rows, unit_rows, k_parts, units, wait, wait_target, signal;\n";
+    s += &format!("  unsigned short ops[{}];\n  unsigned int arg0, arg1;\n}};\n", slot::COUNT);
+    s += "static_assert(sizeof(Word) == 64, \"instruction word is 64 bytes\");\n";
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_opcode_round_trips_through_the_binary_word() {
+        for (i, op) in Opcode::ALL.iter().enumerate() {
+            let mut w = Word::new(*op);
+            w.layer = i as u16;
+            w.m_rows = 1 + (i % 8) as u16;
+            w.flags = FLAG_PARTIAL;
+            w.rows = 1000 + i as u32;
+            w.unit_rows = 16;
+            w.k_parts = 3;
+            w.units = 7;
+            w.wait = 5;
+            w.wait_target = 99;
+            w.signal = 6;
+            w.ops = [1, 2, 3, 4, 5, 6, 7, 8, 9, NONE];
+            w.arg0 = 0xDEAD_BEEF;
+            w.arg1 = 42;
+            let back = Word::decode(&w.encode()).unwrap();
+            assert_eq!(back, w, "{op:?}");
+            assert_eq!(Opcode::from_u16(*op as u16), Some(*op));
+        }
+        let mut bad = Word::new(Opcode::Embed).encode();
+        bad[0] = 0xEE;
+        assert!(Word::decode(&bad).unwrap_err().to_string().contains("unknown opcode"));
+    }
+
+    #[test]
+    fn header_names_every_opcode() {
+        let h = cuda_header();
+        assert!(h.contains("#define OP_GEMV_GATED_NORM_RESIDUAL 4\n"));
+        assert!(h.contains("#define OP_END_STEP 16\n"));
+        assert_eq!(Opcode::GdnRecur.snake(), "gdn_recur");
+    }
+}

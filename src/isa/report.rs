@@ -1,0 +1,77 @@
+//! Human-readable views of a program: `mk program show` and `mk program stats`.
+//!
+//! Owns: the listing and the counts, and the bytes each word streams from weights (the roofline's
+//! numerator). Refuses: judging validity (that is `validate.rs`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::{slot, BufKind, Opcode, Program, Word, NO_COUNTER};
+
+/// Weight bytes a word streams per step: every weight operand read in full, except the embedding
+/// (one row) and norm/gate vectors (counted, they are small).
+pub fn weight_bytes(p: &Program, w: &Word) -> u64 {
+    let mut total = 0;
+    for s in [slot::W0, slot::W1, slot::W2] {
+        if let Some(b) = w.op(s) {
+            let buf = &p.buffers[b];
+            if buf.kind != BufKind::Weight {
+                continue;
+            }
+            total += if w.opcode == Opcode::Embed {
+                buf.cols * buf.elem_bytes as u64
+            } else {
+                let scale = if buf.elem_bytes == 1 { buf.rows.div_ceil(128) * buf.cols.div_ceil(128) * 2 } else { 0 };
+                buf.elems() * buf.elem_bytes as u64 + scale
+            };
+        }
+    }
+    total
+}
+
+pub fn show(p: &Program) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# {} ({}), target {:?}", p.model, p.shape, p.target);
+    let _ = writeln!(
+        s,
+        "{:>5}  {:24} {:>5} {:>7} {:>6} {:>6} {:>12}  {:>14}  {:>6}",
+        "index", "opcode", "layer", "rows", "units", "kparts", "bytes", "wait", "signal"
+    );
+    for (i, w) in p.words.iter().enumerate() {
+        let wait = if w.wait == NO_COUNTER { "-".to_string() } else { format!("c{}>={}", w.wait, w.wait_target) };
+        let _ = writeln!(
+            s,
+            "{i:>5}  {:24} {:>5} {:>7} {:>6} {:>6} {:>12}  {wait:>14}  c{:<5}",
+            format!("{:?}", w.opcode),
+            w.layer,
+            w.rows,
+            w.units,
+            w.k_parts,
+            weight_bytes(p, w),
+            w.signal
+        );
+    }
+    s
+}
+
+pub fn stats(p: &Program) -> String {
+    let mut s = String::new();
+    let mut per_op: BTreeMap<String, (usize, u64, u64)> = BTreeMap::new();
+    for w in &p.words {
+        let e = per_op.entry(format!("{:?}", w.opcode)).or_default();
+        e.0 += 1;
+        e.1 += w.units as u64;
+        e.2 += weight_bytes(p, w);
+    }
+    let bytes: u64 = p.words.iter().map(|w| weight_bytes(p, w)).sum();
+    let _ = writeln!(s, "program: {} ({})", p.model, p.shape);
+    let _ = writeln!(s, "instructions: {}", p.words.len());
+    let _ = writeln!(s, "units: {}", p.words.iter().map(|w| w.units as u64).sum::<u64>());
+    let _ = writeln!(s, "counters: {}", p.n_counters);
+    let _ = writeln!(s, "weight bytes per step: {bytes} ({:.3} GB)", bytes as f64 / 1e9);
+    let _ = writeln!(s, "{:24} {:>6} {:>9} {:>16}", "opcode", "count", "units", "weight bytes");
+    for (op, (n, u, b)) in per_op {
+        let _ = writeln!(s, "{op:24} {n:>6} {u:>9} {b:>16}");
+    }
+    s
+}

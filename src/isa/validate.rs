@@ -1,0 +1,424 @@
+//! The static validator: proves on the CPU, before any execution, that a program is safe to run.
+//!
+//! Rules (each error is one line naming the word and the rule):
+//! 1. shape: opcode operands present and of the right kind, ids in range, units = row slices x k-parts,
+//!    m_rows equal to the target's, split-K partial layouts consistent, counters in range.
+//! 2. bounds: every unit's reads and writes lie inside their buffers.
+//! 3. units: the units of one word are unordered, so no unit writes what another unit of it touches.
+//! 4. waits: a word waits for the full count of its counter (which producers it follows is then
+//!    unambiguous), that count is reachable, and every producer comes earlier in program order (a
+//!    persistent kernel runs words in order: a later producer would deadlock it).
+//! 5. hazards: two words not ordered by the waits (transitively) never touch the same elements with
+//!    at least one write.
+//! 6. inputs: every element of an activation or scratch buffer a word reads was written by a word
+//!    ordered before it in this step.
+//! 7. reset: one `EndStep`, last, ordered after every other word; it resets every counter.
+
+use std::collections::HashMap;
+
+use super::access::{unit_accesses, Access, KGROUP};
+use super::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, NO_COUNTER};
+use crate::bail;
+use crate::error::Result;
+
+/// What a valid program looks like in numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub words: usize,
+    pub units: u64,
+    pub counters: u32,
+}
+
+fn who(i: usize, w: &Word) -> String {
+    format!("word {i} ({:?}, layer {})", w.opcode, w.layer)
+}
+
+/// The buffer kinds each operand slot of each opcode requires (None: must be unused; Some(None): any).
+fn required(op: Opcode) -> [Option<BufKind>; slot::COUNT] {
+    use BufKind::*;
+    let mut r = [None; slot::COUNT];
+    let mut set = |s: usize, k: BufKind| r[s] = Some(k);
+    match op {
+        Opcode::Embed => {
+            set(slot::W0, Weight);
+            set(slot::IN0, Control);
+            set(slot::OUT0, Activation);
+        }
+        Opcode::GemvNorm | Opcode::GemvResidual => {
+            set(slot::W0, Weight);
+            set(slot::IN0, Activation);
+        }
+        Opcode::GemvGateUp => {
+            set(slot::W0, Weight);
+            set(slot::W1, Weight);
+            set(slot::W2, Weight);
+            set(slot::IN0, Activation);
+            set(slot::OUT0, Activation);
+        }
+        Opcode::GemvGatedNormResidual => {
+            set(slot::W0, Weight);
+            set(slot::W1, Weight);
+            set(slot::IN0, Activation);
+            set(slot::IN1, Activation);
+        }
+        Opcode::ReduceStore | Opcode::ReduceResidual => {
+            set(slot::IN0, Scratch);
+            set(slot::OUT0, Activation);
+        }
+        Opcode::GdnConv => {
+            set(slot::W0, Weight);
+            set(slot::IN0, Activation);
+            set(slot::IN1, Control);
+            set(slot::OUT0, Activation);
+            set(slot::ST0, State);
+        }
+        Opcode::GdnRecur => {
+            set(slot::W0, Weight);
+            set(slot::W1, Weight);
+            set(slot::IN0, Activation);
+            set(slot::IN1, Activation);
+            set(slot::IN2, Activation);
+            set(slot::OUT0, Activation);
+            set(slot::ST0, State);
+        }
+        Opcode::AttnKv => {
+            set(slot::W0, Weight);
+            set(slot::IN0, Activation);
+            set(slot::IN1, Activation);
+            set(slot::IN2, Control);
+            set(slot::ST0, State);
+            set(slot::ST1, State);
+        }
+        Opcode::AttnScores => {
+            set(slot::W0, Weight);
+            set(slot::IN0, Activation);
+            set(slot::IN1, Control);
+            set(slot::OUT0, Scratch);
+            set(slot::OUT1, Scratch);
+            set(slot::ST0, State);
+        }
+        Opcode::AttnPv => {
+            set(slot::IN0, Scratch);
+            set(slot::IN1, Scratch);
+            set(slot::IN2, Control);
+            set(slot::OUT0, Scratch);
+            set(slot::ST1, State);
+        }
+        Opcode::AttnReduceGate => {
+            set(slot::IN0, Scratch);
+            set(slot::IN1, Activation);
+            set(slot::IN2, Control);
+            set(slot::OUT0, Activation);
+        }
+        Opcode::LmHead => {
+            set(slot::W0, Weight);
+            set(slot::W1, Weight);
+            set(slot::IN0, Activation);
+            set(slot::OUT0, Activation);
+            set(slot::OUT1, Scratch);
+        }
+        Opcode::Argmax => {
+            set(slot::IN0, Scratch);
+            set(slot::OUT0, Control);
+        }
+        Opcode::EndStep => set(slot::IN0, Control),
+    }
+    r
+}
+
+/// Rule 1 for one word.
+fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
+    let at = who(i, w);
+    if w.m_rows as u32 != p.target.m_rows || !(1..=8).contains(&w.m_rows) {
+        bail!("{at}: shape: m_rows {} (the program's target has M = {}, 1-8 allowed)", w.m_rows, p.target.m_rows);
+    }
+    if w.unit_rows == 0 || w.k_parts == 0 || w.rows == 0 {
+        bail!("{at}: shape: rows {}, unit_rows {}, k_parts {} must be positive", w.rows, w.unit_rows, w.k_parts);
+    }
+    if w.units != w.row_units() * w.k_parts {
+        bail!("{at}: shape: units {} != {} row slices x {} k-parts", w.units, w.row_units(), w.k_parts);
+    }
+    let req = required(w.opcode);
+    for (s, want) in req.iter().enumerate() {
+        let name = slot::NAMES[s];
+        match (w.op(s), want) {
+            (Some(b), _) if b >= p.buffers.len() => {
+                bail!(
+                    "{at}: shape: operand {name} = buffer id {b} out of range (the program has {} buffers)",
+                    p.buffers.len()
+                )
+            }
+            (None, Some(k)) => {
+                // A GemvNorm without a norm weight is allowed (W1); everything else named is required.
+                if !(w.opcode == Opcode::GemvNorm && s == slot::W1) {
+                    bail!("{at}: shape: operand {name} missing (needs a {k:?} buffer)");
+                }
+            }
+            (Some(b), Some(k)) if p.buffers[b].kind != *k => {
+                bail!(
+                    "{at}: shape: operand {name} is {} ({:?}), needs a {k:?} buffer",
+                    p.buffers[b].name,
+                    p.buffers[b].kind
+                )
+            }
+            _ => {}
+        }
+    }
+    let gemv_out_ok = |kind: BufKind| {
+        if w.flags & FLAG_PARTIAL != 0 {
+            kind == BufKind::Scratch
+        } else {
+            kind == BufKind::Activation
+        }
+    };
+    if matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual) {
+        let out = w.op(slot::OUT0).map(|b| p.buffers[b].kind);
+        if !out.is_some_and(gemv_out_ok) {
+            bail!("{at}: shape: operand out0 must be a Scratch buffer with split-K partials, else an Activation");
+        }
+        let wt = &p.buffers[w.ops[slot::W0] as usize];
+        let k = p.buffers[w.ops[slot::IN0] as usize].cols;
+        if wt.cols != k || (w.rows as u64) > wt.rows {
+            bail!(
+                "{at}: shape: weight {} is [{}, {}] but the word reads {k} inputs into {} rows",
+                wt.name,
+                wt.rows,
+                wt.cols,
+                w.rows
+            );
+        }
+        let groups = (k as usize).div_ceil(KGROUP) as u32;
+        if w.flags & FLAG_PARTIAL != 0 && (w.arg0 != groups || w.k_parts > groups) {
+            bail!(
+                "{at}: shape: split-K over {} k-parts with arg0 = {} groups (the input has {groups})",
+                w.k_parts,
+                w.arg0
+            );
+        }
+        if w.flags & FLAG_PARTIAL == 0 && w.k_parts != 1 {
+            bail!("{at}: shape: k_parts {} without FLAG_PARTIAL", w.k_parts);
+        }
+    }
+    if w.signal == NO_COUNTER || w.signal >= p.n_counters {
+        bail!("{at}: shape: signal counter {} out of range (the program has {} counters)", w.signal, p.n_counters);
+    }
+    if w.wait != NO_COUNTER && w.wait >= p.n_counters {
+        bail!("{at}: shape: wait counter {} out of range (the program has {} counters)", w.wait, p.n_counters);
+    }
+    Ok(())
+}
+
+/// Merged, sorted ranges of one word in one buffer.
+#[derive(Default, Clone)]
+struct Ranges {
+    reads: Vec<(u64, u64)>,
+    writes: Vec<(u64, u64)>,
+}
+
+fn merge(v: &mut Vec<(u64, u64)>) {
+    v.sort();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for &(lo, hi) in v.iter() {
+        match out.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    *v = out;
+}
+
+/// The first overlap of two sorted, merged range lists.
+fn first_overlap(a: &[(u64, u64)], b: &[(u64, u64)]) -> Option<(u64, u64)> {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let (lo, hi) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if lo < hi {
+            return Some((lo, hi));
+        }
+        if a[i].1 <= b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    None
+}
+
+/// The part of `need` not covered by `have` (both sorted and merged), if any.
+fn uncovered(need: &[(u64, u64)], have: &[(u64, u64)]) -> Option<(u64, u64)> {
+    for &(lo, hi) in need {
+        let mut at = lo;
+        for &(a, b) in have {
+            if b <= at {
+                continue;
+            }
+            if a > at {
+                break;
+            }
+            at = b;
+            if at >= hi {
+                break;
+            }
+        }
+        if at < hi {
+            let end = have.iter().find(|(a, _)| *a > at).map(|(a, _)| (*a).min(hi)).unwrap_or(hi);
+            return Some((at, end));
+        }
+    }
+    None
+}
+
+/// Rules 2 and 3: bounds of every unit, and no overlap between the units of one word.
+fn check_units(p: &Program, i: usize, w: &Word) -> Result<HashMap<usize, Ranges>> {
+    let at = who(i, w);
+    let mut per_buf: HashMap<usize, Ranges> = HashMap::new();
+    let mut unit_acc: Vec<(usize, u64, u64, bool, u32)> = Vec::new();
+    for u in 0..w.units {
+        for Access { buf, lo, hi, write } in unit_accesses(p, w, u) {
+            let b = &p.buffers[buf];
+            if b.kind == BufKind::Weight {
+                continue;
+            }
+            if hi > b.elems() {
+                bail!(
+                    "{at}: bounds: unit {u} touches {}[{lo}, {hi}) but the buffer has {} elements",
+                    b.name,
+                    b.elems()
+                );
+            }
+            let r = per_buf.entry(buf).or_default();
+            if write {
+                r.writes.push((lo, hi));
+            } else {
+                r.reads.push((lo, hi));
+            }
+            unit_acc.push((buf, lo, hi, write, u));
+        }
+    }
+    // Units are unordered: a unit's write may not meet another unit's read or write.
+    unit_acc.sort_by_key(|a| (a.0, a.1));
+    let mut open: Vec<(u64, bool, u32)> = Vec::new(); // (hi, write, unit) of ranges still open
+    let mut cur = usize::MAX;
+    for &(buf, lo, hi, write, u) in &unit_acc {
+        if buf != cur {
+            open.clear();
+            cur = buf;
+        }
+        open.retain(|(h, _, _)| *h > lo);
+        if let Some((_, _, v)) = open.iter().find(|(_, wr, v)| *v != u && (*wr || write)) {
+            bail!("{at}: units: units {v} and {u} both touch {}[{lo}, ..) and one writes it", p.buffers[buf].name);
+        }
+        open.push((hi, write, u));
+    }
+    for r in per_buf.values_mut() {
+        merge(&mut r.reads);
+        merge(&mut r.writes);
+    }
+    Ok(per_buf)
+}
+
+/// Proves the program safe to run (see the module comment) or names the first word that is not.
+pub fn validate(p: &Program) -> Result<Summary> {
+    if p.words.is_empty() {
+        bail!("program: no words");
+    }
+    for (i, w) in p.words.iter().enumerate() {
+        check_shape(p, i, w)?;
+    }
+    // Rule 4: waits.
+    let mut signallers: HashMap<u32, Vec<usize>> = HashMap::new();
+    let mut total: HashMap<u32, u64> = HashMap::new();
+    for (i, w) in p.words.iter().enumerate() {
+        signallers.entry(w.signal).or_default().push(i);
+        *total.entry(w.signal).or_default() += w.units as u64;
+    }
+    for (i, w) in p.words.iter().enumerate() {
+        if w.wait == NO_COUNTER {
+            continue;
+        }
+        let at = who(i, w);
+        let have = total.get(&w.wait).copied().unwrap_or(0);
+        if (w.wait_target as u64) > have {
+            bail!("{at}: waits: counter {} must reach {} but its producers signal only {have}: never satisfied (deadlock)", w.wait, w.wait_target);
+        }
+        if (w.wait_target as u64) < have {
+            bail!("{at}: waits: counter {} is waited for at {} of its {have} signals: which producers it follows is ambiguous", w.wait, w.wait_target);
+        }
+        if let Some(&j) = signallers[&w.wait].iter().find(|&&j| j >= i) {
+            bail!("{at}: waits: counter {} is signalled by word {j}, not earlier in program order (deadlock in a persistent kernel)", w.wait);
+        }
+    }
+    // Happens-before: ancestors as bitsets, built in program order (producers always come first).
+    let n = p.words.len();
+    let words_per = n.div_ceil(64);
+    let mut anc = vec![0u64; n * words_per];
+    for (i, w) in p.words.iter().enumerate() {
+        if w.wait == NO_COUNTER {
+            continue;
+        }
+        for &j in &signallers[&w.wait] {
+            anc[i * words_per + j / 64] |= 1 << (j % 64);
+            for k in 0..words_per {
+                anc[i * words_per + k] |= anc[j * words_per + k];
+            }
+        }
+    }
+    let before = |a: usize, b: usize| anc[b * words_per + a / 64] & (1 << (a % 64)) != 0;
+    // Rule 7: reset.
+    let ends: Vec<usize> = (0..n).filter(|&i| p.words[i].opcode == Opcode::EndStep).collect();
+    if ends != [n - 1] {
+        bail!("program: reset: needs exactly one EndStep as its last word (found at {ends:?} of {n}): counters are never reset between steps");
+    }
+    if let Some(i) = (0..n - 1).find(|&i| !before(i, n - 1)) {
+        bail!(
+            "{}: reset: not ordered before the EndStep, which resets the counters it may still use",
+            who(i, &p.words[i])
+        );
+    }
+    // Rules 2, 3, then 5 and 6.
+    let mut by_buf: HashMap<usize, Vec<(usize, Ranges)>> = HashMap::new();
+    for (i, w) in p.words.iter().enumerate() {
+        for (buf, r) in check_units(p, i, w)? {
+            by_buf.entry(buf).or_default().push((i, r));
+        }
+    }
+    let mut bufs: Vec<_> = by_buf.into_iter().collect();
+    bufs.sort_by_key(|(b, _)| *b);
+    for (buf, list) in &bufs {
+        let name = &p.buffers[*buf].name;
+        for (x, (a, ra)) in list.iter().enumerate() {
+            for (b, rb) in &list[x + 1..] {
+                if before(*a, *b) {
+                    continue;
+                }
+                let clash = first_overlap(&ra.writes, &rb.writes)
+                    .or_else(|| first_overlap(&ra.writes, &rb.reads))
+                    .or_else(|| first_overlap(&ra.reads, &rb.writes));
+                if let Some((lo, hi)) = clash {
+                    bail!(
+                        "{}: hazards: unordered with word {a} on {name}[{lo}, {hi}) and one of them writes it",
+                        who(*b, &p.words[*b])
+                    );
+                }
+            }
+        }
+        if !matches!(p.buffers[*buf].kind, BufKind::Activation | BufKind::Scratch) {
+            continue;
+        }
+        for (b, rb) in list {
+            if rb.reads.is_empty() {
+                continue;
+            }
+            let mut have: Vec<(u64, u64)> =
+                list.iter().filter(|(a, _)| before(*a, *b)).flat_map(|(_, r)| r.writes.iter().copied()).collect();
+            merge(&mut have);
+            if let Some((lo, hi)) = uncovered(&rb.reads, &have) {
+                bail!(
+                    "{}: inputs: reads {name}[{lo}, {hi}) that no word ordered before it wrote in this step",
+                    who(*b, &p.words[*b])
+                );
+            }
+        }
+    }
+    Ok(Summary { words: n, units: p.words.iter().map(|w| w.units as u64).sum(), counters: p.n_counters })
+}

@@ -1,0 +1,70 @@
+//! Programs as data: the committed programs in programs/ are exactly what the compiler produces today,
+//! they round-trip through RON and the binary word image, and the 27B program's size is pinned.
+
+use mk::compiler::{compile, h200};
+use mk::isa::{validate::validate, Program, Word, WORD_BYTES};
+use mk::model::config::ModelConfig;
+use std::path::Path;
+
+const PRESETS: [&str; 3] = ["tiny", "small", "qwen3.5-27b"];
+
+#[test]
+fn committed_programs_are_fresh_and_valid() {
+    for p in PRESETS {
+        let prog = compile(&ModelConfig::preset(p).unwrap(), p, &h200(1)).unwrap();
+        validate(&prog).unwrap();
+        let text = prog.to_ron().unwrap();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("programs/{p}.ron"));
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == text,
+            "programs/{p}.ron is stale: regenerate with `mk compile --preset {p} --out programs/{p}.ron`"
+        );
+        assert_eq!(Program::from_ron(&committed).unwrap(), prog);
+        // Deterministic: the same input gives the same program, byte for byte.
+        let again = compile(&ModelConfig::preset(p).unwrap(), p, &h200(1)).unwrap();
+        assert_eq!(again.to_ron().unwrap(), text);
+    }
+}
+
+#[test]
+fn the_27b_program_has_724_words() {
+    // 48 GDN layers x 11 + 16 attention layers x 12 + embed, lm_head, argmax, end-of-step (README).
+    let prog = Program::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/qwen3.5-27b.ron")).unwrap();
+    assert_eq!(prog.words.len(), 48 * 11 + 16 * 12 + 4);
+    // Every weight byte of the step is streamed once (26.9 GB, seed Part 1).
+    let bytes: u64 = prog.words.iter().map(|w| mk::isa::report::weight_bytes(&prog, w)).sum();
+    assert!((26.8e9..27.0e9).contains(&(bytes as f64)), "{bytes}");
+}
+
+#[test]
+fn the_binary_image_decodes_back_to_the_program() {
+    let prog = Program::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/tiny.ron")).unwrap();
+    let img = prog.encode_words();
+    assert_eq!(img.len(), prog.words.len() * WORD_BYTES);
+    for (i, chunk) in img.chunks_exact(WORD_BYTES).enumerate() {
+        assert_eq!(Word::decode(chunk.try_into().unwrap()).unwrap(), prog.words[i]);
+    }
+}
+
+#[test]
+fn other_targets_compile_and_validate() {
+    for (sms, m) in [(1, 1), (16, 4), (188, 8)] {
+        let t = mk::isa::Target { sms, threads: 512, m_rows: m, max_context: 4096 };
+        let prog = compile(&ModelConfig::preset("small").unwrap(), "small", &t).unwrap();
+        validate(&prog).unwrap();
+    }
+    let bad = mk::isa::Target { sms: 132, threads: 512, m_rows: 9, max_context: 4096 };
+    assert!(compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &bad).unwrap_err().to_string().contains("M = 9"));
+    assert!(Program::from_ron("(format: 1, words: [").unwrap_err().to_string().starts_with("program:"));
+}
+
+#[test]
+fn the_cuda_header_is_generated_from_the_isa() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("megakernel/abi.cuh");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == mk::isa::cuda_header(),
+        "megakernel/abi.cuh is stale: `mk program header > megakernel/abi.cuh`"
+    );
+}

@@ -1,0 +1,108 @@
+//! The validator rejects each kind of broken program with one line naming the word and the rule.
+
+use mk::compiler::{compile, h200};
+use mk::isa::{slot, validate::validate, Opcode, Program, NO_COUNTER};
+use mk::model::config::ModelConfig;
+
+fn tiny() -> Program {
+    compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &h200(1)).unwrap()
+}
+
+fn find(p: &Program, op: Opcode, layer: u16) -> usize {
+    p.words.iter().position(|w| w.opcode == op && w.layer == layer).unwrap()
+}
+
+fn rejects(p: &Program, want: &[&str]) -> String {
+    let e = validate(p).expect_err("a broken program was accepted").to_string();
+    assert!(!e.contains('\n'), "one line: {e}");
+    for w in want {
+        assert!(e.contains(w), "expected {w:?} in: {e}");
+    }
+    e
+}
+
+#[test]
+fn the_compiled_program_is_valid() {
+    validate(&tiny()).unwrap();
+}
+
+#[test]
+fn a_wait_that_is_never_satisfied_is_a_deadlock() {
+    let mut p = tiny();
+    let i = find(&p, Opcode::GdnConv, 1);
+    p.words[i].wait_target += 1;
+    rejects(&p, &[&format!("word {i} (GdnConv, layer 1)"), "waits", "never satisfied (deadlock)"]);
+}
+
+#[test]
+fn a_wait_for_part_of_a_counter_is_ambiguous() {
+    let mut p = tiny();
+    let i = find(&p, Opcode::GdnConv, 1);
+    p.words[i].wait_target -= 1;
+    rejects(&p, &[&format!("word {i} (GdnConv"), "ambiguous"]);
+}
+
+#[test]
+fn waiting_on_a_later_producer_deadlocks_a_persistent_kernel() {
+    let mut p = tiny();
+    let (i, j) = (find(&p, Opcode::GdnConv, 0), find(&p, Opcode::GdnRecur, 0));
+    (p.words[i].wait, p.words[i].wait_target) = (p.words[j].signal, p.words[j].units);
+    rejects(&p, &[&format!("word {i} (GdnConv, layer 0)"), &format!("signalled by word {j}, not earlier")]);
+}
+
+#[test]
+fn unordered_words_writing_the_same_rows_collide() {
+    let mut p = tiny();
+    // in_proj_z now writes qkv, beside in_proj_qkv in the same stage.
+    let i = find(&p, Opcode::GemvNorm, 0) + 1;
+    let qkv = p.buffer_id("qkv").unwrap() as u16;
+    p.words[i].ops[slot::OUT0] = qkv;
+    p.words[i].rows = 384;
+    rejects(&p, &["hazards", "qkv[0, 384)"]);
+}
+
+#[test]
+fn an_input_nobody_wrote_is_rejected() {
+    let mut p = tiny();
+    // The embedding writes the wrong buffer: every reader of h reads garbage.
+    p.words[0].ops[slot::OUT0] = p.buffer_id("attn_out").unwrap() as u16;
+    rejects(&p, &["inputs", "reads h[0, 256)", "no word ordered before it wrote"]);
+}
+
+#[test]
+fn buffer_ids_and_row_ranges_out_of_bounds() {
+    let mut p = tiny();
+    let i = find(&p, Opcode::GdnRecur, 2);
+    p.words[i].ops[slot::ST0] = 999;
+    rejects(&p, &[&format!("word {i} (GdnRecur, layer 2)"), "buffer id 999 out of range"]);
+    let mut p = tiny();
+    p.words[0].rows = 300;
+    p.words[0].units = 1;
+    rejects(&p, &["word 0 (Embed", "bounds", "h[0, 300)", "256 elements"]);
+}
+
+#[test]
+fn wrong_operand_kinds_and_shapes() {
+    let mut p = tiny();
+    let i = find(&p, Opcode::GemvGateUp, 0);
+    p.words[i].ops[slot::W1] = p.buffer_id("act").unwrap() as u16;
+    rejects(&p, &[&format!("word {i} (GemvGateUp"), "operand w1 is act (Activation), needs a Weight buffer"]);
+    let mut p = tiny();
+    let i = find(&p, Opcode::GemvNorm, 0);
+    p.words[i].units += 1;
+    rejects(&p, &["shape", "units 41 != 40 row slices"]);
+    let mut p = tiny();
+    p.words[3].m_rows = 2;
+    rejects(&p, &["word 3", "m_rows 2"]);
+}
+
+#[test]
+fn counters_that_are_never_reset() {
+    let mut p = tiny();
+    p.words.pop();
+    rejects(&p, &["reset", "exactly one EndStep"]);
+    let mut p = tiny();
+    let n = p.words.len();
+    p.words[n - 1].wait = NO_COUNTER;
+    rejects(&p, &["not ordered before the EndStep"]);
+}
