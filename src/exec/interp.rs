@@ -50,7 +50,14 @@ pub struct Interp<'a> {
 }
 
 impl<'a> Interp<'a> {
+    /// An interpreter for a program the validator accepts.
     pub fn new(prog: &'a Program, ck: &'a Checkpoint) -> Result<Interp<'a>> {
+        crate::isa::validate::validate(prog)?;
+        Interp::new_unchecked(prog, ck)
+    }
+
+    /// Skips the validator: only for negative controls that run a deliberately broken program.
+    pub fn new_unchecked(prog: &'a Program, ck: &'a Checkpoint) -> Result<Interp<'a>> {
         if prog.target.m_rows != 1 {
             bail!("interpreter: M = {} rows (the CPU interpreter runs M = 1)", prog.target.m_rows);
         }
