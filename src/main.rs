@@ -20,6 +20,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run an experiment (RON spec): diffs and timings of the paths, a results folder with charts.
+    Run {
+        file: PathBuf,
+        /// Where results go (results/<experiment>/<utc>_<gpu-or-cpu>_<sha>/).
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// Where synthetic checkpoints of presets are generated on first use.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+    },
+    /// Re-render the charts of a results folder from its files.
+    Chart { dir: PathBuf },
+    /// A/B report of two results folders (table, and a chart in the second).
+    Compare { a: PathBuf, b: PathBuf },
     /// Write a synthetic checkpoint in the real release format (config.json, shards, index).
     Synth {
         #[arg(long)]
@@ -108,6 +122,23 @@ enum ProgramCmd {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
+        Cmd::Run { file, results, cache } => {
+            let e = mk::experiment::spec::Experiment::load(&file)?;
+            let opts = mk::experiment::RunOptions {
+                results_root: results,
+                cache_root: cache,
+                spec_file: file.display().to_string(),
+                command: std::env::args().collect(),
+            };
+            let dir = mk::experiment::run(&e, &opts)?;
+            print!("{}", mk::experiment::summary(&dir)?);
+        }
+        Cmd::Chart { dir } => {
+            for f in mk::experiment::chart::render(&dir)? {
+                println!("wrote {}", f.display());
+            }
+        }
+        Cmd::Compare { a, b } => print!("{}", mk::experiment::chart::compare(&a, &b)?),
         Cmd::Synth { preset, seed, out } => {
             let cfg = ModelConfig::preset(&preset)?;
             let t = std::time::Instant::now();

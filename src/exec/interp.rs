@@ -47,6 +47,11 @@ pub struct Interp<'a> {
     ctrl: usize,
     logits: usize,
     rng: Rng,
+    /// Debug mode (program order only): each word's output buffer after the word, per step.
+    pub capture: bool,
+    pub captured: Vec<(usize, Vec<f32>)>,
+    /// Wall time spent in each word, accumulated over steps run in program order.
+    pub word_ns: Vec<u64>,
 }
 
 impl<'a> Interp<'a> {
@@ -99,6 +104,9 @@ impl<'a> Interp<'a> {
             ctrl: find("ctrl")?,
             logits: find("logits")?,
             rng: Rng::new(0),
+            capture: false,
+            captured: Vec::new(),
+            word_ns: vec![0; prog.words.len()],
         })
     }
 
@@ -132,6 +140,7 @@ impl<'a> Interp<'a> {
     }
 
     fn run_in_order(&mut self) -> Result<()> {
+        self.captured.clear();
         for (i, w) in self.prog.words.iter().enumerate() {
             if w.wait != NO_COUNTER && self.counters[w.wait as usize] < w.wait_target {
                 bail!(
@@ -142,11 +151,27 @@ impl<'a> Interp<'a> {
                     self.counters[w.wait as usize]
                 );
             }
+            let t = std::time::Instant::now();
             for u in 0..w.units {
                 self.unit(i, u);
             }
+            self.word_ns[i] += t.elapsed().as_nanos() as u64;
+            if self.capture {
+                if let Some(b) = Interp::output_of(w) {
+                    self.captured.push((i, self.bufs[b].clone()));
+                }
+            }
         }
         Ok(())
+    }
+
+    /// The buffer a word's result is read from in debug captures.
+    pub fn output_of(w: &Word) -> Option<usize> {
+        match w.opcode {
+            Opcode::EndStep => None,
+            Opcode::AttnKv => w.op(slot::ST0),
+            _ => w.op(slot::OUT0),
+        }
     }
 
     fn run_shuffled(&mut self) -> Result<()> {

@@ -1,0 +1,257 @@
+//! PNG charts rendered from a results folder's files (never from memory): ms/token against context per
+//! path, the A/B ratio against the first path, the per-instruction time breakdown, and bandwidth as a
+//! fraction of the measured ceiling. One fixed colour per path in every chart.
+//!
+//! Owns: chart style constants and rendering. Refuses: measuring; a chart that fails is reported and
+//! the measurements stay on disk.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+
+use super::record::{read_instructions, read_steps, summarise, Record};
+use crate::error::{Context, Result};
+
+const SIZE: (u32, u32) = (960, 560);
+const FONT: &str = "sans-serif";
+
+/// One colour per path, the same in every chart.
+pub fn colour(path: &str) -> RGBColor {
+    match path {
+        "reference" => RGBColor(31, 119, 180),
+        "interpreter" => RGBColor(255, 127, 14),
+        "graph" => RGBColor(44, 160, 44),
+        "megakernel" => RGBColor(214, 39, 40),
+        _ => RGBColor(110, 110, 110),
+    }
+}
+
+fn fonts() -> Result<()> {
+    static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = ONCE.get_or_init(|| {
+        register_font(FONT, FontStyle::Normal, dejavu::sans::regular()).is_ok()
+            && register_font(FONT, FontStyle::Bold, dejavu::sans::bold()).is_ok()
+    });
+    if *ok {
+        Ok(())
+    } else {
+        Err(crate::error::Error::new("chart: cannot register the bundled font"))
+    }
+}
+
+fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> crate::error::Error + '_ {
+    move |e| crate::error::Error::new(format!("chart {what}: {e}"))
+}
+
+/// Median ms/token per (path, context).
+fn medians(steps: &[(String, u32, f64)]) -> BTreeMap<String, BTreeMap<u32, f64>> {
+    let mut by: BTreeMap<(String, u32), Vec<f64>> = BTreeMap::new();
+    for (p, c, ms) in steps {
+        by.entry((p.clone(), *c)).or_default().push(*ms);
+    }
+    let mut out: BTreeMap<String, BTreeMap<u32, f64>> = BTreeMap::new();
+    for ((p, c), v) in by {
+        if let Some((m, _, _)) = summarise(&v) {
+            out.entry(p).or_default().insert(c, m);
+        }
+    }
+    out
+}
+
+/// A line chart of per-path series over context length.
+fn lines(file: &Path, title: &str, y_desc: &str, series: &BTreeMap<String, BTreeMap<u32, f64>>) -> Result<()> {
+    let xs: Vec<f64> = series.values().flat_map(|m| m.keys().map(|c| *c as f64)).collect();
+    let ys: Vec<f64> = series.values().flat_map(|m| m.values().copied()).collect();
+    let (x0, x1) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max));
+    let (x0, x1) = if x1 > x0 { (x0, x1) } else { (x0 - 1.0, x0 + 1.0) };
+    let pad = (x1 - x0) * 0.05;
+    let y1 = ys.iter().cloned().fold(0.0, f64::max) * 1.15 + 1e-9;
+    let root = BitMapBackend::new(file, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(err(title))?;
+    let mut ch = ChartBuilder::on(&root)
+        .caption(title, (FONT, 24).into_font().style(FontStyle::Bold))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(80)
+        .build_cartesian_2d((x0 - pad)..(x1 + pad), 0f64..y1)
+        .map_err(err(title))?;
+    ch.configure_mesh()
+        .x_desc("context length [tokens]")
+        .y_desc(y_desc)
+        .axis_desc_style((FONT, 17))
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(err(title))?;
+    for (path, pts) in series {
+        let c = colour(path);
+        let v: Vec<(f64, f64)> = pts.iter().map(|(x, y)| (*x as f64, *y)).collect();
+        ch.draw_series(LineSeries::new(v.clone(), c.stroke_width(2)))
+            .map_err(err(title))?
+            .label(path.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(3)));
+        ch.draw_series(v.iter().map(|p| Circle::new(*p, 4, c.filled()))).map_err(err(title))?;
+    }
+    ch.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 15))
+        .draw()
+        .map_err(err(title))?;
+    root.present().map_err(err(title))
+}
+
+/// A horizontal bar chart of (label, value, colour), each bar labelled with its name and value.
+fn bars(file: &Path, title: &str, x_desc: &str, items: &[(String, f64, RGBColor)]) -> Result<()> {
+    let x1 = items.iter().map(|i| i.1).fold(0.0, f64::max) * 1.6 + 1e-9;
+    let n = items.len().max(1);
+    let root = BitMapBackend::new(file, (SIZE.0, SIZE.1.max(90 + 26 * n as u32))).into_drawing_area();
+    root.fill(&WHITE).map_err(err(title))?;
+    let mut ch = ChartBuilder::on(&root)
+        .caption(title, (FONT, 24).into_font().style(FontStyle::Bold))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(10)
+        .build_cartesian_2d(0f64..x1, 0f64..n as f64)
+        .map_err(err(title))?;
+    ch.configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc(x_desc)
+        .axis_desc_style((FONT, 17))
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(err(title))?;
+    let row = |i: usize| (n - 1 - i) as f64; // first item on top
+    ch.draw_series(
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, (_, v, c))| Rectangle::new([(0.0, row(i) + 0.15), (*v, row(i) + 0.85)], c.filled())),
+    )
+    .map_err(err(title))?;
+    ch.draw_series(items.iter().enumerate().map(|(i, (l, v, _))| {
+        Text::new(format!("{l}  {v:.3}"), (*v + x1 * 0.01, row(i) + 0.7), (FONT, 14).into_font())
+    }))
+    .map_err(err(title))?;
+    root.present().map_err(err(title))
+}
+
+/// Renders every chart of a results folder from its files; returns the PNGs written.
+pub fn render(dir: &Path) -> Result<Vec<PathBuf>> {
+    fonts()?;
+    let rec = Record::load(dir)?;
+    let steps = read_steps(dir)?;
+    let mut out = Vec::new();
+    let med = medians(&steps);
+    if med.is_empty() {
+        return Ok(out);
+    }
+    let f = dir.join("ms_per_token.png");
+    let model = rec.model.split(':').next().unwrap_or("");
+    lines(
+        &f,
+        &format!("{}: time per token, {model}, {}", rec.experiment.name, rec.machine),
+        "ms / token (median)",
+        &med,
+    )?;
+    out.push(f);
+    // A/B: every path against the first one that ran.
+    if let Some(base) = rec.paths.iter().find(|p| p.status == "ran").map(|p| p.name.clone()) {
+        if let Some(b) = med.get(&base) {
+            let ratios: BTreeMap<String, BTreeMap<u32, f64>> = med
+                .iter()
+                .map(|(p, m)| (p.clone(), m.iter().filter_map(|(c, v)| b.get(c).map(|bv| (*c, bv / v))).collect()))
+                .collect();
+            let f = dir.join("ratio.png");
+            lines(
+                &f,
+                &format!("speed-up against {base} (higher is faster)"),
+                &format!("{base} ms / path ms"),
+                &ratios,
+            )?;
+            out.push(f);
+        }
+    }
+    // Bandwidth: weight bytes per step / time, as a percentage of the measured ceiling.
+    if rec.weight_bytes_per_step > 0 {
+        let bw: BTreeMap<String, BTreeMap<u32, f64>> = med
+            .iter()
+            .map(|(p, m)| {
+                let v = m
+                    .iter()
+                    .map(|(c, ms)| {
+                        (*c, 100.0 * rec.weight_bytes_per_step as f64 / (ms * 1e-3) / (rec.ceiling_gbps * 1e9))
+                    })
+                    .collect();
+                (p.clone(), v)
+            })
+            .collect();
+        let f = dir.join("bandwidth.png");
+        lines(
+            &f,
+            &format!("weight-streaming bandwidth, % of {:.0} GB/s", rec.ceiling_gbps),
+            "% of measured read ceiling",
+            &bw,
+        )?;
+        out.push(f);
+    }
+    // Per-instruction breakdown: time per opcode per step, summed over contexts, per path.
+    let instr = read_instructions(dir)?;
+    if !instr.is_empty() {
+        let mut by: BTreeMap<(String, String), f64> = BTreeMap::new();
+        for (p, op, ms) in &instr {
+            *by.entry((p.clone(), op.clone())).or_default() += ms;
+        }
+        let mut items: Vec<(String, f64, RGBColor)> =
+            by.into_iter().map(|((p, op), ms)| (format!("{p}: {op}"), ms, colour(&p))).collect();
+        items.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let f = dir.join("breakdown.png");
+        bars(
+            &f,
+            "time per step by instruction kind (all words of a kind)",
+            "ms / step (mean over the sequence)",
+            &items,
+        )?;
+        out.push(f);
+    }
+    Ok(out)
+}
+
+/// An A/B report of two runs: a table of medians and their ratio, and a chart in the second folder.
+pub fn compare(a: &Path, b: &Path) -> Result<String> {
+    fonts()?;
+    let (ra, rb) = (Record::load(a)?, Record::load(b)?);
+    let (ma, mb) = (medians(&read_steps(a)?), medians(&read_steps(b)?));
+    let mut s = format!(
+        "A: {}\nB: {}\n{:12} {:>8} {:>12} {:>12} {:>8}\n",
+        a.display(),
+        b.display(),
+        "path",
+        "context",
+        "A ms/tok",
+        "B ms/tok",
+        "A/B"
+    );
+    let mut series: BTreeMap<String, BTreeMap<u32, f64>> = BTreeMap::new();
+    for (p, ca) in &ma {
+        for (c, va) in ca {
+            if let Some(vb) = mb.get(p).and_then(|m| m.get(c)) {
+                s += &format!("{p:12} {c:>8} {va:>12.4} {vb:>12.4} {:>8.3}\n", va / vb);
+                series.entry(p.clone()).or_default().insert(*c, va / vb);
+            }
+        }
+    }
+    if series.is_empty() {
+        s += "no (path, context) measured in both runs\n";
+        return Ok(s);
+    }
+    let name = a.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let f = b.join(format!("compare_vs_{name}.png"));
+    let title = format!("A/B: {} ({}) vs {} ({})", ra.git_sha, ra.machine, rb.git_sha, rb.machine);
+    lines(&f, &title, "A ms / B ms (higher: B faster)", &series).context("compare chart")?;
+    s += &format!("chart: {}\n", f.display());
+    Ok(s)
+}

@@ -1,0 +1,288 @@
+//! Bit-for-bit diffs between two paths: per buffer, identical or not, the first differing instruction,
+//! buffer and element with its [layer, row, col], the count of differing elements and the largest
+//! difference in ulps. Tolerance comparisons (approx) only where two paths are not meant to be identical.
+//!
+//! Owns: captured tensors, `DiffResult`, ulp distances. Refuses: rounding before comparing (a bit
+//! comparison compares bits).
+
+use serde::{Deserialize, Serialize};
+
+use super::spec::Tolerance;
+use crate::model::numerics::f32_to_bf16;
+
+/// A named tensor a path exposes: a buffer after an instruction, the hidden state after a layer,
+/// logits, a state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    pub name: String,
+    pub layer: u32,
+    /// Row length (for [layer, row, col] indices).
+    pub cols: usize,
+    /// The values are bf16 (ulps counted on the bf16 grid), else fp32.
+    pub bf16: bool,
+    pub data: Vec<f32>,
+}
+
+/// What a path exposes after one step.
+#[derive(Debug, Clone, Default)]
+pub struct StepCapture {
+    /// Debug mode, program paths: (word index, opcode, output) in program order.
+    pub instructions: Vec<(usize, String, Tensor)>,
+    /// The residual stream after each layer.
+    pub hidden: Vec<Tensor>,
+    pub logits: Option<Tensor>,
+    pub token: u32,
+}
+
+/// Where two paths first differ.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mismatch {
+    /// Context length and step (index into the token sequence) where it was found; None: final state.
+    pub context: u32,
+    pub step: Option<usize>,
+    pub instruction: Option<usize>,
+    pub opcode: Option<String>,
+    pub buffer: String,
+    pub element: usize,
+    /// [layer, row, col]
+    pub index: [usize; 3],
+    pub a: f32,
+    pub b: f32,
+    pub ulps: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiffResult {
+    pub a: String,
+    pub b: String,
+    /// "bits", or the tolerance.
+    pub mode: String,
+    /// Every compared element has the same bits.
+    pub identical: bool,
+    /// Tolerance mode: every element within it.
+    pub within_tolerance: Option<bool>,
+    pub compared: u64,
+    /// Elements that differ (bits mode) or fall outside the tolerance.
+    pub differing: u64,
+    pub max_ulps: u64,
+    pub max_abs: f32,
+    pub first: Option<Mismatch>,
+    #[serde(skip)]
+    tolerance: Option<Tolerance>,
+}
+
+/// Distance in units in the last place on the bf16 or fp32 grid (0 for equal bits).
+pub fn ulps(a: f32, b: f32, bf16: bool) -> u64 {
+    if a.to_bits() == b.to_bits() {
+        return 0;
+    }
+    if a.is_nan() || b.is_nan() {
+        return u64::MAX;
+    }
+    let ord = |x: f32| -> i64 {
+        if bf16 {
+            let v = f32_to_bf16(x) as i16 as i64;
+            if v < 0 {
+                i16::MIN as i64 - v
+            } else {
+                v
+            }
+        } else {
+            let v = x.to_bits() as i32 as i64;
+            if v < 0 {
+                i32::MIN as i64 - v
+            } else {
+                v
+            }
+        }
+    };
+    ord(a).abs_diff(ord(b))
+}
+
+impl DiffResult {
+    pub fn new(a: &str, b: &str, tolerance: Option<Tolerance>) -> DiffResult {
+        DiffResult {
+            a: a.into(),
+            b: b.into(),
+            mode: match tolerance {
+                None => "bits".into(),
+                Some(t) => format!("tolerance abs {} rel {}", t.abs, t.rel),
+            },
+            identical: true,
+            within_tolerance: tolerance.map(|_| true),
+            compared: 0,
+            differing: 0,
+            max_ulps: 0,
+            max_abs: 0.0,
+            first: None,
+            tolerance,
+        }
+    }
+
+    /// Compares one tensor of both paths. `at` = (context, step, instruction, opcode).
+    pub fn tensor(&mut self, at: (u32, Option<usize>, Option<usize>, Option<&str>), a: &Tensor, b: &Tensor) {
+        let n = a.data.len().max(b.data.len());
+        self.compared += n as u64;
+        if a.data.len() != b.data.len() {
+            self.identical = false;
+            self.differing += n as u64;
+            self.within_tolerance = self.within_tolerance.map(|_| false);
+            self.note(at, a, 0, f32::NAN, f32::NAN, u64::MAX);
+            return;
+        }
+        for (i, (x, y)) in a.data.iter().zip(&b.data).enumerate() {
+            if x.to_bits() == y.to_bits() {
+                continue;
+            }
+            self.identical = false;
+            let u = ulps(*x, *y, a.bf16);
+            self.max_ulps = self.max_ulps.max(u);
+            self.max_abs = self.max_abs.max((x - y).abs());
+            let bad = match self.tolerance {
+                None => true,
+                Some(t) => !approx::relative_eq!(*x, *y, epsilon = t.abs, max_relative = t.rel),
+            };
+            if bad {
+                self.differing += 1;
+                if let Some(w) = self.within_tolerance.as_mut() {
+                    *w = false;
+                }
+                self.note(at, a, i, *x, *y, u);
+            }
+        }
+    }
+
+    fn note(
+        &mut self,
+        at: (u32, Option<usize>, Option<usize>, Option<&str>),
+        t: &Tensor,
+        i: usize,
+        x: f32,
+        y: f32,
+        u: u64,
+    ) {
+        if self.first.is_some() {
+            return;
+        }
+        let cols = t.cols.max(1);
+        self.first = Some(Mismatch {
+            context: at.0,
+            step: at.1,
+            instruction: at.2,
+            opcode: at.3.map(str::to_string),
+            buffer: t.name.clone(),
+            element: i,
+            index: [t.layer as usize, i / cols, i % cols],
+            a: x,
+            b: y,
+            ulps: u,
+        });
+    }
+
+    /// Compares everything two captures of one step share: instruction outputs (when both have them),
+    /// hidden states per layer, logits, the chosen token.
+    pub fn step(&mut self, context: u32, step: usize, a: &StepCapture, b: &StepCapture) {
+        if !a.instructions.is_empty() && !b.instructions.is_empty() {
+            for ((wi, op, ta), (_, _, tb)) in a.instructions.iter().zip(&b.instructions) {
+                self.tensor((context, Some(step), Some(*wi), Some(op)), ta, tb);
+            }
+        }
+        for (ha, hb) in a.hidden.iter().zip(&b.hidden) {
+            self.tensor((context, Some(step), None, None), ha, hb);
+        }
+        if let (Some(la), Some(lb)) = (&a.logits, &b.logits) {
+            self.tensor((context, Some(step), None, None), la, lb);
+        }
+        let tok = |t: u32| Tensor { name: "token".into(), layer: 0, cols: 1, bf16: false, data: vec![t as f32] };
+        let before = self.tolerance;
+        self.tolerance = None; // tokens compare exactly in every mode
+        self.tensor((context, Some(step), None, None), &tok(a.token), &tok(b.token));
+        self.tolerance = before;
+    }
+
+    /// Compares final states (matched by name).
+    pub fn states(&mut self, context: u32, a: &[Tensor], b: &[Tensor]) {
+        for ta in a {
+            if let Some(tb) = b.iter().find(|t| t.name == ta.name) {
+                self.tensor((context, None, None, None), ta, tb);
+            }
+        }
+    }
+
+    /// The verdict in one line.
+    pub fn summary(&self) -> String {
+        let head = format!("{} vs {} ({})", self.a, self.b, self.mode);
+        match (&self.first, self.within_tolerance) {
+            (None, Some(true)) if !self.identical => {
+                format!("{head}: within tolerance over {} elements (largest difference {:.3e}, {} ulps)", self.compared, self.max_abs, self.max_ulps)
+            }
+            (None, _) => format!("{head}: identical ({} elements)", self.compared),
+            (Some(m), _) => format!(
+                "{head}: {} of {} elements differ, largest {} ulps; first at context {} step {:?} instruction {:?} ({}) buffer {} element {} [layer {}, row {}, col {}]: {} vs {}",
+                self.differing,
+                self.compared,
+                self.max_ulps,
+                m.context,
+                m.step,
+                m.instruction,
+                m.opcode.as_deref().unwrap_or("-"),
+                m.buffer,
+                m.element,
+                m.index[0],
+                m.index[1],
+                m.index[2],
+                m.a,
+                m.b
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(name: &str, data: Vec<f32>) -> Tensor {
+        Tensor { name: name.into(), layer: 2, cols: 4, bf16: true, data }
+    }
+
+    #[test]
+    fn one_flipped_bit_is_found_at_its_instruction_and_element() {
+        let base: Vec<f32> = (0..12).map(|i| i as f32 * 0.5).collect();
+        let mut flipped = base.clone();
+        flipped[9] = f32::from_bits(flipped[9].to_bits() ^ (1 << 16)); // one bf16 mantissa bit
+        let cap = |d: Vec<f32>| StepCapture {
+            instructions: vec![(3, "GemvNorm".into(), t("qkv", base.clone())), (4, "GdnConv".into(), t("conv_out", d))],
+            logits: Some(t("logits", vec![1.0, 2.0])),
+            token: 1,
+            ..Default::default()
+        };
+        let mut d = DiffResult::new("interpreter", "megakernel", None);
+        d.step(16, 5, &cap(base.clone()), &cap(flipped));
+        assert!(!d.identical);
+        assert_eq!(d.differing, 1);
+        assert_eq!(d.max_ulps, 1);
+        let m = d.first.clone().unwrap();
+        assert_eq!(
+            (m.step, m.instruction, m.buffer.as_str(), m.element, m.index),
+            (Some(5), Some(4), "conv_out", 9, [2, 2, 1])
+        );
+        assert!(d
+            .summary()
+            .contains("instruction Some(4) (GdnConv) buffer conv_out element 9 [layer 2, row 2, col 1]"));
+        let mut same = DiffResult::new("a", "b", None);
+        same.step(16, 0, &cap(base.clone()), &cap(base));
+        assert!(same.identical && same.first.is_none());
+    }
+
+    #[test]
+    fn tolerance_mode_accepts_small_differences_but_reports_them() {
+        let mut d = DiffResult::new("reference", "graph", Some(Tolerance { abs: 1e-3, rel: 1e-2 }));
+        d.tensor((1, Some(0), None, None), &t("logits", vec![1.0, 2.0]), &t("logits", vec![1.0, 2.0078125]));
+        assert!(!d.identical && d.within_tolerance == Some(true) && d.first.is_none());
+        d.tensor((1, Some(1), None, None), &t("logits", vec![1.0]), &t("logits", vec![1.5]));
+        assert_eq!(d.within_tolerance, Some(false));
+        assert_eq!(ulps(1.0, 1.0078125, true), 1);
+        assert_eq!(ulps(-0.0, 0.0, false), 0); // different bits, same number
+    }
+}

@@ -1,0 +1,308 @@
+//! `mk run`: an experiment spec in, a results folder out. Wires model -> compiler -> executors, diffs
+//! the paths bit for bit, times them, records everything as it is produced, charts from the files.
+//!
+//! A run: (1) resolve the model (a preset's synthetic checkpoint is generated into `cache/` the first
+//! time) and compile its program; (2) a diff pass: every available path in lockstep on one token
+//! sequence (the prompt, then the first path's greedy choices, fed to all) up to the longest context
+//! plus the decode steps, each step's captures compared for every diff pair, then the final states;
+//! (3) a timing pass per path: warm-up and repetitions of the whole sequence from a fresh state, each
+//! step timed; a context c is measured on the steps [c, c + decode_steps); (4) charts.
+//! Refuses: running a path this machine cannot run (it is recorded as skipped, with the reason).
+
+pub mod chart;
+pub mod diff;
+pub mod paths;
+pub mod record;
+pub mod spec;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use diff::DiffResult;
+use paths::{Engine, InterpEngine, ReferenceEngine};
+use record::{InstrRow, PathRecord, Record, Results, StepRow, Timing};
+use spec::{Experiment, ModelSpec, PathName};
+
+use crate::bail;
+use crate::compiler::{compile, h200};
+use crate::error::{Context, Result};
+use crate::isa::access::ATTN_PART;
+use crate::isa::Program;
+use crate::model::checkpoint::Checkpoint;
+use crate::model::config::ModelConfig;
+use crate::model::forward::Weights;
+
+/// Where the run writes and caches.
+pub struct RunOptions {
+    pub results_root: PathBuf,
+    pub cache_root: PathBuf,
+    pub spec_file: String,
+    pub command: Vec<String>,
+}
+
+/// The checkpoint folder a model spec names, generating a preset's synthetic checkpoint on first use.
+pub fn resolve_model(m: &ModelSpec, cache: &Path, progress: &indicatif::ProgressBar) -> Result<PathBuf> {
+    match m {
+        ModelSpec::Checkpoint { path } => {
+            let p = PathBuf::from(path);
+            if !p.join("config.json").is_file() {
+                bail!("experiment: checkpoint {path} not found (no config.json there)");
+            }
+            Ok(p)
+        }
+        ModelSpec::Preset { name, seed } => {
+            let cfg = ModelConfig::preset(name)?;
+            let dir = cache.join(format!("{name}-seed{seed}"));
+            if !dir.join("model.safetensors.index.json").is_file() {
+                progress.println(format!(
+                    "generating the synthetic {name} checkpoint (seed {seed}) into {}",
+                    dir.display()
+                ));
+                crate::model::synth::write_checkpoint(&cfg, *seed, &dir)?;
+            }
+            Ok(dir)
+        }
+    }
+}
+
+fn new_engine<'a>(
+    p: PathName,
+    w: &'a Weights<'a>,
+    prog: &'a Program,
+    ck: &'a Checkpoint,
+    e: &Experiment,
+) -> Result<Box<dyn Engine + 'a>> {
+    Ok(match p {
+        PathName::Reference => Box::new(ReferenceEngine::new(w, prog.target.max_context as usize)),
+        PathName::Interpreter => Box::new(InterpEngine::new(prog, ck, e.shuffle_seed)?),
+        PathName::Graph | PathName::Megakernel => bail!("path {} is not built yet", p.label()),
+    })
+}
+
+/// Runs an experiment; returns the results folder.
+pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
+    let bar =
+        if std::io::stdout().is_terminal() { indicatif::ProgressBar::new(0) } else { indicatif::ProgressBar::hidden() };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} steps {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let gpu = paths::gpu();
+    let model_spec = match (&gpu, &e.model_with_gpu) {
+        (Some(_), Some(m)) => m,
+        _ => &e.model,
+    };
+    let ck_dir = resolve_model(model_spec, &opts.cache_root, &bar)?;
+    let ck = Checkpoint::open(&ck_dir)?;
+    let w = Weights::from_checkpoint(&ck);
+    let contexts = e.contexts();
+    let steps = e.workload.decode_steps as usize;
+    let need = *contexts.iter().max().unwrap_or(&1) as usize + steps;
+    let mut target = h200(1);
+    target.max_context = target.max_context.max((need.div_ceil(ATTN_PART) * ATTN_PART) as u32);
+    let name = match model_spec {
+        ModelSpec::Preset { name, .. } => name.clone(),
+        ModelSpec::Checkpoint { .. } => "checkpoint".into(),
+    };
+    let prog = compile(&ck.config, &name, &target)?;
+    let (sha, dirty) = record::git_state();
+    let started = record::utc_stamp(std::time::SystemTime::now());
+    let device = gpu.as_ref().map(|g| g.0.replace(' ', "-")).unwrap_or_else(|| "cpu".into());
+    let mut res = Results::create(&opts.results_root, &e.name, &device, &sha, &started)?;
+    let mut rec = Record {
+        experiment: e.clone(),
+        spec_file: opts.spec_file.clone(),
+        command: opts.command.clone(),
+        started_utc: started,
+        finished_utc: None,
+        git_sha: sha,
+        git_dirty: dirty,
+        machine: format!(
+            "{} ({} CPU threads)",
+            device,
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        ),
+        gpu: gpu.as_ref().map(|g| g.0.clone()),
+        driver: gpu.as_ref().map(|g| g.1.clone()),
+        nvrtc_options: Vec::new(),
+        checkpoint: ck_dir.display().to_string(),
+        model: format!("{name}: {}", prog.shape),
+        program_hash: Some(record::fnv_hex(&[&prog.encode_words()])),
+        cuda_sources_hash: None,
+        weight_bytes_per_step: prog.words.iter().map(|wd| crate::isa::report::weight_bytes(&prog, wd)).sum(),
+        ceiling_gbps: record::CEILING_GBPS,
+        paths: Vec::new(),
+        diffs: Vec::new(),
+        notes: Vec::new(),
+    };
+    let mut runnable = Vec::new();
+    for p in &e.paths {
+        match paths::unavailable(*p) {
+            None => runnable.push(*p),
+            Some(why) => {
+                bar.println(format!("skipping the {} path: {why}", p.label()));
+                rec.paths.push(PathRecord {
+                    name: p.label().into(),
+                    status: format!("skipped: {why}"),
+                    ms_per_token_median: None,
+                    ms_per_token_min: None,
+                    ms_per_token_max: None,
+                    by_context: Vec::new(),
+                });
+            }
+        }
+    }
+    res.save(&rec)?;
+    let prompt = e.prompt_ids();
+    // One token sequence serves every context: the prompt, then the first path's greedy tokens, up to
+    // the longest context plus the decode steps. A context c is measured on steps [c, c + steps).
+    let total = need;
+    bar.set_length(total as u64 * runnable.len() as u64 * (1 + (e.warmup + e.repetitions) as u64));
+    // (2) diff pass: all paths in lockstep, every step compared.
+    let pairs: Vec<&spec::DiffSpec> =
+        e.diffs.iter().filter(|d| runnable.contains(&d.a) && runnable.contains(&d.b)).collect();
+    let idx = |p: PathName| runnable.iter().position(|q| *q == p).unwrap_or(0);
+    let mut diffs: Vec<DiffResult> =
+        pairs.iter().map(|d| DiffResult::new(d.a.label(), d.b.label(), d.tolerance)).collect();
+    bar.set_message("diff pass");
+    let mut engines: Vec<Box<dyn Engine>> =
+        runnable.iter().map(|p| new_engine(*p, &w, &prog, &ck, e)).collect::<Result<_>>()?;
+    let mut seq: Vec<u32> = Vec::with_capacity(total);
+    let mut tok = prompt[0];
+    let ctx_mark = *contexts.iter().max().unwrap_or(&0);
+    for s in 0..total {
+        seq.push(tok);
+        let mut caps = Vec::new();
+        for eng in engines.iter_mut() {
+            caps.push(eng.step(tok, !pairs.is_empty())?);
+            bar.inc(1);
+        }
+        for (d, spec) in diffs.iter_mut().zip(&pairs) {
+            if let (Some(ca), Some(cb)) = (&caps[idx(spec.a)].1, &caps[idx(spec.b)].1) {
+                d.step(ctx_mark, s, ca, cb);
+            }
+        }
+        tok = if s + 1 < prompt.len() { prompt[s + 1] } else { caps[0].0 };
+    }
+    for (d, spec) in diffs.iter_mut().zip(&pairs) {
+        d.states(ctx_mark, &engines[idx(spec.a)].states(), &engines[idx(spec.b)].states());
+    }
+    drop(engines);
+    rec.diffs = diffs;
+    res.save(&rec)?;
+    // (3) timing pass: warm-up and repetitions of the whole sequence, each from a fresh state.
+    for p in &runnable {
+        bar.set_message(format!("timing {}", p.label()));
+        let mut times: Vec<Vec<f64>> = Vec::new();
+        let mut word_ns: Option<Vec<u64>> = None;
+        for rep in 0..e.warmup + e.repetitions {
+            let mut eng = new_engine(*p, &w, &prog, &ck, e)?;
+            let mut t_rep = Vec::with_capacity(seq.len());
+            for &tok in &seq {
+                let t = std::time::Instant::now();
+                eng.step(tok, false)?;
+                t_rep.push(t.elapsed().as_secs_f64() * 1e3);
+                bar.inc(1);
+            }
+            if rep >= e.warmup {
+                times.push(t_rep);
+                word_ns = eng.word_ns();
+            }
+        }
+        let mut all = Vec::new();
+        let mut by_context = Vec::new();
+        for &ctx in &contexts {
+            let mut samples = Vec::new();
+            for (r, t_rep) in times.iter().enumerate() {
+                for s in ctx as usize..ctx as usize + steps {
+                    samples.push(t_rep[s]);
+                    res.step_row(&StepRow {
+                        path: p.label(),
+                        context: ctx,
+                        repetition: r as u32,
+                        step: (s - ctx as usize) as u32,
+                        ms: t_rep[s],
+                    })?;
+                }
+            }
+            if let Some((m, lo, hi)) = record::summarise(&samples) {
+                by_context.push(Timing { context: ctx, ms_median: m, ms_min: lo, ms_max: hi, samples: samples.len() });
+            }
+            all.extend(samples);
+        }
+        if let Some(ns) = word_ns {
+            // Accumulated over the last repetition's whole sequence: the mean per step.
+            let n_steps = (seq.len() as f64).max(1.0);
+            for (wi, t) in ns.iter().enumerate() {
+                let wd = &prog.words[wi];
+                let op = format!("{:?}", wd.opcode);
+                res.instr_row(&InstrRow {
+                    path: p.label(),
+                    context: ctx_mark,
+                    word: wi,
+                    opcode: &op,
+                    layer: wd.layer,
+                    ms_per_step: *t as f64 / 1e6 / n_steps,
+                })?;
+            }
+        }
+        let s = record::summarise(&all);
+        rec.paths.push(PathRecord {
+            name: p.label().into(),
+            status: "ran".into(),
+            ms_per_token_median: s.map(|x| x.0),
+            ms_per_token_min: s.map(|x| x.1),
+            ms_per_token_max: s.map(|x| x.2),
+            by_context,
+        });
+        res.save(&rec)?;
+    }
+    bar.finish_and_clear();
+    rec.finished_utc = Some(record::utc_stamp(std::time::SystemTime::now()));
+    res.save(&rec)?;
+    // (4) charts, from the files just written; a failure is reported, the data stays.
+    match chart::render(&res.dir) {
+        Ok(files) => rec.notes.push(format!(
+            "charts: {}",
+            files.iter().filter_map(|f| f.file_name()).map(|f| f.to_string_lossy()).collect::<Vec<_>>().join(", ")
+        )),
+        Err(err) => rec.notes.push(format!("charts failed: {err}")),
+    }
+    res.save(&rec)?;
+    Ok(res.dir.clone())
+}
+
+/// The report `mk run` prints at the end.
+pub fn summary(dir: &Path) -> Result<String> {
+    let rec = Record::load(dir).context("summary")?;
+    let mut s = format!(
+        "experiment {} on {} ({}), git {}{}\n",
+        rec.experiment.name,
+        rec.machine,
+        rec.model,
+        rec.git_sha,
+        if rec.git_dirty { " (dirty)" } else { "" }
+    );
+    for p in &rec.paths {
+        match p.ms_per_token_median {
+            Some(m) => {
+                s += &format!(
+                    "  {:12} {:>10.3} ms/token median (min {:.3}, max {:.3})\n",
+                    p.name,
+                    m,
+                    p.ms_per_token_min.unwrap_or(0.0),
+                    p.ms_per_token_max.unwrap_or(0.0)
+                )
+            }
+            None => s += &format!("  {:12} {}\n", p.name, p.status),
+        }
+    }
+    for d in &rec.diffs {
+        s += &format!("  diff: {}\n", d.summary());
+    }
+    for n in &rec.notes {
+        s += &format!("  {n}\n");
+    }
+    s += &format!("results: {}\n", dir.display());
+    Ok(s)
+}

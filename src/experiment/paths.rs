@@ -1,0 +1,185 @@
+//! The execution paths an experiment can run, behind one `Engine` interface: a fresh sequence state,
+//! one token per step, captures for diffs, final states. The GPU paths plug in here (issues 5, 6).
+//!
+//! Owns: the CPU engines and the reasons a path cannot run here. Refuses: timing (the runner times).
+
+use super::diff::{StepCapture, Tensor};
+use super::spec::PathName;
+use crate::error::Result;
+use crate::exec::interp::{Interp, Order};
+use crate::isa::{BufKind, Program};
+use crate::model::checkpoint::Checkpoint;
+use crate::model::forward::{step, State, Trace, Weights};
+use crate::model::ops::argmax;
+
+pub trait Engine {
+    /// Runs one token; returns the greedy next token and, when asked, what the diffs compare.
+    fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)>;
+    /// The per-sequence state after the steps so far (conv, recurrent, KV up to the position).
+    fn states(&self) -> Vec<Tensor>;
+    /// Time per instruction (word index, ns) accumulated so far, where the path can measure it.
+    fn word_ns(&self) -> Option<Vec<u64>> {
+        None
+    }
+}
+
+/// A GPU, if this machine has one: the model name from the NVIDIA driver's /proc entries.
+pub fn gpu() -> Option<(String, String)> {
+    let version = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    let driver = version.split_whitespace().skip_while(|w| *w != "Module").nth(1).unwrap_or("unknown").to_string();
+    let dir = std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.filter_map(|e| e.ok()).next()?;
+    let info = std::fs::read_to_string(dir.path().join("information")).ok()?;
+    let model = info.lines().find_map(|l| l.strip_prefix("Model:")).map(|m| m.trim().to_string())?;
+    Some((model, driver))
+}
+
+/// Why a path cannot run on this machine, or None when it can.
+pub fn unavailable(p: PathName) -> Option<String> {
+    if !p.is_gpu() {
+        return None;
+    }
+    match gpu() {
+        None => Some("no GPU on this machine (no NVIDIA driver in /proc/driver/nvidia)".into()),
+        Some(_) => {
+            Some(format!("not built yet: the {} path is issue {}", p.label(), if p == PathName::Graph { 5 } else { 6 }))
+        }
+    }
+}
+
+/// The CPU reference forward.
+pub struct ReferenceEngine<'a> {
+    w: &'a Weights<'a>,
+    st: State,
+}
+
+impl<'a> ReferenceEngine<'a> {
+    pub fn new(w: &'a Weights<'a>, max_context: usize) -> ReferenceEngine<'a> {
+        ReferenceEngine { w, st: State::new(&w.cfg, max_context) }
+    }
+}
+
+fn bf16_tensor(name: String, layer: u32, cols: usize, data: Vec<f32>) -> Tensor {
+    Tensor { name, layer, cols, bf16: true, data }
+}
+
+impl Engine for ReferenceEngine<'_> {
+    fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
+        let mut trace = Trace::default();
+        let logits = step(self.w, &mut self.st, token, capture.then_some(&mut trace))?;
+        let next = argmax(&logits) as u32;
+        let cap = capture.then(|| StepCapture {
+            instructions: Vec::new(),
+            hidden: trace
+                .hidden
+                .into_iter()
+                .enumerate()
+                .map(|(l, h)| bf16_tensor("hidden".into(), l as u32, h.len(), h))
+                .collect(),
+            logits: Some(bf16_tensor("logits".into(), 0, logits.len(), logits)),
+            token: next,
+        });
+        Ok((next, cap))
+    }
+
+    fn states(&self) -> Vec<Tensor> {
+        let cfg = &self.w.cfg;
+        let mut out = Vec::new();
+        for (l, c) in self.st.conv.iter().enumerate() {
+            out.push(bf16_tensor(format!("conv_state.{l}"), l as u32, 4, c.clone()));
+        }
+        for (l, s) in self.st.recurrent.iter().enumerate() {
+            out.push(Tensor {
+                name: format!("recurrent_state.{l}"),
+                layer: l as u32,
+                cols: cfg.gdn_v_dim,
+                bf16: false,
+                data: s.clone(),
+            });
+        }
+        let used = self.st.pos * cfg.attn_kv_dim();
+        for (l, (k, v)) in self.st.k_cache.iter().zip(&self.st.v_cache).enumerate() {
+            out.push(bf16_tensor(format!("k_cache.{l}"), l as u32, cfg.attn_kv_dim(), k[..used].to_vec()));
+            out.push(bf16_tensor(format!("v_cache.{l}"), l as u32, cfg.attn_kv_dim(), v[..used].to_vec()));
+        }
+        out
+    }
+}
+
+/// The CPU interpreter of the compiled program.
+pub struct InterpEngine<'a> {
+    it: Interp<'a>,
+    prog: &'a Program,
+    order: Option<u64>,
+}
+
+impl<'a> InterpEngine<'a> {
+    pub fn new(prog: &'a Program, ck: &'a Checkpoint, shuffle_seed: Option<u64>) -> Result<InterpEngine<'a>> {
+        Ok(InterpEngine { it: Interp::new(prog, ck)?, prog, order: shuffle_seed })
+    }
+}
+
+impl Engine for InterpEngine<'_> {
+    fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
+        // Captures need program order (a word's output is complete when the next word starts).
+        self.it.capture = capture;
+        let order = match (capture, self.order) {
+            (false, Some(seed)) => Order::Shuffled(seed ^ self.it.pos() as u64),
+            _ => Order::Program,
+        };
+        let next = self.it.step(token, order)?;
+        let cap = capture.then(|| {
+            let p = self.prog;
+            let h = p.buffer_id("h");
+            let mut hidden: Vec<Tensor> = Vec::new();
+            let mut instructions = Vec::new();
+            for (wi, data) in self.it.captured.drain(..) {
+                let w = &p.words[wi];
+                let b = Interp::output_of(w).unwrap_or(0);
+                let buf = &p.buffers[b];
+                let t = Tensor {
+                    name: buf.name.clone(),
+                    layer: w.layer as u32,
+                    cols: buf.cols as usize,
+                    bf16: buf.elem_bytes == 2 && buf.kind != BufKind::Scratch,
+                    data,
+                };
+                // The hidden state after a layer: h after the last word of that layer that writes it.
+                if Some(b) == h && w.opcode != crate::isa::Opcode::Embed {
+                    let ht = bf16_tensor("hidden".into(), w.layer as u32, t.cols, t.data.clone());
+                    match hidden.last_mut() {
+                        Some(last) if last.layer == ht.layer => *last = ht,
+                        _ => hidden.push(ht),
+                    }
+                }
+                instructions.push((wi, format!("{:?}", w.opcode), t));
+            }
+            let logits = self.it.logits().to_vec();
+            StepCapture {
+                instructions,
+                hidden,
+                logits: Some(bf16_tensor("logits".into(), 0, logits.len(), logits)),
+                token: next,
+            }
+        });
+        Ok((next, cap))
+    }
+
+    fn states(&self) -> Vec<Tensor> {
+        let p = self.prog;
+        let pos = self.it.pos();
+        let mut out = Vec::new();
+        for b in p.buffers.iter().filter(|b| b.kind == BufKind::State) {
+            let Some(data) = self.it.buffer(&b.name) else { continue };
+            let layer = b.name.rsplit('.').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            let is_cache = b.name.starts_with("k_cache") || b.name.starts_with("v_cache");
+            let data = if is_cache { data[..pos * b.cols as usize].to_vec() } else { data.to_vec() };
+            let cols = if b.name.starts_with("recurrent") { 128 } else { b.cols as usize };
+            out.push(Tensor { name: b.name.clone(), layer, cols, bf16: b.elem_bytes == 2, data });
+        }
+        out
+    }
+
+    fn word_ns(&self) -> Option<Vec<u64>> {
+        Some(self.it.word_ns.clone())
+    }
+}

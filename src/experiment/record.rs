@@ -1,0 +1,255 @@
+//! The results folder: `results/<experiment>/<utc-time>_<gpu-or-cpu>_<git-sha>/` with `record.json`
+//! (rewritten whole after every unit of work, so a crash late in a run loses nothing measured),
+//! `steps.csv` and `instructions.csv` (one serde row per line, appended and flushed as produced).
+//!
+//! Owns: the record format and the environment it describes (git sha and dirty flag, GPU, driver).
+//! Refuses: charts (`chart.rs` renders them from these files).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::diff::DiffResult;
+use super::spec::Experiment;
+use crate::error::{Context, Result};
+
+/// The measured read-bandwidth ceiling of the H200 (GB/s), the denominator of every bandwidth figure.
+pub const CEILING_GBPS: f64 = 4620.0;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub context: u32,
+    pub ms_median: f64,
+    pub ms_min: f64,
+    pub ms_max: f64,
+    pub samples: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathRecord {
+    pub name: String,
+    /// "ran", or "skipped: <why>".
+    pub status: String,
+    /// Over all contexts: ms per token median, min, max (None if skipped).
+    pub ms_per_token_median: Option<f64>,
+    pub ms_per_token_min: Option<f64>,
+    pub ms_per_token_max: Option<f64>,
+    pub by_context: Vec<Timing>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub experiment: Experiment,
+    pub spec_file: String,
+    pub command: Vec<String>,
+    pub started_utc: String,
+    pub finished_utc: Option<String>,
+    pub git_sha: String,
+    pub git_dirty: bool,
+    pub machine: String,
+    pub gpu: Option<String>,
+    pub driver: Option<String>,
+    pub nvrtc_options: Vec<String>,
+    pub checkpoint: String,
+    pub model: String,
+    pub program_hash: Option<String>,
+    pub cuda_sources_hash: Option<String>,
+    pub weight_bytes_per_step: u64,
+    pub ceiling_gbps: f64,
+    pub paths: Vec<PathRecord>,
+    pub diffs: Vec<DiffResult>,
+    pub notes: Vec<String>,
+}
+
+impl Record {
+    pub fn load(dir: &Path) -> Result<Record> {
+        let p = dir.join("record.json");
+        let text = std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{}: not a record", p.display()))
+    }
+}
+
+/// FNV-1a 64 of some bytes, as 16 hex digits: identifies a program or a source tree in a record.
+pub fn fnv_hex(parts: &[&[u8]]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in *p {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// UTC time as `YYYYMMDDTHHMMSSZ` (civil-from-days, no time-zone library needed).
+pub fn utc_stamp(t: std::time::SystemTime) -> String {
+    let s = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
+    let (days, sod) = (s.div_euclid(86_400), s.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", sod / 3600, sod % 3600 / 60, sod % 60)
+}
+
+/// (short sha, dirty) of the git checkout in the current folder, or ("unknown", false).
+pub fn git_state() -> (String, bool) {
+    let run = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match run(&["rev-parse", "--short", "HEAD"]) {
+        Some(sha) => (sha, run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty())),
+        None => ("unknown".into(), false),
+    }
+}
+
+/// An open results folder.
+pub struct Results {
+    pub dir: PathBuf,
+    steps: std::fs::File,
+    instr: std::fs::File,
+}
+
+/// One row of steps.csv.
+pub struct StepRow<'a> {
+    pub path: &'a str,
+    pub context: u32,
+    pub repetition: u32,
+    pub step: u32,
+    pub ms: f64,
+}
+
+/// One row of instructions.csv.
+pub struct InstrRow<'a> {
+    pub path: &'a str,
+    pub context: u32,
+    pub word: usize,
+    pub opcode: &'a str,
+    pub layer: u16,
+    pub ms_per_step: f64,
+}
+
+impl StepRow<'_> {
+    fn csv(&self) -> String {
+        format!("{},{},{},{},{}", self.path, self.context, self.repetition, self.step, self.ms)
+    }
+}
+
+impl InstrRow<'_> {
+    fn csv(&self) -> String {
+        format!("{},{},{},{},{},{}", self.path, self.context, self.word, self.opcode, self.layer, self.ms_per_step)
+    }
+}
+
+impl Results {
+    pub fn create(root: &Path, experiment: &str, device: &str, sha: &str, started: &str) -> Result<Results> {
+        let dir = root.join(experiment).join(format!("{started}_{device}_{sha}"));
+        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let open = |name: &str, header: &str| -> Result<std::fs::File> {
+            let mut f = std::fs::File::create(dir.join(name)).with_context(|| format!("create {name}"))?;
+            writeln!(f, "{header}").with_context(|| format!("write {name}"))?;
+            Ok(f)
+        };
+        Ok(Results {
+            steps: open("steps.csv", "path,context,repetition,step,ms")?,
+            instr: open("instructions.csv", "path,context,word,opcode,layer,ms_per_step")?,
+            dir,
+        })
+    }
+
+    pub fn step_row(&mut self, row: &StepRow) -> Result<()> {
+        writeln!(self.steps, "{}", row.csv()).context("write steps.csv")?;
+        self.steps.flush().context("write steps.csv")
+    }
+
+    pub fn instr_row(&mut self, row: &InstrRow) -> Result<()> {
+        writeln!(self.instr, "{}", row.csv()).context("write instructions.csv")?;
+        self.instr.flush().context("write instructions.csv")
+    }
+
+    /// Rewrites record.json (atomically: a temporary file renamed over it).
+    pub fn save(&self, r: &Record) -> Result<()> {
+        let text = serde_json::to_string_pretty(r).context("serialise record")?;
+        let tmp = self.dir.join("record.json.tmp");
+        std::fs::write(&tmp, text + "\n").context("write record.json")?;
+        std::fs::rename(&tmp, self.dir.join("record.json")).context("write record.json")
+    }
+}
+
+/// Reads steps.csv back: (path, context, ms).
+pub fn read_steps(dir: &Path) -> Result<Vec<(String, u32, f64)>> {
+    let text =
+        std::fs::read_to_string(dir.join("steps.csv")).with_context(|| format!("read {}/steps.csv", dir.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let bad =
+            || crate::error::Error::new(format!("steps.csv line {}: expected path,context,repetition,step,ms", i + 1));
+        if f.len() != 5 {
+            return Err(bad());
+        }
+        out.push((f[0].to_string(), f[1].parse().map_err(|_| bad())?, f[4].parse().map_err(|_| bad())?));
+    }
+    Ok(out)
+}
+
+/// Reads instructions.csv back: (path, opcode, ms_per_step).
+pub fn read_instructions(dir: &Path) -> Result<Vec<(String, String, f64)>> {
+    let text = std::fs::read_to_string(dir.join("instructions.csv"))
+        .with_context(|| format!("read {}/instructions.csv", dir.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let bad = || {
+            crate::error::Error::new(format!(
+                "instructions.csv line {}: expected path,context,word,opcode,layer,ms_per_step",
+                i + 1
+            ))
+        };
+        if f.len() != 6 {
+            return Err(bad());
+        }
+        out.push((f[0].to_string(), f[3].to_string(), f[5].parse().map_err(|_| bad())?));
+    }
+    Ok(out)
+}
+
+/// Median, min, max of samples (None when empty).
+pub fn summarise(v: &[f64]) -> Option<(f64, f64, f64)> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let med = if s.len() % 2 == 1 { s[s.len() / 2] } else { (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0 };
+    Some((med, s[0], s[s.len() - 1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamps_and_summaries() {
+        assert_eq!(utc_stamp(std::time::UNIX_EPOCH), "19700101T000000Z");
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_036_400); // 2026-12-01 11:00:00
+        assert_eq!(utc_stamp(t), "20261201T110000Z");
+        assert_eq!(summarise(&[3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
+        assert_eq!(summarise(&[4.0, 1.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(
+            StepRow { path: "graph", context: 4096, repetition: 1, step: 2, ms: 6.5 }.csv(),
+            "graph,4096,1,2,6.5"
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! Experiment files: a RON spec that asks one question (which paths, which model, which workload, what
+//! to diff). Unknown fields and unknown path names are errors, named in one line.
+//!
+//! Owns: the spec types, their parsing and their validation. Refuses: running anything.
+
+use serde::{Deserialize, Serialize};
+
+use crate::bail;
+use crate::error::{Context, Result};
+
+/// An execution path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PathName {
+    /// The direct CPU reference forward.
+    Reference,
+    /// The CPU interpreter of the compiled program.
+    Interpreter,
+    /// The discrete-kernel CUDA graph (GPU).
+    Graph,
+    /// The persistent megakernel (GPU).
+    Megakernel,
+}
+
+impl PathName {
+    pub fn is_gpu(self) -> bool {
+        matches!(self, PathName::Graph | PathName::Megakernel)
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            PathName::Reference => "reference",
+            PathName::Interpreter => "interpreter",
+            PathName::Graph => "graph",
+            PathName::Megakernel => "megakernel",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum ModelSpec {
+    /// A preset's synthetic checkpoint, generated into `cache/<preset>-seed<seed>` the first time.
+    Preset { name: String, seed: u64 },
+    /// A checkpoint folder (real or synthetic).
+    Checkpoint { path: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum Prompt {
+    /// These token ids.
+    Ids(Vec<u32>),
+    /// `length` random ids below 248,044 (real text tokens), from `seed`.
+    Random { length: u32, seed: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    pub prompt: Prompt,
+    /// Decode steps timed at each context length.
+    pub decode_steps: u32,
+    /// Context lengths to measure at (the prompt, then greedy tokens, fill the context up to each);
+    /// empty: the prompt's length.
+    #[serde(default)]
+    pub contexts: Vec<u32>,
+    /// Activation rows per step (1; >1 is speculative verification, later).
+    #[serde(default = "one")]
+    pub rows: u32,
+}
+
+/// A comparison of two paths. Without a tolerance the comparison is of bits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiffSpec {
+    pub a: PathName,
+    pub b: PathName,
+    /// For paths not meant to be identical (a GPU path against the CPU reference): |a - b| <=
+    /// abs + rel * |a| on every compared element (approx's relative_eq).
+    #[serde(default)]
+    pub tolerance: Option<Tolerance>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tolerance {
+    pub abs: f32,
+    pub rel: f32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub model: ModelSpec,
+    /// The model to use instead when a GPU is present (the GPU paths want a bigger one).
+    #[serde(default)]
+    pub model_with_gpu: Option<ModelSpec>,
+    pub paths: Vec<PathName>,
+    pub workload: Workload,
+    #[serde(default = "one")]
+    pub warmup: u32,
+    #[serde(default = "three")]
+    pub repetitions: u32,
+    #[serde(default)]
+    pub diffs: Vec<DiffSpec>,
+    /// Keep every instruction's output for the diffs of program paths (memory: one copy per word).
+    #[serde(default)]
+    pub debug: bool,
+    /// For the interpreter: run units in a random dependency-respecting order with this seed.
+    #[serde(default)]
+    pub shuffle_seed: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+fn three() -> u32 {
+    3
+}
+
+impl Experiment {
+    pub fn parse(text: &str) -> Result<Experiment> {
+        let e: Experiment = ron::from_str(text).map_err(|e| crate::error::Error::new(format!("experiment: {e}")))?;
+        e.check()?;
+        Ok(e)
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Experiment> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("read experiment {}", path.display()))?;
+        Experiment::parse(&text).with_context(|| path.display().to_string())
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.name.is_empty() || !self.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            bail!("experiment: name '{}' must be letters, digits, '_' or '-' (it names the results folder)", self.name);
+        }
+        if self.paths.is_empty() {
+            bail!("experiment: no paths to run");
+        }
+        let mut seen = self.paths.clone();
+        seen.sort();
+        seen.dedup();
+        if seen.len() != self.paths.len() {
+            bail!("experiment: a path is listed twice in paths");
+        }
+        for d in &self.diffs {
+            for p in [d.a, d.b] {
+                if !self.paths.contains(&p) {
+                    bail!("experiment: diff {:?} vs {:?} names a path that is not in paths", d.a, d.b);
+                }
+            }
+            if d.a == d.b {
+                bail!("experiment: diff of {:?} with itself", d.a);
+            }
+        }
+        if self.workload.rows != 1 {
+            bail!(
+                "experiment: workload.rows = {} (M > 1 needs speculative verification, not built yet)",
+                self.workload.rows
+            );
+        }
+        if self.repetitions == 0 {
+            bail!("experiment: repetitions must be at least 1");
+        }
+        let plen = match &self.workload.prompt {
+            Prompt::Ids(v) => v.len() as u32,
+            Prompt::Random { length, .. } => *length,
+        };
+        if plen == 0 {
+            bail!("experiment: the prompt is empty");
+        }
+        if let Prompt::Ids(ids) = &self.workload.prompt {
+            if let Some(t) = ids.iter().find(|t| **t >= 248_320) {
+                bail!("experiment: prompt token id {t} is out of range (vocabulary 248320)");
+            }
+        }
+        if let Some(c) = self.workload.contexts.iter().find(|c| **c < plen) {
+            bail!("experiment: context {c} is shorter than the prompt ({plen} tokens)");
+        }
+        Ok(())
+    }
+
+    /// The contexts to measure at.
+    pub fn contexts(&self) -> Vec<u32> {
+        if self.workload.contexts.is_empty() {
+            vec![match &self.workload.prompt {
+                Prompt::Ids(v) => v.len() as u32,
+                Prompt::Random { length, .. } => *length,
+            }]
+        } else {
+            self.workload.contexts.clone()
+        }
+    }
+
+    /// The prompt's token ids.
+    pub fn prompt_ids(&self) -> Vec<u32> {
+        match &self.workload.prompt {
+            Prompt::Ids(v) => v.clone(),
+            Prompt::Random { length, seed } => {
+                let mut r = crate::model::synth::Rng::new(*seed);
+                (0..*length).map(|_| (r.next_u64() % 248_044) as u32).collect()
+            }
+        }
+    }
+}

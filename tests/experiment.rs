@@ -1,0 +1,115 @@
+//! The experiment runner: spec parsing and its errors, and an end-to-end run whose results folder is
+//! checked for its record, its CSV and its charts.
+
+mod common;
+use mk::experiment::spec::{Experiment, ModelSpec, PathName};
+use mk::experiment::{run, summary, RunOptions};
+
+#[test]
+fn every_committed_experiment_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "ron") {
+            Experiment::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 1);
+    let q =
+        Experiment::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.ron")).unwrap();
+    assert_eq!(q.paths, [PathName::Reference, PathName::Interpreter, PathName::Graph, PathName::Megakernel]);
+}
+
+fn err(text: &str) -> String {
+    let e = Experiment::parse(text).unwrap_err().to_string();
+    assert!(!e.contains('\n'), "one line: {e}");
+    e
+}
+
+const OK: &str = r#"(name: "t", model: Preset(name: "tiny", seed: 0), paths: [Reference, Interpreter],
+    workload: (prompt: Ids([1, 2]), decode_steps: 1))"#;
+
+#[test]
+fn bad_specs_get_one_line_errors() {
+    Experiment::parse(OK).unwrap();
+    assert!(err(&OK.replace("Interpreter]", "Turbo]")).contains("Unexpected variant named `Turbo`"));
+    assert!(
+        err(&OK.replace("decode_steps: 1)", "decode_steps: 1, speed: 3)")).contains("Unexpected field named `speed`")
+    );
+    assert!(err("(name: ").starts_with("experiment:"));
+    assert!(err(&OK.replace("paths: [", "diffs: [(a: Graph, b: Reference)], paths: [")).contains("not in paths"));
+    assert!(err(&OK.replace("Ids([1, 2])", "Ids([1, 999999])")).contains("999999 is out of range"));
+    assert!(err(&OK.replace("decode_steps: 1)", "decode_steps: 1, contexts: [1])")).contains("shorter than the prompt"));
+    assert!(err(&OK.replace("\"t\"", "\"a/b\"")).contains("name"));
+}
+
+fn opts(tag: &str) -> RunOptions {
+    RunOptions {
+        results_root: common::scratch().join(tag),
+        cache_root: common::scratch().join("cache"),
+        spec_file: "test".into(),
+        command: vec!["mk".into(), "run".into()],
+    }
+}
+
+#[test]
+fn a_missing_checkpoint_is_an_error() {
+    let mut e = Experiment::parse(OK).unwrap();
+    e.model = ModelSpec::Checkpoint { path: "/nonexistent/ckpt".into() };
+    let m = run(&e, &opts("missing")).unwrap_err().to_string();
+    assert!(m.contains("checkpoint /nonexistent/ckpt not found"), "{m}");
+}
+
+#[test]
+fn a_run_writes_record_csv_and_charts_and_diffs_bits() {
+    let text = r#"(name: "e2e", model: Preset(name: "tiny", seed: 0),
+        paths: [Reference, Interpreter, Megakernel],
+        workload: (prompt: Ids([5, 6, 7]), decode_steps: 2, contexts: [3, 5]),
+        warmup: 0, repetitions: 2, debug: true,
+        diffs: [(a: Reference, b: Interpreter), (a: Interpreter, b: Megakernel)])"#;
+    let mut e = Experiment::parse(text).unwrap();
+    e.model = ModelSpec::Checkpoint { path: common::tiny().display().to_string() };
+    let dir = run(&e, &opts("e2e")).unwrap();
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("record.json")).unwrap()).unwrap();
+    for key in [
+        "experiment",
+        "command",
+        "git_sha",
+        "git_dirty",
+        "gpu",
+        "driver",
+        "nvrtc_options",
+        "program_hash",
+        "cuda_sources_hash",
+        "paths",
+        "diffs",
+    ] {
+        assert!(rec.get(key).is_some(), "record.json has no {key}");
+    }
+    let paths = rec["paths"].as_array().unwrap();
+    let by = |n: &str| paths.iter().find(|p| p["name"] == n).unwrap().clone();
+    assert!(by("megakernel")["status"].as_str().unwrap().starts_with("skipped: "));
+    for p in ["reference", "interpreter"] {
+        let r = by(p);
+        assert_eq!(r["status"], "ran");
+        assert!(r["ms_per_token_median"].as_f64().unwrap() > 0.0);
+        assert!(r["ms_per_token_min"].as_f64().unwrap() <= r["ms_per_token_max"].as_f64().unwrap());
+    }
+    let diffs = rec["diffs"].as_array().unwrap();
+    assert_eq!(diffs.len(), 1, "only diffs between paths that ran");
+    assert_eq!(
+        (diffs[0]["a"].as_str(), diffs[0]["b"].as_str(), diffs[0]["identical"].as_bool()),
+        (Some("reference"), Some("interpreter"), Some(true))
+    );
+    assert!(diffs[0]["first"].is_null());
+    // 2 paths x 2 contexts x 2 repetitions x 2 steps, plus the header.
+    assert_eq!(std::fs::read_to_string(dir.join("steps.csv")).unwrap().lines().count(), 1 + 16);
+    assert!(std::fs::metadata(dir.join("ms_per_token.png")).unwrap().len() > 1000);
+    assert!(summary(&dir).unwrap().contains("reference vs interpreter (bits): identical"));
+    // Charts re-render from the files alone; a run compared with itself is 1.000 everywhere.
+    assert!(mk::experiment::chart::render(&dir).unwrap().len() >= 3);
+    assert!(mk::experiment::chart::compare(&dir, &dir).unwrap().contains("1.000"));
+}
