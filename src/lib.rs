@@ -12,4 +12,5 @@ pub mod experiment;
 pub mod golden;
 pub mod isa;
 pub mod model;
+pub mod tokenizer;
 pub mod trace;
