@@ -1,0 +1,1 @@
+//! Chat template (placeholder while the tokenizer core is built).

@@ -1,0 +1,1 @@
+//! CLI handlers (placeholder while the tokenizer core is built).
