@@ -6,6 +6,7 @@
 //! checkpoints, CPU reference), `golden` and `trace` (checks against the oracle), `error`.
 
 pub mod compiler;
+pub mod cuda;
 pub mod error;
 pub mod exec;
 pub mod experiment;

@@ -92,6 +92,11 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// GPU utilities.
+    Gpu {
+        #[command(subcommand)]
+        cmd: GpuCmd,
+    },
     /// Inspect a compiled program.
     Program {
         #[command(subcommand)]
@@ -105,6 +110,15 @@ enum Cmd {
         prompt: Vec<u32>,
         #[arg(long, default_value_t = 16)]
         steps: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum GpuCmd {
+    /// Compile the CUDA sources with NVRTC only (no GPU needed).
+    Compile {
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
     },
 }
 
@@ -217,6 +231,11 @@ fn run(cli: Cli) -> Result<()> {
                 summary.units,
                 summary.counters
             );
+        }
+        Cmd::Gpu { cmd: GpuCmd::Compile { arch } } => {
+            let t = std::time::Instant::now();
+            let n = mk::cuda::compile_check(&arch)?;
+            println!("compiled for {arch}: CUBIN {n} bytes in {:.2} s", t.elapsed().as_secs_f64());
         }
         Cmd::Program { cmd } => match cmd {
             ProgramCmd::Header => print!("{}", mk::isa::cuda_header()),

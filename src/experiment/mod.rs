@@ -65,17 +65,20 @@ pub fn resolve_model(m: &ModelSpec, cache: &Path, progress: &indicatif::Progress
     }
 }
 
-fn new_engine<'a>(
-    p: PathName,
+/// What the engines of one run share: the model, its program, and the GPU upload.
+struct Shared<'a> {
     w: &'a Weights<'a>,
     prog: &'a Program,
     ck: &'a Checkpoint,
-    e: &Experiment,
-) -> Result<Box<dyn Engine + 'a>> {
-    Ok(match p {
-        PathName::Reference => Box::new(ReferenceEngine::new(w, prog.target.max_context as usize)),
-        PathName::Interpreter => Box::new(InterpEngine::new(prog, ck, e.shuffle_seed)?),
-        PathName::Graph | PathName::Megakernel => bail!("path {} is not built yet", p.label()),
+    graph: Option<&'a std::cell::RefCell<crate::cuda::discrete::Discrete>>,
+}
+
+fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn Engine + 'a>> {
+    Ok(match (p, s.graph) {
+        (PathName::Reference, _) => Box::new(ReferenceEngine::new(s.w, s.prog.target.max_context as usize)),
+        (PathName::Interpreter, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed)?),
+        (PathName::Graph, Some(d)) => Box::new(paths::GraphEngine::new(d)?),
+        _ => bail!("path {} is not available", p.label()),
     })
 }
 
@@ -152,6 +155,18 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
             }
         }
     }
+    let graph = if runnable.contains(&PathName::Graph) {
+        bar.println("uploading the model to the GPU and compiling the kernels");
+        let gpu = crate::cuda::Gpu::open()?;
+        rec.nvrtc_options = gpu.options();
+        let d = crate::cuda::discrete::Discrete::new(gpu, &prog, &ck, &opts.cache_root)?;
+        rec.cuda_sources_hash = Some(record::fnv_hex(&[crate::cuda::source().as_bytes()]));
+        rec.notes.push(format!("GPU arena: {:.3} GB, one allocation", d.arena_bytes as f64 / 1e9));
+        Some(std::cell::RefCell::new(d))
+    } else {
+        None
+    };
+    let shared = Shared { w: &w, prog: &prog, ck: &ck, graph: graph.as_ref() };
     res.save(&rec)?;
     let prompt = e.prompt_ids();
     // One token sequence serves every context: the prompt, then the first path's greedy tokens, up to
@@ -166,7 +181,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         pairs.iter().map(|d| DiffResult::new(d.a.label(), d.b.label(), d.tolerance)).collect();
     bar.set_message("diff pass");
     let mut engines: Vec<Box<dyn Engine>> =
-        runnable.iter().map(|p| new_engine(*p, &w, &prog, &ck, e)).collect::<Result<_>>()?;
+        runnable.iter().map(|p| new_engine(*p, &shared, e)).collect::<Result<_>>()?;
     let mut seq: Vec<u32> = Vec::with_capacity(total);
     let mut tok = prompt[0];
     let ctx_mark = *contexts.iter().max().unwrap_or(&0);
@@ -196,7 +211,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         let mut times: Vec<Vec<f64>> = Vec::new();
         let mut word_ns: Option<Vec<u64>> = None;
         for rep in 0..e.warmup + e.repetitions {
-            let mut eng = new_engine(*p, &w, &prog, &ck, e)?;
+            let mut eng = new_engine(*p, &shared, e)?;
             let mut t_rep = Vec::with_capacity(seq.len());
             for &tok in &seq {
                 let t = std::time::Instant::now();

@@ -38,11 +38,10 @@ pub fn unavailable(p: PathName) -> Option<String> {
     if !p.is_gpu() {
         return None;
     }
-    match gpu() {
-        None => Some("no GPU on this machine (no NVIDIA driver in /proc/driver/nvidia)".into()),
-        Some(_) => {
-            Some(format!("not built yet: the {} path is issue {}", p.label(), if p == PathName::Graph { 5 } else { 6 }))
-        }
+    match (gpu(), p) {
+        (None, _) => Some("no GPU on this machine (no NVIDIA driver in /proc/driver/nvidia)".into()),
+        (Some(_), PathName::Megakernel) => Some("not built yet: the megakernel path is issue 6".into()),
+        _ => None,
     }
 }
 
@@ -105,6 +104,85 @@ impl Engine for ReferenceEngine<'_> {
     }
 }
 
+/// A step capture of a program path from each word's output (in program order), the logits and the
+/// chosen token. The hidden state after a layer is h after the last word of that layer writing it.
+pub fn program_capture(p: &Program, outputs: Vec<(usize, Vec<f32>)>, logits: Vec<f32>, next: u32) -> StepCapture {
+    let h = p.buffer_id("h");
+    let mut hidden: Vec<Tensor> = Vec::new();
+    let mut instructions = Vec::new();
+    for (wi, data) in outputs {
+        let w = &p.words[wi];
+        let b = Interp::output_of(w).unwrap_or(0);
+        let buf = &p.buffers[b];
+        let t = Tensor {
+            name: buf.name.clone(),
+            layer: w.layer as u32,
+            cols: buf.cols as usize,
+            bf16: buf.elem_bytes == 2 && buf.kind != BufKind::Scratch,
+            data,
+        };
+        if Some(b) == h && w.opcode != crate::isa::Opcode::Embed {
+            let ht = bf16_tensor("hidden".into(), w.layer as u32, t.cols, t.data.clone());
+            match hidden.last_mut() {
+                Some(last) if last.layer == ht.layer => *last = ht,
+                _ => hidden.push(ht),
+            }
+        }
+        instructions.push((wi, format!("{:?}", w.opcode), t));
+    }
+    StepCapture { instructions, hidden, logits: Some(bf16_tensor("logits".into(), 0, logits.len(), logits)), token: next }
+}
+
+/// The state buffers of a program path, the KV caches cut to the positions written so far.
+fn program_states(p: &Program, pos: usize, mut read: impl FnMut(usize, usize) -> Option<Vec<f32>>) -> Vec<Tensor> {
+    let mut out = Vec::new();
+    for (i, b) in p.buffers.iter().enumerate().filter(|(_, b)| b.kind == BufKind::State) {
+        let is_cache = b.name.starts_with("k_cache") || b.name.starts_with("v_cache");
+        let n = if is_cache { pos * b.cols as usize } else { b.elems() as usize };
+        let Some(data) = read(i, n) else { continue };
+        let layer = b.name.rsplit('.').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let cols = if b.name.starts_with("recurrent") { 128 } else { b.cols as usize };
+        out.push(Tensor { name: b.name.clone(), layer, cols, bf16: b.elem_bytes == 2, data });
+    }
+    out
+}
+
+/// The discrete-kernel CUDA graph path (one shared device upload; each engine resets the state).
+pub struct GraphEngine<'a> {
+    d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>,
+}
+
+impl<'a> GraphEngine<'a> {
+    pub fn new(d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>) -> Result<GraphEngine<'a>> {
+        d.borrow_mut().reset()?;
+        Ok(GraphEngine { d })
+    }
+}
+
+impl Engine for GraphEngine<'_> {
+    fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
+        let mut d = self.d.borrow_mut();
+        if !capture {
+            return Ok((d.step(token, false, |_, _| Ok(()))?, None));
+        }
+        let mut outputs = Vec::new();
+        let next = d.step(token, true, |d, i| {
+            if let Some(b) = Interp::output_of(&d.program().words[i]) {
+                outputs.push((i, d.read(b, d.program().buffers[b].elems() as usize)?));
+            }
+            Ok(())
+        })?;
+        let logits = d.logits()?;
+        Ok((next, Some(program_capture(d.program(), outputs, logits, next))))
+    }
+
+    fn states(&self) -> Vec<Tensor> {
+        let d = self.d.borrow();
+        let pos = d.pos().unwrap_or(0);
+        program_states(d.program(), pos, |b, n| d.read(b, n).ok())
+    }
+}
+
 /// The CPU interpreter of the compiled program.
 pub struct InterpEngine<'a> {
     it: Interp<'a>,
@@ -128,55 +206,14 @@ impl Engine for InterpEngine<'_> {
         };
         let next = self.it.step(token, order)?;
         let cap = capture.then(|| {
-            let p = self.prog;
-            let h = p.buffer_id("h");
-            let mut hidden: Vec<Tensor> = Vec::new();
-            let mut instructions = Vec::new();
-            for (wi, data) in self.it.captured.drain(..) {
-                let w = &p.words[wi];
-                let b = Interp::output_of(w).unwrap_or(0);
-                let buf = &p.buffers[b];
-                let t = Tensor {
-                    name: buf.name.clone(),
-                    layer: w.layer as u32,
-                    cols: buf.cols as usize,
-                    bf16: buf.elem_bytes == 2 && buf.kind != BufKind::Scratch,
-                    data,
-                };
-                // The hidden state after a layer: h after the last word of that layer that writes it.
-                if Some(b) == h && w.opcode != crate::isa::Opcode::Embed {
-                    let ht = bf16_tensor("hidden".into(), w.layer as u32, t.cols, t.data.clone());
-                    match hidden.last_mut() {
-                        Some(last) if last.layer == ht.layer => *last = ht,
-                        _ => hidden.push(ht),
-                    }
-                }
-                instructions.push((wi, format!("{:?}", w.opcode), t));
-            }
-            let logits = self.it.logits().to_vec();
-            StepCapture {
-                instructions,
-                hidden,
-                logits: Some(bf16_tensor("logits".into(), 0, logits.len(), logits)),
-                token: next,
-            }
+            let outputs: Vec<(usize, Vec<f32>)> = self.it.captured.drain(..).collect();
+            program_capture(self.prog, outputs, self.it.logits().to_vec(), next)
         });
         Ok((next, cap))
     }
 
     fn states(&self) -> Vec<Tensor> {
-        let p = self.prog;
-        let pos = self.it.pos();
-        let mut out = Vec::new();
-        for b in p.buffers.iter().filter(|b| b.kind == BufKind::State) {
-            let Some(data) = self.it.buffer(&b.name) else { continue };
-            let layer = b.name.rsplit('.').next().and_then(|s| s.parse().ok()).unwrap_or(0);
-            let is_cache = b.name.starts_with("k_cache") || b.name.starts_with("v_cache");
-            let data = if is_cache { data[..pos * b.cols as usize].to_vec() } else { data.to_vec() };
-            let cols = if b.name.starts_with("recurrent") { 128 } else { b.cols as usize };
-            out.push(Tensor { name: b.name.clone(), layer, cols, bf16: b.elem_bytes == 2, data });
-        }
-        out
+        program_states(self.prog, self.it.pos(), |b, n| self.it.buffer(&self.prog.buffers[b].name).map(|d| d[..n].to_vec()))
     }
 
     fn word_ns(&self) -> Option<Vec<u64>> {

@@ -1,0 +1,147 @@
+// Shared definitions of every op: the device context (buffer pointers by id), number formats and the
+// fixed-order reductions. Owns: bf16/e4m3 conversions and reductions. Refuses: float atomics (none
+// anywhere in megakernel/): every reduction below has a fixed order.
+#pragma once
+
+#define THREADS 256
+#define WARPS (THREADS / 32)
+#define GEMV_UNIT_ROWS 16
+#define KGROUP 1024
+#define ATTN_PART 256
+
+struct DevCtx {
+  void* const* bufs;              // per buffer id: device pointer
+  const float* const* scales;     // per buffer id: fp8 weight_scale_inv as f32 [rows/128][cols/128], else null
+  const unsigned* rows;           // per buffer id: rows
+  const unsigned* cols;           // per buffer id: cols
+  const unsigned char* wbytes;    // per buffer id: bytes per element (1 fp8, 2 bf16, 4 f32)
+  const float* rope;              // [max_ctx][2][rotary_dim]: cos then sin, bf16 values (from the CPU tables)
+  unsigned rotary_dim, head_dim, gdn_dim, n_heads, n_kv_heads, gdn_k_heads, gdn_v_heads, max_ctx;
+  float eps;
+};
+
+__device__ __forceinline__ float bf2f(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
+
+// Round-to-nearest-even to bf16 (NaN stays NaN), as the CPU reference's half::bf16::from_f32.
+__device__ __forceinline__ unsigned short f2bf(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float bf(float f) { return bf2f(f2bf(f)); }
+
+// float8_e4m3fn: bias 7, no infinities, 0x7f/0xff NaN.
+__device__ __forceinline__ float e4m3(unsigned b) {
+  unsigned e = (b >> 3) & 15u, m = b & 7u;
+  float v = e == 0 ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+  if (e == 15u && m == 7u) v = __int_as_float(0x7fc00000);
+  return (b & 0x80u) ? -v : v;
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// ORDER: butterfly over lanes (xor 16, 8, 4, 2, 1); every lane ends with the same value.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ORDER: thread t sums its own terms in order, warps reduce by butterfly, then warp sums are added in
+// warp order by thread 0. Returns the total to every thread. `red` is WARPS floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float t = 0.f;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < WARPS; ++w) t += red[w];
+    red[0] = t;
+  }
+  __syncthreads();
+  t = red[0];
+  __syncthreads();
+  return t;
+}
+
+template <typename T> __device__ __forceinline__ T* B(const DevCtx& c, unsigned short id) { return (T*)c.bufs[id]; }
+
+// A block-wide zero-centred RMSNorm of bf16 x[0..n) into bf16 shared memory out:
+// bf((x * rstd) * (1 + w)), rstd = 1 / sqrt(sum(x^2) * (1/n) + eps).
+__device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned n, float eps, unsigned short* out, float* red) {
+  float ss = 0.f;
+  for (unsigned i = threadIdx.x; i < n; i += THREADS) { float v = bf2f(x[i]); ss += v * v; }
+  ss = block_sum(ss, red);
+  float rstd = 1.0f / sqrtf(ss * (1.0f / (float)n) + eps);
+  for (unsigned i = threadIdx.x; i < n; i += THREADS) out[i] = f2bf((bf2f(x[i]) * rstd) * (1.0f + w[i]));
+  __syncthreads();
+}
+
+// One warp's dot product of weight row r (fp8 with block scales, or bf16) with bf16 shared x over
+// columns [k0, k1): lane-strided 16-byte chunks, fma in fp32, then the warp butterfly.
+// fp8 weights are dequantised as the oracle's bf16(e4m3 * scale).
+__device__ float row_dot(const DevCtx& c, unsigned short wid, unsigned r, const unsigned short* xs, unsigned k0, unsigned k1) {
+  unsigned K = c.cols[wid];
+  float acc = 0.f;
+  unsigned lane = threadIdx.x & 31;
+  if (c.wbytes[wid] == 1) {
+    const unsigned char* w = (const unsigned char*)c.bufs[wid] + (size_t)r * K;
+    const float* sc = c.scales[wid] + (size_t)(r / 128) * ((K + 127) / 128);
+    for (unsigned k = k0 + lane * 16; k < k1; k += 32 * 16) {
+      uint4 v = *(const uint4*)(w + k);
+      float s = sc[k / 128];
+      unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) acc = fmaf(bf(e4m3((words[q] >> (8 * b)) & 255u) * s), bf2f(xs[k + 4 * q + b]), acc);
+    }
+  } else {
+    const unsigned short* w = (const unsigned short*)c.bufs[wid] + (size_t)r * K;
+    for (unsigned k = k0 + lane * 8; k < k1; k += 32 * 8) {
+      uint4 v = *(const uint4*)(w + k);
+      unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        acc = fmaf(bf2f(words[q] & 0xffffu), bf2f(xs[k + 2 * q]), acc);
+        acc = fmaf(bf2f(words[q] >> 16), bf2f(xs[k + 2 * q + 1]), acc);
+      }
+    }
+  }
+  return warp_sum(acc);
+}
+
+// The rows and k-groups of unit u of a GEMV word.
+struct GemvSpan { unsigned r0, r1, g0, g1; };
+__device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigned K) {
+  unsigned kp = u % w.k_parts, rs = u / w.k_parts;
+  unsigned groups = (K + KGROUP - 1) / KGROUP;
+  GemvSpan s;
+  s.r0 = rs * w.unit_rows;
+  s.r1 = min(w.rows, s.r0 + w.unit_rows);
+  s.g0 = kp * groups / w.k_parts;
+  s.g1 = (kp + 1) * groups / w.k_parts;
+  return s;
+}
+
+// For each row of the span (a warp per row): the per-group sums, either stored as split-K partials
+// [g][rows] (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value)` by lane 0.
+template <typename Epi>
+__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, const unsigned short* xs, Epi epilogue) {
+  unsigned K = c.cols[wid];
+  GemvSpan s = gemv_span(w, u, K);
+  unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (unsigned r = s.r0 + warp; r < s.r1; r += WARPS) {
+    float total = 0.f;
+    for (unsigned g = s.g0; g < s.g1; ++g) {
+      float part = row_dot(c, wid, r, xs, g * KGROUP, min(K, (g + 1) * KGROUP));
+      if (w.flags & FLAG_PARTIAL) {
+        if (lane == 0) B<float>(c, w.ops[SLOT_OUT0])[(size_t)g * w.rows + r] = part;
+      } else {
+        total += part;  // ORDER: k-groups in order
+      }
+    }
+    if (!(w.flags & FLAG_PARTIAL) && lane == 0) epilogue(r, total);
+  }
+}

@@ -1,0 +1,8 @@
+// op_end_step: hands the token over (token = next, position + 1). The megakernel also resets every
+// counter here; the discrete path has none.
+__device__ void op_end_step(const DevCtx& c, const Word& w, unsigned, char*) {
+  if (threadIdx.x != 0) return;
+  unsigned* ctrl = B<unsigned>(c, w.ops[SLOT_IN0]);
+  ctrl[1] = ctrl[2];
+  ctrl[0] += 1;
+}

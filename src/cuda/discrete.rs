@@ -1,0 +1,320 @@
+//! The discrete-kernel path: every word of the program is one launch of its `k_<op>` kernel (a block
+//! per unit), the step is captured once as a CUDA graph and replayed for every token. The position,
+//! token and next token live in the program's control buffer on the device and are advanced by the
+//! `EndStep` kernel, so the graph never changes.
+//!
+//! Owns: the device arena (one allocation at startup: weights in checkpoint byte order, fp8 scales as
+//! f32, small vectors as f32, activations, scratch, state, the buffer tables, the RoPE table and the
+//! program), the launches and the graph. Refuses: allocating after startup.
+
+use std::collections::HashMap;
+
+use cudarc::driver::{CudaFunction, CudaGraph, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::Gpu;
+use crate::error::{Error, Result};
+use crate::isa::access::{ATTN_HEAD_DIM, CTRL_LEN, GDN_HEAD_DIM};
+use crate::isa::{BufKind, Opcode, Program, Word};
+use crate::model::checkpoint::Checkpoint;
+use crate::model::numerics::bf16_to_f32;
+use crate::model::tensors::{Dt, Role};
+
+/// The device context every op reads; the same layout as `DevCtx` in megakernel/common.cuh.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DevCtx {
+    bufs: u64,
+    scales: u64,
+    rows: u64,
+    cols: u64,
+    wbytes: u64,
+    rope: u64,
+    rotary_dim: u32,
+    head_dim: u32,
+    gdn_dim: u32,
+    n_heads: u32,
+    n_kv_heads: u32,
+    gdn_k_heads: u32,
+    gdn_v_heads: u32,
+    max_ctx: u32,
+    eps: f32,
+    _pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<DevCtx>() == 88);
+// SAFETY: plain old data with the C layout of the CUDA struct.
+unsafe impl DeviceRepr for DevCtx {}
+
+fn cu<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
+    r.map_err(|e| Error::new(format!("{what}: {e:?}")))
+}
+
+const ALIGN: usize = 256;
+
+/// Where a buffer lives in the arena and how it is stored there.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    off: usize,
+    bytes: usize,
+    scale_off: Option<usize>,
+    elem_bytes: u8,
+}
+
+pub struct Discrete {
+    pub gpu: Gpu,
+    prog: Program,
+    arena: CudaSlice<u8>,
+    base: u64,
+    places: Vec<Place>,
+    prog_off: usize,
+    ctx: DevCtx,
+    funcs: HashMap<Opcode, CudaFunction>,
+    graph: Option<CudaGraph>,
+    ctrl: usize,
+    logits: usize,
+    pub module_hash: String,
+    pub arena_bytes: usize,
+}
+
+/// Dynamic shared memory a word's kernel needs.
+fn smem_bytes(p: &Program, w: &Word) -> u32 {
+    let k = |s: usize| w.op(s).map(|b| p.buffers[b].cols as usize).unwrap_or(0);
+    let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8;
+    (match w.opcode {
+        Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead => {
+            gemv(k(crate::isa::slot::IN0))
+        }
+        Opcode::GdnRecur => (2 * GDN_HEAD_DIM + 2) * 4,
+        Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
+        Opcode::AttnScores => (ATTN_HEAD_DIM + 8 + crate::isa::access::ATTN_PART) * 4,
+        Opcode::AttnPv => (crate::isa::access::ATTN_PART + 2) * 4,
+        _ => 0,
+    }) as u32
+}
+
+impl Discrete {
+    /// Uploads everything the program needs and compiles the kernels. The only device allocation.
+    pub fn new(gpu: Gpu, prog: &Program, ck: &Checkpoint, cache: &std::path::Path) -> Result<Discrete> {
+        let cfg = &ck.config;
+        let specs = ck.specs();
+        // Layout.
+        let mut at = 0usize;
+        let mut take = |n: usize| {
+            let o = at;
+            at = (at + n).div_ceil(ALIGN) * ALIGN;
+            o
+        };
+        let mut places = Vec::new();
+        for b in &prog.buffers {
+            let p = if b.kind == BufKind::Weight {
+                let s = specs.iter().find(|s| s.name == b.name).ok_or_else(|| Error::new(format!("gpu: no tensor {}", b.name)))?;
+                let matrix = matches!(s.role, Role::Linear { .. } | Role::Embedding | Role::LmHead);
+                if matrix {
+                    let eb = if s.dtype == Dt::F8E4M3 { 1 } else { 2 };
+                    let bytes = b.elems() as usize * eb;
+                    let off = take(bytes);
+                    let scale_off = (eb == 1).then(|| take(b.rows.div_ceil(128) as usize * b.cols.div_ceil(128) as usize * 4));
+                    Place { off, bytes, scale_off, elem_bytes: eb as u8 }
+                } else {
+                    let bytes = b.elems() as usize * 4;
+                    Place { off: take(bytes), bytes, scale_off: None, elem_bytes: 4 }
+                }
+            } else {
+                let bytes = b.elems() as usize * b.elem_bytes as usize;
+                Place { off: take(bytes), bytes, scale_off: None, elem_bytes: b.elem_bytes as u8 }
+            };
+            places.push(p);
+        }
+        let n = prog.buffers.len();
+        let t_bufs = take(8 * n);
+        let t_scales = take(8 * n);
+        let t_rows = take(4 * n);
+        let t_cols = take(4 * n);
+        let t_wbytes = take(n);
+        let max_ctx = prog.target.max_context as usize;
+        let rot = cfg.rotary_dim;
+        let t_rope = take(max_ctx * 2 * rot * 4);
+        let words = prog.encode_words();
+        let prog_off = take(words.len());
+        let total = at;
+        let stream = gpu.stream.clone();
+        let mut arena = cu(stream.alloc_zeros::<u8>(total), "cuMemAlloc (arena)")?;
+        let base = {
+            let (p, _g) = arena.device_ptr(&stream);
+            p
+        };
+        let put = |arena: &mut CudaSlice<u8>, off: usize, bytes: &[u8]| -> Result<()> {
+            let mut v = arena.slice_mut(off..off + bytes.len());
+            cu(stream.memcpy_htod(bytes, &mut v), "cuMemcpyHtoD")
+        };
+        // Weights.
+        for (b, p) in prog.buffers.iter().zip(&places) {
+            if b.kind != BufKind::Weight {
+                continue;
+            }
+            if p.elem_bytes == 4 {
+                let v: Vec<u8> = ck.f32_vec(&b.name).iter().flat_map(|x| x.to_le_bytes()).collect();
+                put(&mut arena, p.off, &v)?;
+            } else {
+                put(&mut arena, p.off, ck.bytes(&b.name))?;
+                if let Some(so) = p.scale_off {
+                    let module = b.name.trim_end_matches(".weight");
+                    let s: Vec<u8> = ck.f32_vec(&format!("{module}.weight_scale_inv")).iter().flat_map(|x| x.to_le_bytes()).collect();
+                    put(&mut arena, so, &s)?;
+                }
+            }
+        }
+        // Tables.
+        let le64 = |v: Vec<u64>| v.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let le32 = |v: Vec<u32>| v.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        put(&mut arena, t_bufs, &le64(places.iter().map(|p| base + p.off as u64).collect()))?;
+        put(&mut arena, t_scales, &le64(places.iter().map(|p| p.scale_off.map(|o| base + o as u64).unwrap_or(0)).collect()))?;
+        put(&mut arena, t_rows, &le32(prog.buffers.iter().map(|b| b.rows as u32).collect()))?;
+        put(&mut arena, t_cols, &le32(prog.buffers.iter().map(|b| b.cols as u32).collect()))?;
+        put(&mut arena, t_wbytes, &places.iter().map(|p| p.elem_bytes).collect::<Vec<u8>>())?;
+        // RoPE: the CPU reference's own bf16 tables, so both compute the same angles.
+        let mut rope = Vec::with_capacity(max_ctx * 2 * rot * 4);
+        for pos in 0..max_ctx {
+            let (c, s) = crate::model::ops::rope_tables(pos, rot, cfg.rope_theta);
+            for x in c.iter().chain(&s) {
+                rope.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        put(&mut arena, t_rope, &rope)?;
+        put(&mut arena, prog_off, &words)?;
+        let ctx = DevCtx {
+            bufs: base + t_bufs as u64,
+            scales: base + t_scales as u64,
+            rows: base + t_rows as u64,
+            cols: base + t_cols as u64,
+            wbytes: base + t_wbytes as u64,
+            rope: base + t_rope as u64,
+            rotary_dim: rot as u32,
+            head_dim: cfg.head_dim as u32,
+            gdn_dim: cfg.gdn_v_dim as u32,
+            n_heads: cfg.n_heads as u32,
+            n_kv_heads: cfg.n_kv_heads as u32,
+            gdn_k_heads: cfg.gdn_k_heads as u32,
+            gdn_v_heads: cfg.gdn_v_heads as u32,
+            max_ctx: max_ctx as u32,
+            eps: cfg.rms_eps as f32,
+            _pad: 0,
+        };
+        let (module, module_hash) = gpu.module(&super::source(), cache)?;
+        let mut funcs = HashMap::new();
+        for op in Opcode::ALL {
+            let f = cu(module.load_function(&format!("k_{}", op.snake())), "cuModuleGetFunction")?;
+            funcs.insert(op, f);
+        }
+        let find = |name: &str| prog.buffer_id(name).ok_or_else(|| Error::new(format!("gpu: the program has no {name} buffer")));
+        let (ctrl, logits) = (find("ctrl")?, find("logits")?);
+        cu(stream.synchronize(), "cuStreamSynchronize (upload)")?;
+        Ok(Discrete { gpu, prog: prog.clone(), arena, base, places, prog_off, ctx, funcs, graph: None, ctrl, logits, module_hash, arena_bytes: total })
+    }
+
+    fn launch_word(&self, i: usize) -> Result<()> {
+        let w = &self.prog.words[i];
+        let f = &self.funcs[&w.opcode];
+        let cfg = LaunchConfig { grid_dim: (w.units, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem_bytes(&self.prog, w) };
+        let prog_ptr = self.base + self.prog_off as u64;
+        let wi = i as u32;
+        let mut b = self.gpu.stream.launch_builder(f);
+        b.arg(&prog_ptr).arg(&wi).arg(&self.ctx);
+        // SAFETY: the kernel's parameters are (const Word*, unsigned, DevCtx) and every pointer in
+        // the context points into the arena, which outlives the launch.
+        cu(unsafe { b.launch(cfg) }.map(|_| ()), &format!("launch word {i} ({:?})", w.opcode))
+    }
+
+    /// Zeroes the per-sequence state, the control block (position 0) and the activations.
+    pub fn reset(&mut self) -> Result<()> {
+        let stream = self.gpu.stream.clone();
+        for (b, p) in self.prog.buffers.iter().zip(self.places.clone()) {
+            if b.kind != BufKind::Weight {
+                let mut v = self.arena.slice_mut(p.off..p.off + p.bytes);
+                cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One decode step on `token`; returns the greedy next token. `eager`: launch word by word
+    /// (debug captures), else replay the CUDA graph (captured on first use).
+    pub fn step(&mut self, token: u32, eager: bool, mut after_word: impl FnMut(&Discrete, usize) -> Result<()>) -> Result<u32> {
+        let stream = self.gpu.stream.clone();
+        let c = self.places[self.ctrl];
+        {
+            let mut v = self.arena.slice_mut(c.off + 4..c.off + 8);
+            cu(stream.memcpy_htod(&token.to_le_bytes(), &mut v), "write token")?;
+        }
+        if eager {
+            for i in 0..self.prog.words.len() {
+                self.launch_word(i)?;
+                after_word(self, i)?;
+            }
+        } else {
+            if self.graph.is_none() {
+                cu(stream.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "begin capture")?;
+                let mut err = None;
+                for i in 0..self.prog.words.len() {
+                    if let Err(e) = self.launch_word(i) {
+                        err = Some(e);
+                        break;
+                    }
+                }
+                let g = cu(stream.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0)), "end capture")?;
+                if let Some(e) = err {
+                    return Err(e);
+                }
+                self.graph = Some(g.ok_or_else(|| Error::new("graph capture produced no graph"))?);
+            }
+            if let Some(g) = &self.graph {
+                cu(g.launch(), "cuGraphLaunch")?;
+            }
+        }
+        let ctrl = self.read_u32(self.ctrl, 0, CTRL_LEN)?;
+        Ok(ctrl[1])
+    }
+
+    fn read_bytes(&self, buf: usize, from: usize, to: usize) -> Result<Vec<u8>> {
+        let p = self.places[buf];
+        let v = self.arena.slice(p.off + from..p.off + to);
+        let mut host = vec![0u8; to - from];
+        cu(self.gpu.stream.memcpy_dtoh(&v, &mut host), "cuMemcpyDtoH")?;
+        cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")?;
+        Ok(host)
+    }
+
+    fn read_u32(&self, buf: usize, from: usize, n: usize) -> Result<Vec<u32>> {
+        let b = self.read_bytes(buf, from * 4, (from + n) * 4)?;
+        Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    /// A buffer's first `n` elements as f32 (bf16 widened exactly).
+    pub fn read(&self, buf: usize, n: usize) -> Result<Vec<f32>> {
+        let eb = self.places[buf].elem_bytes as usize;
+        let b = self.read_bytes(buf, 0, n * eb)?;
+        Ok(match eb {
+            2 => b.chunks_exact(2).map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
+            4 if self.prog.buffers[buf].kind == BufKind::Control => {
+                b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect()
+            }
+            _ => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        })
+    }
+
+    pub fn logits(&self) -> Result<Vec<f32>> {
+        self.read(self.logits, self.prog.buffers[self.logits].elems() as usize)
+    }
+
+    pub fn pos(&self) -> Result<usize> {
+        Ok(self.read_u32(self.ctrl, 0, 1)?[0] as usize)
+    }
+
+    pub fn program(&self) -> &Program {
+        &self.prog
+    }
+
+    /// Waits for the stream; for timing.
+    pub fn sync(&self) -> Result<()> {
+        cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")
+    }
+}

@@ -1,0 +1,183 @@
+//! The thin CUDA layer: finding the GPU (a clean error, never a panic, when there is none), NVRTC with
+//! one options function, modules cached by source hash, and the CUDA sources of `megakernel/` stitched
+//! into one translation unit behind the header generated from the ISA.
+//!
+//! Owns: device discovery, compilation, the source text. Refuses: model knowledge (executors get
+//! named buffers from the program).
+
+pub mod discrete;
+
+use std::ffi::{c_char, CString};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaContext, CudaModule, CudaStream};
+use cudarc::nvrtc::{result as nres, sys as nsys, Ptx};
+
+use crate::bail;
+use crate::error::{Context, Error, Result};
+
+/// The CUDA sources, in include order (one translation unit for NVRTC).
+const SOURCES: [(&str, &str); 19] = [
+    ("common.cuh", include_str!("../../megakernel/common.cuh")),
+    ("ops/embed.cuh", include_str!("../../megakernel/ops/embed.cuh")),
+    ("ops/gemv_norm.cuh", include_str!("../../megakernel/ops/gemv_norm.cuh")),
+    ("ops/gemv_gate_up.cuh", include_str!("../../megakernel/ops/gemv_gate_up.cuh")),
+    ("ops/gemv_gated_norm_residual.cuh", include_str!("../../megakernel/ops/gemv_gated_norm_residual.cuh")),
+    ("ops/gemv_residual.cuh", include_str!("../../megakernel/ops/gemv_residual.cuh")),
+    ("ops/reduce_store.cuh", include_str!("../../megakernel/ops/reduce_store.cuh")),
+    ("ops/reduce_residual.cuh", include_str!("../../megakernel/ops/reduce_residual.cuh")),
+    ("ops/gdn_conv.cuh", include_str!("../../megakernel/ops/gdn_conv.cuh")),
+    ("ops/gdn_recur.cuh", include_str!("../../megakernel/ops/gdn_recur.cuh")),
+    ("ops/attn_kv.cuh", include_str!("../../megakernel/ops/attn_kv.cuh")),
+    ("ops/attn_scores.cuh", include_str!("../../megakernel/ops/attn_scores.cuh")),
+    ("ops/attn_pv.cuh", include_str!("../../megakernel/ops/attn_pv.cuh")),
+    ("ops/attn_reduce_gate.cuh", include_str!("../../megakernel/ops/attn_reduce_gate.cuh")),
+    ("ops/lm_head.cuh", include_str!("../../megakernel/ops/lm_head.cuh")),
+    ("ops/argmax.cuh", include_str!("../../megakernel/ops/argmax.cuh")),
+    ("ops/end_step.cuh", include_str!("../../megakernel/ops/end_step.cuh")),
+    ("discrete.cu", include_str!("../../megakernel/discrete.cu")),
+    ("abi.cuh", include_str!("../../megakernel/abi.cuh")),
+];
+
+/// The whole translation unit: the ISA header (generated, not the committed copy), then the sources.
+pub fn source() -> String {
+    let mut s = crate::isa::cuda_header();
+    for (name, text) in SOURCES.iter().filter(|(n, _)| *n != "abi.cuh") {
+        s += &format!("// ---- megakernel/{name}\n{text}\n");
+    }
+    s
+}
+
+/// The NVRTC options, in one place, recorded in every result. fmad is off: elementwise ops round
+/// exactly as written (as the CPU reference does); the GEMV uses fmaf explicitly where it wants FMA.
+pub fn nvrtc_options(arch: &str, cuda_include: &Path) -> Vec<String> {
+    let mut o = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".into(),
+        "--fmad=false".into(),
+        "--prec-div=true".into(),
+        "--prec-sqrt=true".into(),
+        "--ftz=false".into(),
+        "-default-device".into(),
+        format!("--include-path={}", cuda_include.display()),
+    ];
+    if cuda_include.join("cccl").is_dir() {
+        o.push(format!("--include-path={}", cuda_include.join("cccl").display()));
+    }
+    o
+}
+
+/// An open GPU: context, one stream, its name, SM count and architecture.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub name: String,
+    pub sms: u32,
+    pub arch: String,
+    pub cuda_home: PathBuf,
+}
+
+/// Preloads libnvrtc from the toolkit by path, so the by-name dlopen cudarc does later finds it.
+fn preload_nvrtc(cuda_home: &Path) {
+    for prefix in ["libnvrtc-builtins.so.", "libnvrtc.so."] {
+        for d in [cuda_home.join("lib64"), cuda_home.join("targets/x86_64-linux/lib"), cuda_home.join("lib")] {
+            let Ok(rd) = std::fs::read_dir(&d) else { continue };
+            let mut names: Vec<PathBuf> = rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && !n.ends_with(".alt")))
+                .collect();
+            names.sort_by_key(|p| p.as_os_str().len());
+            if let Some(p) = names.first() {
+                // SAFETY: loading the NVIDIA library only runs its initialisers; it stays loaded.
+                if let Ok(lib) = unsafe { libloading::Library::new(p) } {
+                    std::mem::forget(lib);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl Gpu {
+    /// Opens device 0, or says plainly why there is no GPU.
+    pub fn open() -> Result<Gpu> {
+        // cudarc panics when libcuda is missing: check first.
+        if !unsafe { sys::is_culib_present() } {
+            bail!("no GPU: the NVIDIA driver library (libcuda.so.1) is not on this machine");
+        }
+        let cuda_home = PathBuf::from(std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into()));
+        preload_nvrtc(&cuda_home);
+        if !unsafe { nsys::is_culib_present() } {
+            bail!("no NVRTC: libnvrtc is not under {}/lib64 nor on the loader path (set CUDA_HOME)", cuda_home.display());
+        }
+        let ctx = CudaContext::new(0).map_err(|e| Error::new(format!("no GPU: cannot open device 0: {e:?}")))?;
+        // One explicit stream with explicit synchronisation (graph capture needs no event tracking).
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(|e| Error::new(format!("cuStreamCreate: {e:?}")))?;
+        let name = ctx.name().map_err(|e| Error::new(format!("cuDeviceGetName: {e:?}")))?;
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| Error::new(format!("SM count: {e:?}")))? as u32;
+        let cc = ctx.compute_capability().map_err(|e| Error::new(format!("compute capability: {e:?}")))?;
+        Ok(Gpu { ctx, stream, name, sms, arch: format!("sm_{}{}", cc.0, cc.1), cuda_home })
+    }
+
+    pub fn options(&self) -> Vec<String> {
+        nvrtc_options(&self.arch, &self.cuda_home.join("include"))
+    }
+
+    /// Compiles `src` with NVRTC (or loads the CUBIN cached under `cache/cubin/<hash>.cubin`).
+    pub fn module(&self, src: &str, cache: &Path) -> Result<(Arc<CudaModule>, String)> {
+        let opts = self.options();
+        let hash = crate::experiment::record::fnv_hex(&[src.as_bytes(), opts.join(" ").as_bytes(), self.arch.as_bytes()]);
+        let file = cache.join("cubin").join(format!("{hash}.cubin"));
+        let cubin = match std::fs::read(&file) {
+            Ok(b) if !b.is_empty() => b,
+            _ => {
+                let b = nvrtc(src, &opts)?;
+                if std::fs::create_dir_all(file.parent().unwrap_or(cache)).is_ok() {
+                    let _ = std::fs::write(&file, &b);
+                }
+                b
+            }
+        };
+        let m = self.ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| Error::new(format!("cuModuleLoadData: {e:?}")))?;
+        Ok((m, hash))
+    }
+}
+
+/// NVRTC alone (no driver, no GPU): compiles the sources for `arch`; returns the CUBIN size. For
+/// checking CUDA changes on a machine without a GPU (NVRTC from CUDA_HOME, e.g. the nvidia-cuda-nvrtc
+/// wheel unpacked).
+pub fn compile_check(arch: &str) -> Result<usize> {
+    let cuda_home = PathBuf::from(std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into()));
+    preload_nvrtc(&cuda_home);
+    if !unsafe { nsys::is_culib_present() } {
+        bail!("no NVRTC: libnvrtc is not under {} nor on the loader path (set CUDA_HOME)", cuda_home.display());
+    }
+    Ok(nvrtc(&source(), &nvrtc_options(arch, &cuda_home.join("include")))?.len())
+}
+
+fn cstr(v: &[c_char]) -> String {
+    String::from_utf8_lossy(&v.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect::<Vec<_>>()).into_owned()
+}
+
+/// NVRTC to CUBIN; a compile error comes back with the NVRTC log.
+fn nvrtc(src: &str, opts: &[String]) -> Result<Vec<u8>> {
+    let csrc = CString::new(src).context("CUDA source has a NUL byte")?;
+    let name = CString::new("mk.cu").context("name")?;
+    let prog = nres::create_program(&csrc, Some(&name)).map_err(|e| Error::new(format!("nvrtcCreateProgram: {e:?}")))?;
+    let compiled = unsafe { nres::compile_program(prog, opts) };
+    let log = unsafe { nres::get_program_log(prog) }.map(|v| cstr(&v)).unwrap_or_default();
+    let out = (|| -> Result<Vec<u8>> {
+        compiled.map_err(|e| Error::new(format!("NVRTC: {e:?}: {}", log.lines().take(8).collect::<Vec<_>>().join(" | "))))?;
+        let mut size = 0usize;
+        unsafe { nsys::nvrtcGetCUBINSize(prog, &mut size) }.result().map_err(|e| Error::new(format!("nvrtcGetCUBINSize: {e:?}")))?;
+        let mut buf = vec![0u8; size];
+        unsafe { nsys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char) }.result().map_err(|e| Error::new(format!("nvrtcGetCUBIN: {e:?}")))?;
+        Ok(buf)
+    })();
+    let _ = unsafe { nres::destroy_program(prog) };
+    out
+}
