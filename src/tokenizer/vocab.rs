@@ -40,7 +40,8 @@ impl Vocab {
             if rank != offs.len() - 1 {
                 bail!("vocabulary line {}: rank {rank} out of order (expected {})", n + 1, offs.len() - 1);
             }
-            base64_decode(b64, &mut bytes).map_err(|e| crate::error::Error::new(format!("vocabulary line {}: {e}", n + 1)))?;
+            base64_decode(b64, &mut bytes)
+                .map_err(|e| crate::error::Error::new(format!("vocabulary line {}: {e}", n + 1)))?;
             offs.push(bytes.len() as u32);
         }
         let mut v = Vocab { bytes, offs, slots: Vec::new(), shift: 0 };
