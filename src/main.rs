@@ -111,6 +111,17 @@ enum Cmd {
         #[arg(long, default_value_t = 16)]
         steps: usize,
     },
+    /// Text to token ids: one JSON string per stdin line, one JSON array of ids per stdout line.
+    Tokenize,
+    /// Token ids to text: one JSON array of ids per stdin line, one JSON string per stdout line.
+    Detokenize,
+    /// Render a chat request (JSON: messages, tools, add_generation_prompt, enable_thinking) with the chat template.
+    ChatRender {
+        file: PathBuf,
+        /// Print the token ids (a JSON array) instead of the text.
+        #[arg(long)]
+        ids: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -246,6 +257,9 @@ fn run(cli: Cli) -> Result<()> {
                 println!("ok: {} words, {} units, {} counters", s.words, s.units, s.counters);
             }
         },
+        Cmd::Tokenize => mk::tokenizer::cli::tokenize_stdio()?,
+        Cmd::Detokenize => mk::tokenizer::cli::detokenize_stdio()?,
+        Cmd::ChatRender { file, ids } => mk::tokenizer::cli::chat_render_stdout(&file, ids)?,
         Cmd::Generate { dir, prompt, steps } => {
             let ck = Checkpoint::open(&dir)?;
             let w = forward::Weights::from_checkpoint(&ck);
