@@ -128,8 +128,8 @@ fn py_str(v: &Value) -> std::result::Result<String, minijinja::Error> {
 }
 
 fn py_number(v: &Value) -> String {
-    if let Some(i) = v.as_i64() {
-        return i.to_string();
+    if v.is_integer() {
+        return v.to_string();
     }
     match f64::try_from(v.clone()) {
         Ok(f) => py_float_repr(f),
