@@ -5,6 +5,8 @@
 //! Owns: captured tensors, `DiffResult`, ulp distances. Refuses: rounding before comparing (a bit
 //! comparison compares bits).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::spec::Tolerance;
@@ -67,8 +69,22 @@ pub struct DiffResult {
     pub max_ulps: u64,
     pub max_abs: f32,
     pub first: Option<Mismatch>,
+    /// Chosen tokens that differ (counted apart: a token id difference is no numeric difference).
+    pub token_mismatches: u64,
+    /// Per buffer: elements compared and differing (bits mode: any bit; tolerance mode: outside it),
+    /// the largest difference in ulps and in value.
+    pub per_buffer: BTreeMap<String, BufferStats>,
     #[serde(skip)]
     tolerance: Option<Tolerance>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BufferStats {
+    pub compared: u64,
+    pub bit_differences: u64,
+    pub differing: u64,
+    pub max_ulps: u64,
+    pub max_abs: f32,
 }
 
 /// Distance in units in the last place on the bf16 or fp32 grid (0 for equal bits).
@@ -115,6 +131,8 @@ impl DiffResult {
             max_ulps: 0,
             max_abs: 0.0,
             first: None,
+            token_mismatches: 0,
+            per_buffer: BTreeMap::new(),
             tolerance,
         }
     }
@@ -123,6 +141,8 @@ impl DiffResult {
     pub fn tensor(&mut self, at: (u32, Option<usize>, Option<usize>, Option<&str>), a: &Tensor, b: &Tensor) {
         let n = a.data.len().max(b.data.len());
         self.compared += n as u64;
+        let key = a.name.clone();
+        self.per_buffer.entry(key.clone()).or_default().compared += n as u64;
         if a.data.len() != b.data.len() {
             self.identical = false;
             self.differing += n as u64;
@@ -142,6 +162,12 @@ impl DiffResult {
                 None => true,
                 Some(t) => !approx::relative_eq!(*x, *y, epsilon = t.abs, max_relative = t.rel),
             };
+            if let Some(st) = self.per_buffer.get_mut(&key) {
+                st.bit_differences += 1;
+                st.differing += bad as u64;
+                st.max_ulps = st.max_ulps.max(u);
+                st.max_abs = st.max_abs.max((x - y).abs());
+            }
             if bad {
                 self.differing += 1;
                 if let Some(w) = self.within_tolerance.as_mut() {
@@ -193,11 +219,23 @@ impl DiffResult {
         if let (Some(la), Some(lb)) = (&a.logits, &b.logits) {
             self.tensor((context, Some(step), None, None), la, lb);
         }
-        let tok = |t: u32| Tensor { name: "token".into(), layer: 0, cols: 1, bf16: false, data: vec![t as f32] };
-        let before = self.tolerance;
-        self.tolerance = None; // tokens compare exactly in every mode
-        self.tensor((context, Some(step), None, None), &tok(a.token), &tok(b.token));
-        self.tolerance = before;
+        // Tokens compare exactly in every mode, counted apart from the numeric differences.
+        self.per_buffer.entry("token".into()).or_default().compared += 1;
+        if a.token != b.token {
+            self.identical = false;
+            self.token_mismatches += 1;
+            if let Some(st) = self.per_buffer.get_mut("token") {
+                st.bit_differences += 1;
+                st.differing += 1;
+            }
+            if self.first.is_none() {
+                let t = Tensor { name: "token".into(), layer: 0, cols: 1, bf16: false, data: vec![a.token as f32] };
+                self.note((context, Some(step), None, None), &t, 0, a.token as f32, b.token as f32, 0);
+            }
+            if let Some(w) = self.within_tolerance.as_mut() {
+                *w = false;
+            }
+        }
     }
 
     /// Compares final states (matched by name).
@@ -218,10 +256,11 @@ impl DiffResult {
             }
             (None, _) => format!("{head}: identical ({} elements)", self.compared),
             (Some(m), _) => format!(
-                "{head}: {} of {} elements differ, largest {} ulps; first at context {} step {:?} instruction {:?} ({}) buffer {} element {} [layer {}, row {}, col {}]: {} vs {}",
+                "{head}: {} of {} elements differ, largest {} ulps, {} token mismatches; first at context {} step {:?} instruction {:?} ({}) buffer {} element {} [layer {}, row {}, col {}]: {} vs {}",
                 self.differing,
                 self.compared,
                 self.max_ulps,
+                self.token_mismatches,
                 m.context,
                 m.step,
                 m.instruction,
@@ -271,7 +310,7 @@ mod tests {
             .summary()
             .contains("instruction Some(4) (GdnConv) buffer conv_out element 9 [layer 2, row 2, col 1]"));
         let mut same = DiffResult::new("a", "b", None);
-        same.step(16, 0, &cap(base.clone()), &cap(base));
+        same.step(16, 0, &cap(base.clone()), &cap(base.clone()));
         assert!(same.identical && same.first.is_none());
     }
 

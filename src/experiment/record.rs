@@ -243,8 +243,8 @@ mod tests {
     #[test]
     fn utc_stamps_and_summaries() {
         assert_eq!(utc_stamp(std::time::UNIX_EPOCH), "19700101T000000Z");
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_036_400); // 2026-12-01 11:00:00
-        assert_eq!(utc_stamp(t), "20261201T110000Z");
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_036_400); // 2026-11-30 11:00:00
+        assert_eq!(utc_stamp(t), "20261130T110000Z");
         assert_eq!(summarise(&[3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
         assert_eq!(summarise(&[4.0, 1.0]), Some((2.5, 1.0, 4.0)));
         assert_eq!(
