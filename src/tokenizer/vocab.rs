@@ -13,12 +13,40 @@ use crate::error::Result;
 pub struct Vocab {
     bytes: Vec<u8>,
     offs: Vec<u32>,
-    /// Open addressing on `hash`; a slot holds a rank or `EMPTY`. Power-of-two size, at most half full.
-    slots: Vec<u32>,
+    /// Open addressing (linear probing), power-of-two size, at most half full. A slot carries the
+    /// first 8 bytes and the length of its token, so a probe compares in place and only tokens longer
+    /// than 8 bytes touch `bytes`: BPE spends most of its time in these lookups.
+    slots: Vec<Slot>,
     shift: u32,
+    /// Rank of every 2-byte token by `(first << 8) | second`, `NO_RANK` where none: BPE looks up every
+    /// adjacent byte pair of a chunk first, and a direct table (256 KiB) is cheaper than hashing.
+    pairs: Vec<u32>,
+    bytes1: [u32; 256],
+}
+
+/// "Not a token" in `pairs` and in BPE rank bookkeeping.
+pub const NO_RANK: u32 = u32::MAX;
+
+#[derive(Clone, Copy)]
+struct Slot {
+    head: u64,
+    len: u32,
+    rank: u32,
 }
 
 const EMPTY: u32 = u32::MAX;
+
+/// The first (up to) 8 bytes, little endian, zero padded.
+#[inline]
+fn head(b: &[u8]) -> u64 {
+    if b.len() >= 8 {
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+    } else {
+        let mut w = [0u8; 8];
+        w[..b.len()].copy_from_slice(b);
+        u64::from_le_bytes(w)
+    }
+}
 
 impl Vocab {
     /// Parses the tiktoken format: `BASE64 RANK` per line, ranks 0, 1, 2, ... in order.
@@ -44,11 +72,17 @@ impl Vocab {
                 .map_err(|e| crate::error::Error::new(format!("vocabulary line {}: {e}", n + 1)))?;
             offs.push(bytes.len() as u32);
         }
-        let mut v = Vocab { bytes, offs, slots: Vec::new(), shift: 0 };
+        let mut v = Vocab { bytes, offs, slots: Vec::new(), shift: 0, pairs: vec![NO_RANK; 1 << 16], bytes1: [0; 256] };
         v.build_table()?;
         for b in 0..=255u8 {
-            if v.rank(&[b]).is_none() {
-                bail!("vocabulary lacks the single byte {b:#04x}: byte-level BPE could not encode it");
+            match v.rank(&[b]) {
+                Some(r) => v.bytes1[b as usize] = r,
+                None => bail!("vocabulary lacks the single byte {b:#04x}: byte-level BPE could not encode it"),
+            }
+        }
+        for r in 0..v.len() as u32 {
+            if let [a, b] = *v.token(r) {
+                v.pairs[((a as usize) << 8) | b as usize] = r;
             }
         }
         Ok(v)
@@ -58,22 +92,18 @@ impl Vocab {
         let n = self.len();
         let bits = (2 * n).next_power_of_two().trailing_zeros().max(4);
         self.shift = 64 - bits;
-        self.slots = vec![EMPTY; 1usize << bits];
+        self.slots = vec![Slot { head: 0, len: EMPTY, rank: EMPTY }; 1usize << bits];
         let mask = self.slots.len() - 1;
         for r in 0..n as u32 {
+            if let Some(s) = self.rank(self.token(r)) {
+                bail!("vocabulary: ranks {s} and {r} have the same bytes");
+            }
             let key = self.token(r);
             let mut i = slot_of(key, self.shift);
-            loop {
-                let s = self.slots[i];
-                if s == EMPTY {
-                    self.slots[i] = r;
-                    break;
-                }
-                if self.token(s) == key {
-                    bail!("vocabulary: ranks {s} and {r} have the same bytes");
-                }
+            while self.slots[i].len != EMPTY {
                 i = (i + 1) & mask;
             }
+            self.slots[i] = Slot { head: head(key), len: key.len() as u32, rank: r };
         }
         Ok(())
     }
@@ -94,42 +124,50 @@ impl Vocab {
         &self.bytes[self.offs[r] as usize..self.offs[r + 1] as usize]
     }
 
+    /// The rank of a single byte (every byte is a token).
+    #[inline]
+    pub fn byte_rank(&self, b: u8) -> u32 {
+        self.bytes1[b as usize]
+    }
+
+    /// The rank of a 2-byte token, or `NO_RANK`.
+    #[inline]
+    pub fn pair_rank(&self, a: u8, b: u8) -> u32 {
+        self.pairs[((a as usize) << 8) | b as usize]
+    }
+
     /// The rank of a byte sequence, if it is one token.
     #[inline]
     pub fn rank(&self, key: &[u8]) -> Option<u32> {
         let mask = self.slots.len() - 1;
+        let (h, len) = (head(key), key.len() as u32);
         let mut i = slot_of(key, self.shift);
         loop {
             let s = self.slots[i];
-            if s == EMPTY {
+            if s.len == EMPTY {
                 return None;
             }
-            if self.token(s) == key {
-                return Some(s);
+            if s.head == h && s.len == len && (len <= 8 || self.token(s.rank)[8..] == key[8..]) {
+                return Some(s.rank);
             }
             i = (i + 1) & mask;
         }
     }
 }
 
-/// Multiplicative (Fx-style) hash of the bytes, top bits as the slot: tokens are short, so a cheap
-/// word-at-a-time hash beats SipHash by a wide margin in the BPE inner loop.
+/// Multiplicative hash of the bytes a word at a time, top bits as the slot: tokens are short, so a
+/// cheap hash beats SipHash by a wide margin in the BPE inner loop.
 #[inline]
 fn slot_of(b: &[u8], shift: u32) -> usize {
-    const K: u64 = 0x517c_c1b7_2722_0a95;
-    let mut h = b.len() as u64;
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        h = (h.rotate_left(5) ^ w).wrapping_mul(K);
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (b.len() as u64).wrapping_mul(K) ^ head(b);
+    let mut rest = b;
+    while rest.len() > 8 {
+        rest = &rest[8..];
+        h = (h.rotate_left(29).wrapping_mul(K)) ^ head(rest);
     }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut w = [0u8; 8];
-        w[..rest.len()].copy_from_slice(rest);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
-    }
-    (h.wrapping_mul(K) >> shift) as usize
+    h = (h ^ (h >> 32)).wrapping_mul(K);
+    (h >> shift) as usize
 }
 
 /// Standard base64 (RFC 4648 alphabet, `=` padding), appended to `out`.
