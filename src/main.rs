@@ -131,6 +131,16 @@ enum GpuCmd {
         #[arg(long, default_value = "sm_90")]
         arch: String,
     },
+    /// Every op on the GPU against the CPU op on the same inputs (the CPU interpreter), per opcode.
+    Ops {
+        /// Checkpoint folder.
+        dir: PathBuf,
+        /// Decode steps (token ids 1..=steps after the prompt id 9419).
+        #[arg(long, default_value_t = 3)]
+        steps: u32,
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -242,6 +252,17 @@ fn run(cli: Cli) -> Result<()> {
                 summary.units,
                 summary.counters
             );
+        }
+        Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache } } => {
+            let ck = Checkpoint::open(&dir)?;
+            let mut t = mk::compiler::h200(1);
+            t.max_context = 1024;
+            let prog = mk::compiler::compile(&ck.config, "checkpoint", &t)?;
+            let mut it = mk::exec::interp::Interp::new(&prog, &ck)?;
+            let mut d = mk::cuda::discrete::Discrete::new(mk::cuda::Gpu::open()?, &prog, &ck, &cache)?;
+            let tokens: Vec<u32> = std::iter::once(9419).chain(1..=steps).collect();
+            let stats = mk::cuda::opcheck::check(&prog, &mut it, &mut d, &tokens)?;
+            print!("{}", mk::cuda::opcheck::print(&stats));
         }
         Cmd::Gpu { cmd: GpuCmd::Compile { arch } } => {
             let t = std::time::Instant::now();

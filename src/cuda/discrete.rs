@@ -73,6 +73,8 @@ pub struct Discrete {
     logits: usize,
     pub module_hash: String,
     pub arena_bytes: usize,
+    /// Two events per word, created at startup, for per-word timing.
+    events: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
 }
 
 /// Dynamic shared memory a word's kernel needs.
@@ -208,7 +210,24 @@ impl Discrete {
         let find = |name: &str| prog.buffer_id(name).ok_or_else(|| Error::new(format!("gpu: the program has no {name} buffer")));
         let (ctrl, logits) = (find("ctrl")?, find("logits")?);
         cu(stream.synchronize(), "cuStreamSynchronize (upload)")?;
-        Ok(Discrete { gpu, prog: prog.clone(), arena, base, places, prog_off, ctx, funcs, graph: None, ctrl, logits, module_hash, arena_bytes: total })
+        let ev = || cu(gpu.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
+        let events = (0..prog.words.len()).map(|_| Ok((ev()?, ev()?))).collect::<Result<Vec<_>>>()?;
+        Ok(Discrete {
+            gpu,
+            prog: prog.clone(),
+            arena,
+            base,
+            places,
+            prog_off,
+            ctx,
+            funcs,
+            graph: None,
+            ctrl,
+            logits,
+            module_hash,
+            arena_bytes: total,
+            events,
+        })
     }
 
     fn launch_word(&self, i: usize) -> Result<()> {
@@ -274,6 +293,24 @@ impl Discrete {
         Ok(ctrl[1])
     }
 
+    /// One step launched word by word with an event pair around each launch; returns each word's
+    /// time in ms (the launch inventory: one kernel per word).
+    pub fn time_words(&mut self, token: u32) -> Result<Vec<f32>> {
+        let stream = self.gpu.stream.clone();
+        let c = self.places[self.ctrl];
+        {
+            let mut v = self.arena.slice_mut(c.off + 4..c.off + 8);
+            cu(stream.memcpy_htod(&token.to_le_bytes(), &mut v), "write token")?;
+        }
+        for i in 0..self.prog.words.len() {
+            cu(self.events[i].0.record(&stream), "cuEventRecord")?;
+            self.launch_word(i)?;
+            cu(self.events[i].1.record(&stream), "cuEventRecord")?;
+        }
+        cu(stream.synchronize(), "cuStreamSynchronize")?;
+        self.events.iter().map(|(a, b)| cu(a.elapsed_ms(b), "cuEventElapsedTime")).collect()
+    }
+
     fn read_bytes(&self, buf: usize, from: usize, to: usize) -> Result<Vec<u8>> {
         let p = self.places[buf];
         let v = self.arena.slice(p.off + from..p.off + to);
@@ -299,6 +336,25 @@ impl Discrete {
             }
             _ => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
         })
+    }
+
+    /// Overwrites a non-weight buffer with values (bf16 buffers take bf16 values, exactly).
+    pub fn write(&mut self, buf: usize, data: &[f32]) -> Result<()> {
+        let p = self.places[buf];
+        let bytes: Vec<u8> = match (p.elem_bytes, self.prog.buffers[buf].kind) {
+            (2, _) => data.iter().flat_map(|x| crate::model::numerics::f32_to_bf16(*x).to_le_bytes()).collect(),
+            (4, BufKind::Control) => data.iter().flat_map(|x| (*x as u32).to_le_bytes()).collect(),
+            _ => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        };
+        let stream = self.gpu.stream.clone();
+        let mut v = self.arena.slice_mut(p.off..p.off + bytes.len());
+        cu(stream.memcpy_htod(&bytes, &mut v), "cuMemcpyHtoD")
+    }
+
+    /// Launches word `i` alone and waits for it.
+    pub fn run_word(&mut self, i: usize) -> Result<()> {
+        self.launch_word(i)?;
+        self.sync()
     }
 
     pub fn logits(&self) -> Result<Vec<f32>> {

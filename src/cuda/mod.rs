@@ -6,6 +6,7 @@
 //! named buffers from the program).
 
 pub mod discrete;
+pub mod opcheck;
 
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};

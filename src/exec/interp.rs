@@ -165,6 +165,18 @@ impl<'a> Interp<'a> {
         Ok(())
     }
 
+    /// Runs every unit of word `i` now, ignoring its wait (for op-by-op checks in program order).
+    pub fn run_word(&mut self, i: usize) {
+        for u in 0..self.prog.words[i].units {
+            self.unit(i, u);
+        }
+    }
+
+    /// Sets the token the next step (or `run_word` of the embedding) reads.
+    pub fn set_token(&mut self, token: u32) {
+        self.bufs[self.ctrl][CTRL_TOKEN] = token as f32;
+    }
+
     /// The buffer a word's result is read from in debug captures.
     pub fn output_of(w: &Word) -> Option<usize> {
         match w.opcode {

@@ -136,6 +136,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         ceiling_gbps: record::CEILING_GBPS,
         paths: Vec::new(),
         diffs: Vec::new(),
+        kernels: Vec::new(),
         notes: Vec::new(),
     };
     let mut runnable = Vec::new();
@@ -245,9 +246,29 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
             }
             all.extend(samples);
         }
+        if let Some(ns) = &word_ns {
+            let mut by: std::collections::BTreeMap<String, (usize, f64, u64)> = Default::default();
+            for (wi, t) in ns.iter().enumerate() {
+                let e = by.entry(format!("{:?}", prog.words[wi].opcode)).or_default();
+                e.0 += 1;
+                e.1 += *t as f64 / 1e6;
+                e.2 += crate::isa::report::weight_bytes(&prog, &prog.words[wi]);
+            }
+            for (op, (n, ms, bytes)) in by {
+                let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
+                rec.kernels.push(record::KernelStat {
+                    path: p.label().into(),
+                    opcode: op,
+                    words: n,
+                    ms_per_step: ms,
+                    weight_bytes: bytes,
+                    gb_per_s: gbps,
+                    fraction_of_ceiling: gbps / record::CEILING_GBPS,
+                });
+            }
+        }
         if let Some(ns) = word_ns {
-            // Accumulated over the last repetition's whole sequence: the mean per step.
-            let n_steps = (seq.len() as f64).max(1.0);
+            // Per step (the interpreter: mean over the last repetition; the GPU: one timed step).
             for (wi, t) in ns.iter().enumerate() {
                 let wd = &prog.words[wi];
                 let op = format!("{:?}", wd.opcode);
@@ -257,7 +278,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                     word: wi,
                     opcode: &op,
                     layer: wd.layer,
-                    ms_per_step: *t as f64 / 1e6 / n_steps,
+                    ms_per_step: *t as f64 / 1e6,
                 })?;
             }
         }
@@ -314,6 +335,17 @@ pub fn summary(dir: &Path) -> Result<String> {
     }
     for d in &rec.diffs {
         s += &format!("  diff: {}\n", d.summary());
+    }
+    for k in rec.kernels.iter().filter(|k| k.path == "graph") {
+        s += &format!(
+            "  kernel {:24} {:3} words {:9.3} ms/step {:8.1} GB/s ({:5.1} % of {:.0})\n",
+            k.opcode,
+            k.words,
+            k.ms_per_step,
+            k.gb_per_s,
+            100.0 * k.fraction_of_ceiling,
+            record::CEILING_GBPS
+        );
     }
     for n in &rec.notes {
         s += &format!("  {n}\n");

@@ -17,8 +17,9 @@ pub trait Engine {
     fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)>;
     /// The per-sequence state after the steps so far (conv, recurrent, KV up to the position).
     fn states(&self) -> Vec<Tensor>;
-    /// Time per instruction (word index, ns) accumulated so far, where the path can measure it.
-    fn word_ns(&self) -> Option<Vec<u64>> {
+    /// Time per instruction per step (ns, by word index), where the path can measure it. May run
+    /// the path (the sequence's state is not used afterwards).
+    fn word_ns(&mut self) -> Option<Vec<u64>> {
         None
     }
 }
@@ -181,6 +182,15 @@ impl Engine for GraphEngine<'_> {
         let pos = d.pos().unwrap_or(0);
         program_states(d.program(), pos, |b, n| d.read(b, n).ok())
     }
+
+    fn word_ns(&mut self) -> Option<Vec<u64>> {
+        let mut d = self.d.borrow_mut();
+        if d.pos().ok()? + 1 >= d.program().target.max_context as usize {
+            return None;
+        }
+        let ms = d.time_words(0).ok()?;
+        Some(ms.iter().map(|m| (*m as f64 * 1e6) as u64).collect())
+    }
 }
 
 /// The CPU interpreter of the compiled program.
@@ -216,7 +226,8 @@ impl Engine for InterpEngine<'_> {
         program_states(self.prog, self.it.pos(), |b, n| self.it.buffer(&self.prog.buffers[b].name).map(|d| d[..n].to_vec()))
     }
 
-    fn word_ns(&self) -> Option<Vec<u64>> {
-        Some(self.it.word_ns.clone())
+    fn word_ns(&mut self) -> Option<Vec<u64>> {
+        let steps = self.it.pos().max(1) as u64;
+        Some(self.it.word_ns.iter().map(|t| t / steps).collect())
     }
 }

@@ -59,7 +59,22 @@ pub struct Record {
     pub ceiling_gbps: f64,
     pub paths: Vec<PathRecord>,
     pub diffs: Vec<DiffResult>,
+    /// Per path and instruction kind: time per step, weight bytes streamed, bandwidth (the launch
+    /// inventory of the GPU path: one kernel per word).
+    #[serde(default)]
+    pub kernels: Vec<KernelStat>,
     pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelStat {
+    pub path: String,
+    pub opcode: String,
+    pub words: usize,
+    pub ms_per_step: f64,
+    pub weight_bytes: u64,
+    pub gb_per_s: f64,
+    pub fraction_of_ceiling: f64,
 }
 
 impl Record {
