@@ -10,7 +10,7 @@ fn corpus_texts() -> Vec<String> {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("goldens/tokenizer/corpus.bin");
     let data = std::fs::read(p).unwrap();
     let mut r = &data[8..];
-    let mut varint = |r: &mut &[u8]| {
+    let varint = |r: &mut &[u8]| {
         let (mut v, mut s) = (0usize, 0);
         loop {
             let b = r[0];

@@ -182,7 +182,7 @@ fn base64_decode(s: &[u8], out: &mut Vec<u8>) -> std::result::Result<(), String>
             _ => return None,
         } as u32)
     }
-    if s.is_empty() || s.len() % 4 != 0 {
+    if s.is_empty() || !s.len().is_multiple_of(4) {
         return Err(format!("base64 length {} is not a positive multiple of 4", s.len()));
     }
     for quad in s.chunks(4) {
