@@ -364,3 +364,20 @@ fn known_traces() {
     // encode_ordinary does not turn added-token text into added tokens.
     assert!(!t.encode_ordinary("<|im_start|>").unwrap().contains(&248045));
 }
+
+#[test]
+fn cli_line_protocols_and_line_numbered_errors() {
+    use mk::tokenizer::cli::{detokenize, tokenize};
+    let mut out = Vec::new();
+    tokenize(&b"\"Hello\"\n\"<|im_end|>\"\n"[..], &mut out).unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), "[9419]\n[248046]\n");
+    let e = tokenize(&b"\"ok\"\nnot json\n"[..], Vec::new()).unwrap_err().to_string();
+    assert!(e.contains("line 2"), "{e}");
+    let mut out = Vec::new();
+    detokenize(&b"[9419]\n[248045,74455,198]\n"[..], &mut out).unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), "\"Hello\"\n\"<|im_start|>assistant\\n\"\n");
+    let e = detokenize(&b"[1]\n[2]\n[248077]\n"[..], Vec::new()).unwrap_err().to_string();
+    assert!(e.contains("line 3") && e.contains("248077"), "{e}");
+    let e = detokenize(&b"[-1]\n"[..], Vec::new()).unwrap_err().to_string();
+    assert!(e.contains("line 1"), "{e}");
+}
