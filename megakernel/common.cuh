@@ -90,12 +90,19 @@ __device__ float row_dot(const DevCtx& c, unsigned short wid, unsigned r, const 
     const float* sc = c.scales[wid] + (size_t)(r / 128) * ((K + 127) / 128);
     for (unsigned k = k0 + lane * 16; k < k1; k += 32 * 16) {
       uint4 v = *(const uint4*)(w + k);
-      float s = sc[k / 128];
+      // e4m3 bits placed in an fp32 (sign to bit 31, exponent+mantissa to bits 20..26) are the value
+      // times 2^-120, subnormals included; the 2^120 goes into the scale (exact), so one multiply
+      // and one rounding give bf16(e4m3 * scale). (NaN codes 0x7f/0xff: `mk check` rejects them.)
+      float s = sc[k / 128] * 0x1p120f;
       unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int q = 0; q < 4; ++q)
 #pragma unroll
-        for (int b = 0; b < 4; ++b) acc = fmaf(bf(e4m3((words[q] >> (8 * b)) & 255u) * s), bf2f(xs[k + 4 * q + b]), acc);
+        for (int b = 0; b < 4; ++b) {
+          unsigned byte = (words[q] >> (8 * b)) & 255u;
+          float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20));
+          acc = fmaf(bf(raw * s), bf2f(xs[k + 4 * q + b]), acc);
+        }
     }
   } else {
     const unsigned short* w = (const unsigned short*)c.bufs[wid] + (size_t)r * K;
