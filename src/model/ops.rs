@@ -122,7 +122,7 @@ impl Linear<'_> {
     }
 }
 
-/// ORDER: sequential sum of squares in index order.
+/// ORDER: sequential sum of squares in index order (the l2norm of q/k heads).
 pub fn sum_squares(x: &[f32]) -> f32 {
     let mut s = 0f32;
     for v in x {
@@ -131,11 +131,37 @@ pub fn sum_squares(x: &[f32]) -> f32 {
     s
 }
 
+/// ORDER: the sum of squares as a block of `lanes` GPU threads takes it: lane t sums elements
+/// t, t + lanes, ... in order; each warp of 32 lanes folds by butterfly (xor 16, 8, 4, 2, 1); the
+/// warp totals are added in warp order. `lanes` = 256 for the hidden-state norms (a block), 32 for
+/// per-head norms (a warp). The GPU kernels reduce exactly so, which makes the norms bit-identical.
+pub fn sum_squares_lanes(x: &[f32], lanes: usize) -> f32 {
+    let mut part = vec![0f32; lanes];
+    for (i, v) in x.iter().enumerate() {
+        part[i % lanes] += v * v;
+    }
+    let mut total = 0f32;
+    for warp in part.chunks_mut(32) {
+        for o in [16, 8, 4, 2, 1] {
+            let before = warp.to_vec();
+            for (l, w) in warp.iter_mut().enumerate() {
+                *w = before[l] + before[l ^ o];
+            }
+        }
+        total += warp[0];
+    }
+    total
+}
+
+/// Threads of a block (the GPU kernels' block size).
+pub const BLOCK_LANES: usize = 256;
+
 /// `Qwen3_5RMSNorm`: `bf(x * rsqrt(mean(x^2) + eps) * (1 + w))`, all in fp32, one rounding.
-/// mean = sum * (1/n) (CUDA's mean multiplies by the reciprocal); rsqrt = 1/sqrt.
+/// mean = sum * (1/n) (CUDA's mean multiplies by the reciprocal); rsqrt = 1/sqrt; the sum of squares
+/// in block order (`sum_squares_lanes` with 256 lanes).
 pub fn rms_norm_offset(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let inv_n = 1.0 / x.len() as f32;
-    let rstd = 1.0 / (sum_squares(x) * inv_n + eps).sqrt();
+    let rstd = 1.0 / (sum_squares_lanes(x, BLOCK_LANES) * inv_n + eps).sqrt();
     for ((o, xv), wv) in out.iter_mut().zip(x).zip(w) {
         // (x * rstd) is rounded to fp32 first, then multiplied by (1 + w) in fp32.
         *o = bf((xv * rstd) * (1.0 + wv));
@@ -143,10 +169,10 @@ pub fn rms_norm_offset(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 /// `Qwen3_5RMSNormGated`: norm before gate, weight plain (not 1 + w), two bf16 roundings:
-/// `bf( bf(w * bf(x * rstd)) * silu(z) )`.
+/// `bf( bf(w * bf(x * rstd)) * silu(z) )`; the sum of squares in warp order (32 lanes).
 pub fn rms_norm_gated(x: &[f32], z: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let inv_n = 1.0 / x.len() as f32;
-    let rstd = 1.0 / (sum_squares(x) * inv_n + eps).sqrt();
+    let rstd = 1.0 / (sum_squares_lanes(x, 32) * inv_n + eps).sqrt();
     for i in 0..x.len() {
         let normed = bf(x[i] * rstd);
         let weighted = bf(w[i] * normed);
