@@ -125,7 +125,8 @@ pub fn git_state() -> (String, bool) {
     };
     match run(&["rev-parse", "--short", "HEAD"]) {
         Some(sha) => (sha, run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty())),
-        None => ("unknown".into(), false),
+        // A copy without .git (the GPU machine gets the working tree only): the sha it was built at.
+        None => (std::env::var("MK_GIT_SHA").unwrap_or_else(|_| "unknown".into()), false),
     }
 }
 
