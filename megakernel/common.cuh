@@ -152,3 +152,16 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     if (!(w.flags & FLAG_PARTIAL) && lane == 0) epilogue(r, total);
   }
 }
+
+// The split-K reduce of one unit: y[r] = bf(sum_g partial[g][r]), or with the residual add
+// h[r] = bf(h[r] + bf(sum)). ORDER: groups in index order (the same as the CPU's row dot product).
+__device__ void reduce_rows(const DevCtx& c, const Word& w, unsigned u, bool residual) {
+  const float* p = B<float>(c, w.ops[SLOT_IN0]);
+  unsigned short* y = B<unsigned short>(c, w.ops[SLOT_OUT0]);
+  unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
+  for (unsigned r = r0 + threadIdx.x; r < r1; r += THREADS) {
+    float s = 0.f;
+    for (unsigned g = 0; g < w.arg0; ++g) s += p[(size_t)g * w.rows + r];
+    y[r] = residual ? f2bf(bf2f(y[r]) + bf(s)) : f2bf(s);
+  }
+}

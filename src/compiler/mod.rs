@@ -125,6 +125,44 @@ impl Builder<'_> {
         }
         (w, split)
     }
+    /// One stage of projections of `rmsnorm(h)` (`prefix` + name + `.weight` into `out`, `rows` each),
+    /// split-K as the whole stage needs, then a stage with the reduces of the split ones.
+    fn norm_projections(
+        &mut self,
+        prefix: &str,
+        projs: &[(&str, u16, usize)],
+        norm: u16,
+        h: u16,
+        k: usize,
+    ) -> Result<()> {
+        let stage_rows = projs.iter().map(|p| p.2).sum();
+        let (mut stage, mut reduces) = (Vec::new(), Vec::new());
+        for &(name, out, rows) in projs {
+            let (mut w, split) = self.gemv(Opcode::GemvNorm, rows, k, out, reduces.len(), stage_rows);
+            w.ops[slot::W0] = self.weight(&format!("{prefix}{name}.weight"))?;
+            w.ops[slot::W1] = norm;
+            w.ops[slot::IN0] = h;
+            if split {
+                reduces.push(self.reduce(Opcode::ReduceStore, &w, out));
+            }
+            stage.push(w);
+        }
+        self.stage(stage);
+        if !reduces.is_empty() {
+            self.stage(reduces);
+        }
+        Ok(())
+    }
+
+    /// A GEMV that adds into the residual stream `h`, and its reduce when it was split.
+    fn residual_stage(&mut self, w: Word, split: bool, h: u16) {
+        self.stage(vec![w]);
+        if split {
+            let red = self.reduce(Opcode::ReduceResidual, &w, h);
+            self.stage(vec![red]);
+        }
+    }
+
     /// The split-K reduce that follows a split GEMV.
     fn reduce(&mut self, op: Opcode, gemv: &Word, out: u16) -> Word {
         let mut r = self.word(op, gemv.rows, REDUCE_UNIT);
@@ -195,29 +233,13 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
         match kind {
             LayerKind::Gdn => {
                 let la = format!("{lp}linear_attn.");
-                let mut stage = Vec::new();
-                let mut reduces = Vec::new();
                 let projs = [
                     ("in_proj_qkv", qkv, cfg.gdn_conv_dim()),
                     ("in_proj_z", z, cfg.gdn_value_dim()),
                     ("in_proj_b", gb, cfg.gdn_v_heads),
                     ("in_proj_a", ga, cfg.gdn_v_heads),
                 ];
-                let stage_rows = projs.iter().map(|p| p.2).sum();
-                for (wname, out, rows) in projs {
-                    let (mut w, split) = b.gemv(Opcode::GemvNorm, rows, hd, out, reduces.len(), stage_rows);
-                    w.ops[slot::W0] = b.weight(&format!("{la}{wname}.weight"))?;
-                    w.ops[slot::W1] = in_norm;
-                    w.ops[slot::IN0] = h;
-                    if split {
-                        reduces.push(b.reduce(Opcode::ReduceStore, &w, out));
-                    }
-                    stage.push(w);
-                }
-                b.stage(stage);
-                if !reduces.is_empty() {
-                    b.stage(reduces);
-                }
+                b.norm_projections(&la, &projs, in_norm, h, hd)?;
                 let ring = b.buf(&format!("conv_state.{gi}"), BufKind::State, cfg.gdn_conv_dim() as u64, 4, 2);
                 let rec = b.buf(
                     &format!("recurrent_state.{gi}"),
@@ -248,37 +270,17 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                 o.ops[slot::W1] = b.weight(&format!("{la}norm.weight"))?;
                 o.ops[slot::IN0] = core;
                 o.ops[slot::IN1] = z;
-                b.stage(vec![o]);
-                if split {
-                    let red = b.reduce(Opcode::ReduceResidual, &o, h);
-                    b.stage(vec![red]);
-                }
+                b.residual_stage(o, split, h);
                 gi += 1;
             }
             LayerKind::Attention => {
                 let sa = format!("{lp}self_attn.");
-                let mut stage = Vec::new();
-                let mut reduces = Vec::new();
                 let projs = [
                     ("q_proj", q, 2 * cfg.attn_q_dim()),
                     ("k_proj", k, cfg.attn_kv_dim()),
                     ("v_proj", v, cfg.attn_kv_dim()),
                 ];
-                let stage_rows = projs.iter().map(|p| p.2).sum();
-                for (wname, out, rows) in projs {
-                    let (mut w, split) = b.gemv(Opcode::GemvNorm, rows, hd, out, reduces.len(), stage_rows);
-                    w.ops[slot::W0] = b.weight(&format!("{sa}{wname}.weight"))?;
-                    w.ops[slot::W1] = in_norm;
-                    w.ops[slot::IN0] = h;
-                    if split {
-                        reduces.push(b.reduce(Opcode::ReduceStore, &w, out));
-                    }
-                    stage.push(w);
-                }
-                b.stage(stage);
-                if !reduces.is_empty() {
-                    b.stage(reduces);
-                }
+                b.norm_projections(&sa, &projs, in_norm, h, hd)?;
                 let kc =
                     b.buf(&format!("k_cache.{ai}"), BufKind::State, t.max_context as u64, cfg.attn_kv_dim() as u64, 2);
                 let vc =
@@ -321,11 +323,7 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                 let (mut o, split) = b.gemv(Opcode::GemvResidual, hd, cfg.attn_q_dim(), h, 0, hd);
                 o.ops[slot::W0] = b.weight(&format!("{sa}o_proj.weight"))?;
                 o.ops[slot::IN0] = attn_out;
-                b.stage(vec![o]);
-                if split {
-                    let red = b.reduce(Opcode::ReduceResidual, &o, h);
-                    b.stage(vec![red]);
-                }
+                b.residual_stage(o, split, h);
                 ai += 1;
             }
         }
@@ -339,11 +337,7 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
         let (mut dn, split) = b.gemv(Opcode::GemvResidual, hd, cfg.intermediate, h, 0, hd);
         dn.ops[slot::W0] = b.weight(&format!("{lp}mlp.down_proj.weight"))?;
         dn.ops[slot::IN0] = act;
-        b.stage(vec![dn]);
-        if split {
-            let red = b.reduce(Opcode::ReduceResidual, &dn, h);
-            b.stage(vec![red]);
-        }
+        b.residual_stage(dn, split, h);
     }
     b.layer = 0;
     let mut lm = b.word(Opcode::LmHead, cfg.vocab as u32, LM_UNIT_ROWS);

@@ -82,9 +82,11 @@ fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let k = |s: usize| w.op(s).map(|b| p.buffers[b].cols as usize).unwrap_or(0);
     let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8;
     (match w.opcode {
-        Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead => {
-            gemv(k(crate::isa::slot::IN0))
-        }
+        Opcode::GemvNorm
+        | Opcode::GemvGateUp
+        | Opcode::GemvGatedNormResidual
+        | Opcode::GemvResidual
+        | Opcode::LmHead => gemv(k(crate::isa::slot::IN0)),
         Opcode::GdnRecur => (2 * GDN_HEAD_DIM + 2) * 4,
         Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
         Opcode::AttnScores => (ATTN_HEAD_DIM + 8 + crate::isa::access::ATTN_PART) * 4,
@@ -108,13 +110,17 @@ impl Discrete {
         let mut places = Vec::new();
         for b in &prog.buffers {
             let p = if b.kind == BufKind::Weight {
-                let s = specs.iter().find(|s| s.name == b.name).ok_or_else(|| Error::new(format!("gpu: no tensor {}", b.name)))?;
+                let s = specs
+                    .iter()
+                    .find(|s| s.name == b.name)
+                    .ok_or_else(|| Error::new(format!("gpu: no tensor {}", b.name)))?;
                 let matrix = matches!(s.role, Role::Linear { .. } | Role::Embedding | Role::LmHead);
                 if matrix {
                     let eb = if s.dtype == Dt::F8E4M3 { 1 } else { 2 };
                     let bytes = b.elems() as usize * eb;
                     let off = take(bytes);
-                    let scale_off = (eb == 1).then(|| take(b.rows.div_ceil(128) as usize * b.cols.div_ceil(128) as usize * 4));
+                    let scale_off =
+                        (eb == 1).then(|| take(b.rows.div_ceil(128) as usize * b.cols.div_ceil(128) as usize * 4));
                     Place { off, bytes, scale_off, elem_bytes: eb as u8 }
                 } else {
                     let bytes = b.elems() as usize * 4;
@@ -160,7 +166,11 @@ impl Discrete {
                 put(&mut arena, p.off, ck.bytes(&b.name))?;
                 if let Some(so) = p.scale_off {
                     let module = b.name.trim_end_matches(".weight");
-                    let s: Vec<u8> = ck.f32_vec(&format!("{module}.weight_scale_inv")).iter().flat_map(|x| x.to_le_bytes()).collect();
+                    let s: Vec<u8> = ck
+                        .f32_vec(&format!("{module}.weight_scale_inv"))
+                        .iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect();
                     put(&mut arena, so, &s)?;
                 }
             }
@@ -169,7 +179,11 @@ impl Discrete {
         let le64 = |v: Vec<u64>| v.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let le32 = |v: Vec<u32>| v.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         put(&mut arena, t_bufs, &le64(places.iter().map(|p| base + p.off as u64).collect()))?;
-        put(&mut arena, t_scales, &le64(places.iter().map(|p| p.scale_off.map(|o| base + o as u64).unwrap_or(0)).collect()))?;
+        put(
+            &mut arena,
+            t_scales,
+            &le64(places.iter().map(|p| p.scale_off.map(|o| base + o as u64).unwrap_or(0)).collect()),
+        )?;
         put(&mut arena, t_rows, &le32(prog.buffers.iter().map(|b| b.rows as u32).collect()))?;
         put(&mut arena, t_cols, &le32(prog.buffers.iter().map(|b| b.cols as u32).collect()))?;
         put(&mut arena, t_wbytes, &places.iter().map(|p| p.elem_bytes).collect::<Vec<u8>>())?;
@@ -207,7 +221,9 @@ impl Discrete {
             let f = cu(module.load_function(&format!("k_{}", op.snake())), "cuModuleGetFunction")?;
             funcs.insert(op, f);
         }
-        let find = |name: &str| prog.buffer_id(name).ok_or_else(|| Error::new(format!("gpu: the program has no {name} buffer")));
+        let find = |name: &str| {
+            prog.buffer_id(name).ok_or_else(|| Error::new(format!("gpu: the program has no {name} buffer")))
+        };
         let (ctrl, logits) = (find("ctrl")?, find("logits")?);
         cu(stream.synchronize(), "cuStreamSynchronize (upload)")?;
         let ev = || cu(gpu.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
@@ -233,7 +249,11 @@ impl Discrete {
     fn launch_word(&self, i: usize) -> Result<()> {
         let w = &self.prog.words[i];
         let f = &self.funcs[&w.opcode];
-        let cfg = LaunchConfig { grid_dim: (w.units, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem_bytes(&self.prog, w) };
+        let cfg = LaunchConfig {
+            grid_dim: (w.units, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: smem_bytes(&self.prog, w),
+        };
         let prog_ptr = self.base + self.prog_off as u64;
         let wi = i as u32;
         let mut b = self.gpu.stream.launch_builder(f);
@@ -257,7 +277,12 @@ impl Discrete {
 
     /// One decode step on `token`; returns the greedy next token. `eager`: launch word by word
     /// (debug captures), else replay the CUDA graph (captured on first use).
-    pub fn step(&mut self, token: u32, eager: bool, mut after_word: impl FnMut(&Discrete, usize) -> Result<()>) -> Result<u32> {
+    pub fn step(
+        &mut self,
+        token: u32,
+        eager: bool,
+        mut after_word: impl FnMut(&Discrete, usize) -> Result<()>,
+    ) -> Result<u32> {
         let stream = self.gpu.stream.clone();
         let c = self.places[self.ctrl];
         {
@@ -271,7 +296,10 @@ impl Discrete {
             }
         } else {
             if self.graph.is_none() {
-                cu(stream.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "begin capture")?;
+                cu(
+                    stream.begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                    "begin capture",
+                )?;
                 let mut err = None;
                 for i in 0..self.prog.words.len() {
                     if let Err(e) = self.launch_word(i) {

@@ -86,7 +86,11 @@ fn preload_nvrtc(cuda_home: &Path) {
             let Ok(rd) = std::fs::read_dir(&d) else { continue };
             let mut names: Vec<PathBuf> = rd
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix) && !n.ends_with(".alt")))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(prefix) && !n.ends_with(".alt"))
+                })
                 .collect();
             names.sort_by_key(|p| p.as_os_str().len());
             if let Some(p) = names.first() {
@@ -110,7 +114,10 @@ impl Gpu {
         let cuda_home = PathBuf::from(std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into()));
         preload_nvrtc(&cuda_home);
         if !unsafe { nsys::is_culib_present() } {
-            bail!("no NVRTC: libnvrtc is not under {}/lib64 nor on the loader path (set CUDA_HOME)", cuda_home.display());
+            bail!(
+                "no NVRTC: libnvrtc is not under {}/lib64 nor on the loader path (set CUDA_HOME)",
+                cuda_home.display()
+            );
         }
         let ctx = CudaContext::new(0).map_err(|e| Error::new(format!("no GPU: cannot open device 0: {e:?}")))?;
         // One explicit stream with explicit synchronisation (graph capture needs no event tracking).
@@ -131,7 +138,8 @@ impl Gpu {
     /// Compiles `src` with NVRTC (or loads the CUBIN cached under `cache/cubin/<hash>.cubin`).
     pub fn module(&self, src: &str, cache: &Path) -> Result<(Arc<CudaModule>, String)> {
         let opts = self.options();
-        let hash = crate::experiment::record::fnv_hex(&[src.as_bytes(), opts.join(" ").as_bytes(), self.arch.as_bytes()]);
+        let hash =
+            crate::experiment::record::fnv_hex(&[src.as_bytes(), opts.join(" ").as_bytes(), self.arch.as_bytes()]);
         let file = cache.join("cubin").join(format!("{hash}.cubin"));
         let cubin = match std::fs::read(&file) {
             Ok(b) if !b.is_empty() => b,
@@ -143,7 +151,10 @@ impl Gpu {
                 b
             }
         };
-        let m = self.ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| Error::new(format!("cuModuleLoadData: {e:?}")))?;
+        let m = self
+            .ctx
+            .load_module(Ptx::from_binary(cubin))
+            .map_err(|e| Error::new(format!("cuModuleLoadData: {e:?}")))?;
         Ok((m, hash))
     }
 }
@@ -168,15 +179,22 @@ fn cstr(v: &[c_char]) -> String {
 fn nvrtc(src: &str, opts: &[String]) -> Result<Vec<u8>> {
     let csrc = CString::new(src).context("CUDA source has a NUL byte")?;
     let name = CString::new("mk.cu").context("name")?;
-    let prog = nres::create_program(&csrc, Some(&name)).map_err(|e| Error::new(format!("nvrtcCreateProgram: {e:?}")))?;
+    let prog =
+        nres::create_program(&csrc, Some(&name)).map_err(|e| Error::new(format!("nvrtcCreateProgram: {e:?}")))?;
     let compiled = unsafe { nres::compile_program(prog, opts) };
     let log = unsafe { nres::get_program_log(prog) }.map(|v| cstr(&v)).unwrap_or_default();
     let out = (|| -> Result<Vec<u8>> {
-        compiled.map_err(|e| Error::new(format!("NVRTC: {e:?}: {}", log.lines().take(8).collect::<Vec<_>>().join(" | "))))?;
+        compiled.map_err(|e| {
+            Error::new(format!("NVRTC: {e:?}: {}", log.lines().take(8).collect::<Vec<_>>().join(" | ")))
+        })?;
         let mut size = 0usize;
-        unsafe { nsys::nvrtcGetCUBINSize(prog, &mut size) }.result().map_err(|e| Error::new(format!("nvrtcGetCUBINSize: {e:?}")))?;
+        unsafe { nsys::nvrtcGetCUBINSize(prog, &mut size) }
+            .result()
+            .map_err(|e| Error::new(format!("nvrtcGetCUBINSize: {e:?}")))?;
         let mut buf = vec![0u8; size];
-        unsafe { nsys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char) }.result().map_err(|e| Error::new(format!("nvrtcGetCUBIN: {e:?}")))?;
+        unsafe { nsys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char) }
+            .result()
+            .map_err(|e| Error::new(format!("nvrtcGetCUBIN: {e:?}")))?;
         Ok(buf)
     })();
     let _ = unsafe { nres::destroy_program(prog) };

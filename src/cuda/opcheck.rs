@@ -65,7 +65,8 @@ pub fn check(prog: &Program, it: &mut Interp, d: &mut Discrete, tokens: &[u32]) 
                 let gpu = d.read(b, buf.elems() as usize)?;
                 let bf16 = buf.elem_bytes == 2;
                 let scale = it.bufs[b].iter().fold(0f32, |m, x| m.max(x.abs())).max(f32::MIN_POSITIVE);
-                let st = stats.entry(format!("{:?} -> {}", w.opcode, buf.name.split('.').next().unwrap_or(""))).or_default();
+                let st =
+                    stats.entry(format!("{:?} -> {}", w.opcode, buf.name.split('.').next().unwrap_or(""))).or_default();
                 st.words += 1;
                 for (e, (x, y)) in it.bufs[b].iter().zip(&gpu).enumerate() {
                     st.elements += 1;

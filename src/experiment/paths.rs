@@ -131,7 +131,12 @@ pub fn program_capture(p: &Program, outputs: Vec<(usize, Vec<f32>)>, logits: Vec
         }
         instructions.push((wi, format!("{:?}", w.opcode), t));
     }
-    StepCapture { instructions, hidden, logits: Some(bf16_tensor("logits".into(), 0, logits.len(), logits)), token: next }
+    StepCapture {
+        instructions,
+        hidden,
+        logits: Some(bf16_tensor("logits".into(), 0, logits.len(), logits)),
+        token: next,
+    }
 }
 
 /// The state buffers of a program path, the KV caches cut to the positions written so far.
@@ -223,7 +228,9 @@ impl Engine for InterpEngine<'_> {
     }
 
     fn states(&self) -> Vec<Tensor> {
-        program_states(self.prog, self.it.pos(), |b, n| self.it.buffer(&self.prog.buffers[b].name).map(|d| d[..n].to_vec()))
+        program_states(self.prog, self.it.pos(), |b, n| {
+            self.it.buffer(&self.prog.buffers[b].name).map(|d| d[..n].to_vec())
+        })
     }
 
     fn word_ns(&mut self) -> Option<Vec<u64>> {
