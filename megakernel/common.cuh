@@ -78,41 +78,76 @@ __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned 
   __syncthreads();
 }
 
-// One warp's dot product of weight row r (fp8 with block scales, or bf16) with bf16 shared x over
-// columns [k0, k1): lane-strided 16-byte chunks, fma in fp32, then the warp butterfly.
-// fp8 weights are dequantised as the oracle's bf16(e4m3 * scale).
+// d = a * b + c on two bf16 lanes, one rounding each (round to nearest even, subnormals kept).
+__device__ __forceinline__ unsigned bf16x2_fma(unsigned a, unsigned b, unsigned c) {
+  unsigned d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// Two e4m3 codes (bits 0-7 and 16-23 of t) as two bf16 values times 2^-120: the sign to bit 15/31,
+// exponent and mantissa to bits 4-10/20-26 (e4m3 and bf16 share the exponent's position in their
+// mantissa-free form; subnormal codes become bf16 subnormals, exactly).
+__device__ __forceinline__ unsigned e4m3x2_bf16x2(unsigned t) {
+  return ((t << 4) & 0x07f007f0u) | ((t << 8) & 0x80008000u);
+}
+
+__device__ __forceinline__ float lo_bf(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
+// One warp's dot product of weight row r with bf16 shared x over columns [k0, k1): lane-strided
+// 16-byte chunks, elements in order within a chunk, fma in fp32, then the warp butterfly.
+// fp8 weights are dequantised as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales) does it on
+// bf16 pairs, code * (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (scales that are not
+// bf16 values) in fp32 with the same single rounding. (NaN codes 0x7f/0xff: `mk check` rejects them.)
 __device__ float row_dot(const DevCtx& c, unsigned short wid, unsigned r, const unsigned short* xs, unsigned k0, unsigned k1) {
   unsigned K = c.cols[wid];
   float acc = 0.f;
   unsigned lane = threadIdx.x & 31;
-  if (c.wbytes[wid] == 1) {
+  unsigned char wb = c.wbytes[wid];
+  if (wb == 1 || wb == 3) {
     const unsigned char* w = (const unsigned char*)c.bufs[wid] + (size_t)r * K;
     const float* sc = c.scales[wid] + (size_t)(r / 128) * ((K + 127) / 128);
     for (unsigned k = k0 + lane * 16; k < k1; k += 32 * 16) {
       uint4 v = *(const uint4*)(w + k);
-      // e4m3 bits placed in an fp32 (sign to bit 31, exponent+mantissa to bits 20..26) are the value
-      // times 2^-120, subnormals included; the 2^120 goes into the scale (exact), so one multiply
-      // and one rounding give bf16(e4m3 * scale). (NaN codes 0x7f/0xff: `mk check` rejects them.)
-      float s = sc[k / 128] * 0x1p120f;
+      uint4 xa = *(const uint4*)(xs + k), xb = *(const uint4*)(xs + k + 8);
       unsigned words[4] = {v.x, v.y, v.z, v.w};
+      unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+      float s = sc[k / 128] * 0x1p120f;
+      if (wb == 1) {
+        unsigned sb = __float_as_uint(s) >> 16, s2 = sb | (sb << 16);
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          unsigned byte = (words[q] >> (8 * b)) & 255u;
-          float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20));
-          acc = fmaf(bf(raw * s), bf2f(xs[k + 4 * q + b]), acc);
+        for (int q = 0; q < 4; ++q) {
+          unsigned d01 = bf16x2_fma(e4m3x2_bf16x2(__byte_perm(words[q], 0, 0x4140)), s2, 0x80008000u);
+          unsigned d23 = bf16x2_fma(e4m3x2_bf16x2(__byte_perm(words[q], 0, 0x4342)), s2, 0x80008000u);
+          acc = fmaf(lo_bf(d01), lo_bf(xw[2 * q]), acc);
+          acc = fmaf(hi_bf(d01), hi_bf(xw[2 * q]), acc);
+          acc = fmaf(lo_bf(d23), lo_bf(xw[2 * q + 1]), acc);
+          acc = fmaf(hi_bf(d23), hi_bf(xw[2 * q + 1]), acc);
         }
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            unsigned byte = (words[q] >> (8 * b)) & 255u;
+            float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20));
+            unsigned xwrd = xw[(4 * q + b) / 2];
+            acc = fmaf(bf(raw * s), (b & 1) ? hi_bf(xwrd) : lo_bf(xwrd), acc);
+          }
+      }
     }
   } else {
     const unsigned short* w = (const unsigned short*)c.bufs[wid] + (size_t)r * K;
     for (unsigned k = k0 + lane * 8; k < k1; k += 32 * 8) {
       uint4 v = *(const uint4*)(w + k);
+      uint4 xa = *(const uint4*)(xs + k);
       unsigned words[4] = {v.x, v.y, v.z, v.w};
+      unsigned xw[4] = {xa.x, xa.y, xa.z, xa.w};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        acc = fmaf(bf2f(words[q] & 0xffffu), bf2f(xs[k + 2 * q]), acc);
-        acc = fmaf(bf2f(words[q] >> 16), bf2f(xs[k + 2 * q + 1]), acc);
+        acc = fmaf(lo_bf(words[q]), lo_bf(xw[q]), acc);
+        acc = fmaf(hi_bf(words[q]), hi_bf(xw[q]), acc);
       }
     }
   }

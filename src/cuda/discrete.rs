@@ -56,6 +56,8 @@ struct Place {
     off: usize,
     bytes: usize,
     scale_off: Option<usize>,
+    /// Bytes per element; for matrices a storage code: 1 fp8 with bf16 scales, 2 bf16, 3 fp8 with
+    /// fp32 scales (the `wbytes` table the kernels read).
     elem_bytes: u8,
 }
 
@@ -116,12 +118,25 @@ impl Discrete {
                     .ok_or_else(|| Error::new(format!("gpu: no tensor {}", b.name)))?;
                 let matrix = matches!(s.role, Role::Linear { .. } | Role::Embedding | Role::LmHead);
                 if matrix {
-                    let eb = if s.dtype == Dt::F8E4M3 { 1 } else { 2 };
-                    let bytes = b.elems() as usize * eb;
+                    let fp8 = s.dtype == Dt::F8E4M3;
+                    let bytes = b.elems() as usize * if fp8 { 1 } else { 2 };
                     let off = take(bytes);
                     let scale_off =
-                        (eb == 1).then(|| take(b.rows.div_ceil(128) as usize * b.cols.div_ceil(128) as usize * 4));
-                    Place { off, bytes, scale_off, elem_bytes: eb as u8 }
+                        fp8.then(|| take(b.rows.div_ceil(128) as usize * b.cols.div_ceil(128) as usize * 4));
+                    // fp8 whose scales are bf16 values (every real release, and mk synth) is
+                    // dequantised on bf16 pairs (code 1); other scales in fp32 (code 3); same bits.
+                    let code = if !fp8 {
+                        2
+                    } else {
+                        let module = b.name.trim_end_matches(".weight");
+                        let scales = ck.f32_vec(&format!("{module}.weight_scale_inv"));
+                        if scales.iter().all(|x| crate::model::numerics::bf(*x) == *x) {
+                            1
+                        } else {
+                            3
+                        }
+                    };
+                    Place { off, bytes, scale_off, elem_bytes: code }
                 } else {
                     let bytes = b.elems() as usize * 4;
                     Place { off: take(bytes), bytes, scale_off: None, elem_bytes: 4 }
