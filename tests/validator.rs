@@ -65,7 +65,7 @@ fn unordered_words_writing_the_same_rows_collide() {
 fn an_input_nobody_wrote_is_rejected() {
     let mut p = tiny();
     // The embedding writes the wrong buffer: every reader of h reads garbage.
-    p.words[0].ops[slot::OUT0] = p.buffer_id("attn_out").unwrap() as u16;
+    p.words[0].ops[slot::OUT0] = p.buffer_id("k").unwrap() as u16; // as wide as h, so the shape passes
     rejects(&p, &["inputs", "reads h[0, 256)", "no word ordered before it wrote"]);
 }
 
@@ -105,4 +105,26 @@ fn counters_that_are_never_reset() {
     let n = p.words.len();
     p.words[n - 1].wait = NO_COUNTER;
     rejects(&p, &["not ordered before the EndStep"]);
+}
+
+#[test]
+fn opcode_arguments_and_unsignalled_counters() {
+    let mut p = tiny();
+    let i = find(&p, Opcode::AttnScores, 3);
+    p.words[i].arg0 = 64;
+    rejects(&p, &[&format!("word {i} (AttnScores"), "arg0 = 64 partitions"]);
+    let mut p = tiny();
+    let i = find(&p, Opcode::GemvGateUp, 0);
+    p.words[i].flags |= mk::isa::FLAG_PARTIAL;
+    rejects(&p, &["FLAG_PARTIAL on an opcode that has no split-K form"]);
+    let mut p = tiny();
+    let i = find(&p, Opcode::GdnConv, 0);
+    p.n_counters += 1;
+    p.words[i].wait = p.n_counters - 1;
+    p.words[i].wait_target = 0;
+    rejects(&p, &["signalled by no word"]);
+    let mut p = tiny();
+    let i = find(&p, Opcode::LmHead, 0);
+    p.words[i].ops[slot::W0] = p.buffer_id("model.language_model.layers.0.mlp.down_proj.weight").unwrap() as u16;
+    rejects(&p, &[&format!("word {i} (LmHead"), "down_proj.weight is [256, 512]"]);
 }

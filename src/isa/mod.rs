@@ -240,8 +240,8 @@ impl Word {
     pub fn unit_span(&self, u: u32) -> (std::ops::Range<usize>, u32) {
         let rs = u / self.k_parts.max(1);
         let kp = u % self.k_parts.max(1);
-        let r0 = (rs * self.unit_rows) as usize;
-        let r1 = ((rs + 1) * self.unit_rows).min(self.rows) as usize;
+        let r0 = (rs as u64 * self.unit_rows as u64) as usize;
+        let r1 = ((rs as u64 + 1) * self.unit_rows as u64).min(self.rows as u64) as usize;
         (r0..r1, kp)
     }
 }

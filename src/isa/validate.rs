@@ -135,7 +135,11 @@ fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
     if w.unit_rows == 0 || w.k_parts == 0 || w.rows == 0 {
         bail!("{at}: shape: rows {}, unit_rows {}, k_parts {} must be positive", w.rows, w.unit_rows, w.k_parts);
     }
-    if w.units != w.row_units() * w.k_parts {
+    // Caps keep every later computation in range (no overflow, bounded memory).
+    if w.rows > 1 << 24 || w.k_parts > 1 << 12 || w.unit_rows > 1 << 24 {
+        bail!("{at}: shape: rows {}, unit_rows {} or k_parts {} beyond the engine's caps", w.rows, w.unit_rows, w.k_parts);
+    }
+    if w.units as u64 != w.row_units() as u64 * w.k_parts as u64 {
         bail!("{at}: shape: units {} != {} row slices x {} k-parts", w.units, w.row_units(), w.k_parts);
     }
     let req = required(w.opcode);
@@ -195,15 +199,93 @@ fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
                 w.arg0
             );
         }
-        if w.flags & FLAG_PARTIAL == 0 && w.k_parts != 1 {
-            bail!("{at}: shape: k_parts {} without FLAG_PARTIAL", w.k_parts);
-        }
     }
+    check_args(p, &at, w)?;
     if w.signal == NO_COUNTER || w.signal >= p.n_counters {
         bail!("{at}: shape: signal counter {} out of range (the program has {} counters)", w.signal, p.n_counters);
     }
     if w.wait != NO_COUNTER && w.wait >= p.n_counters {
         bail!("{at}: shape: wait counter {} out of range (the program has {} counters)", w.wait, p.n_counters);
+    }
+    Ok(())
+}
+
+/// Opcode arguments and weight shapes the footprints and the executors rely on.
+fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
+    let buf = |s: usize| w.op(s).map(|b| &p.buffers[b]);
+    let cols = |s: usize| buf(s).map(|b| b.cols).unwrap_or(0);
+    let partial = w.flags & FLAG_PARTIAL != 0;
+    if partial && !matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual) {
+        bail!("{at}: shape: FLAG_PARTIAL on an opcode that has no split-K form");
+    }
+    if w.k_parts != 1 && !partial {
+        bail!("{at}: shape: k_parts {} without FLAG_PARTIAL", w.k_parts);
+    }
+    let parts = (p.target.max_context as usize / crate::isa::access::ATTN_PART) as u32;
+    match w.opcode {
+        Opcode::AttnScores | Opcode::AttnPv | Opcode::AttnReduceGate => {
+            if w.arg0 == 0 || w.arg0 != parts {
+                bail!("{at}: shape: arg0 = {} partitions, the target's context needs {parts}", w.arg0);
+            }
+            if w.opcode != Opcode::AttnReduceGate && (w.arg1 == 0 || w.rows != (w.rows / w.arg0) * w.arg0) {
+                bail!("{at}: shape: rows {} / arg1 {} do not describe (KV head, partition) units", w.rows, w.arg1);
+            }
+        }
+        Opcode::GdnRecur => {
+            if w.arg0 == 0 || w.rows % w.arg0 != 0 {
+                bail!("{at}: shape: {} value heads are not a multiple of arg0 = {} q/k heads", w.rows, w.arg0);
+            }
+        }
+        Opcode::ReduceStore | Opcode::ReduceResidual => {
+            if w.arg0 == 0 || (w.arg0 as u64) * (w.rows as u64) > cols(slot::IN0) {
+                bail!("{at}: shape: {} groups of {} rows do not fit the partial buffer", w.arg0, w.rows);
+            }
+        }
+        Opcode::Argmax => {
+            if w.arg0 == 0 {
+                bail!("{at}: shape: no candidates (arg0 = 0)");
+            }
+        }
+        _ => {}
+    }
+    // Weights: matrices [rows >= word rows, cols = input width]; vectors of the right length.
+    let matrix = |s: usize, k: u64| -> Result<()> {
+        match buf(s) {
+            Some(b) if b.rows >= w.rows as u64 && b.cols == k && b.rows > 1 => Ok(()),
+            Some(b) => bail!("{at}: shape: weight {} is [{}, {}], the word needs [>= {}, {k}]", b.name, b.rows, b.cols, w.rows),
+            None => Ok(()),
+        }
+    };
+    let vector = |s: usize, n: u64| -> Result<()> {
+        match buf(s) {
+            Some(b) if b.elems() == n => Ok(()),
+            Some(b) => bail!("{at}: shape: weight {} has {} elements, the word needs {n}", b.name, b.elems()),
+            None => Ok(()),
+        }
+    };
+    let k = cols(slot::IN0);
+    match w.opcode {
+        Opcode::GemvGateUp => {
+            matrix(slot::W0, k)?;
+            matrix(slot::W1, k)?;
+            vector(slot::W2, k)?;
+        }
+        Opcode::LmHead => {
+            matrix(slot::W0, k)?;
+            vector(slot::W1, k)?;
+        }
+        Opcode::GemvNorm => vector(slot::W1, k)?,
+        Opcode::Embed => {
+            if buf(slot::W0).map(|b| b.cols) != Some(cols(slot::OUT0)) {
+                bail!("{at}: shape: the embedding's width is not h's");
+            }
+        }
+        Opcode::GdnConv => vector(slot::W0, 4 * w.rows as u64)?,
+        Opcode::GdnRecur => {
+            vector(slot::W0, w.rows as u64)?;
+            vector(slot::W1, w.rows as u64)?;
+        }
+        _ => {}
     }
     Ok(())
 }
@@ -322,6 +404,9 @@ pub fn validate(p: &Program) -> Result<Summary> {
     if p.words.is_empty() {
         bail!("program: no words");
     }
+    if p.words.len() > 1 << 16 || p.n_counters > 1 << 20 || p.buffers.len() >= crate::isa::NONE as usize {
+        bail!("program: {} words, {} counters, {} buffers: beyond the engine's caps", p.words.len(), p.n_counters, p.buffers.len());
+    }
     for (i, w) in p.words.iter().enumerate() {
         check_shape(p, i, w)?;
     }
@@ -344,7 +429,10 @@ pub fn validate(p: &Program) -> Result<Summary> {
         if (w.wait_target as u64) < have {
             bail!("{at}: waits: counter {} is waited for at {} of its {have} signals: which producers it follows is ambiguous", w.wait, w.wait_target);
         }
-        if let Some(&j) = signallers[&w.wait].iter().find(|&&j| j >= i) {
+        let Some(producers) = signallers.get(&w.wait) else {
+            bail!("{at}: waits: counter {} is signalled by no word (deadlock)", w.wait);
+        };
+        if let Some(&j) = producers.iter().find(|&&j| j >= i) {
             bail!("{at}: waits: counter {} is signalled by word {j}, not earlier in program order (deadlock in a persistent kernel)", w.wait);
         }
     }
@@ -356,7 +444,7 @@ pub fn validate(p: &Program) -> Result<Summary> {
         if w.wait == NO_COUNTER {
             continue;
         }
-        for &j in &signallers[&w.wait] {
+        for &j in signallers.get(&w.wait).map(|v| v.as_slice()).unwrap_or(&[]) {
             anc[i * words_per + j / 64] |= 1 << (j % 64);
             for k in 0..words_per {
                 anc[i * words_per + k] |= anc[j * words_per + k];
