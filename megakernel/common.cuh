@@ -14,7 +14,7 @@ struct DevCtx {
   const float* const* scales;     // per buffer id: fp8 weight_scale_inv as f32 [rows/128][cols/128], else null
   const unsigned* rows;           // per buffer id: rows
   const unsigned* cols;           // per buffer id: cols
-  const unsigned char* wbytes;    // per buffer id: bytes per element (1 fp8, 2 bf16, 4 f32)
+  const unsigned char* wbytes;    // per buffer id: storage (1 fp8 + bf16 scales, 2 bf16, 3 fp8 + other scales, 4 f32)
   const float* rope;              // [max_ctx][2][rotary_dim]: cos then sin, bf16 values (from the CPU tables)
   unsigned rotary_dim, head_dim, gdn_dim, n_heads, n_kv_heads, gdn_k_heads, gdn_v_heads, max_ctx;
   float eps;
@@ -97,9 +97,10 @@ __device__ __forceinline__ float hi_bf(unsigned w) { return __uint_as_float(w & 
 
 // One warp's dot product of weight row r with bf16 shared x over columns [k0, k1): lane-strided
 // 16-byte chunks, elements in order within a chunk, fma in fp32, then the warp butterfly.
-// fp8 weights are dequantised as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales) does it on
-// bf16 pairs, code * (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (scales that are not
-// bf16 values) in fp32 with the same single rounding. (NaN codes 0x7f/0xff: `mk check` rejects them.)
+// fp8 weights are dequantised as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales below 2^8)
+// on bf16 pairs, code * (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (other scales) as the
+// CPU does, the fp32 product e4m3 * scale then bf16. NaN codes (0x7f/0xff) are refused when the GPU
+// path loads a checkpoint (they would decode to finite values here).
 __device__ float row_dot(const DevCtx& c, unsigned short wid, unsigned r, const unsigned short* xs, unsigned k0, unsigned k1) {
   unsigned K = c.cols[wid];
   float acc = 0.f;
@@ -113,9 +114,8 @@ __device__ float row_dot(const DevCtx& c, unsigned short wid, unsigned r, const 
       uint4 xa = *(const uint4*)(xs + k), xb = *(const uint4*)(xs + k + 8);
       unsigned words[4] = {v.x, v.y, v.z, v.w};
       unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-      float s = sc[k / 128] * 0x1p120f;
       if (wb == 1) {
-        unsigned sb = __float_as_uint(s) >> 16, s2 = sb | (sb << 16);
+        unsigned sb = __float_as_uint(sc[k / 128] * 0x1p120f) >> 16, s2 = sb | (sb << 16);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           unsigned d01 = bf16x2_fma(e4m3x2_bf16x2(__byte_perm(words[q], 0, 0x4140)), s2, 0x80008000u);
@@ -131,9 +131,9 @@ __device__ float row_dot(const DevCtx& c, unsigned short wid, unsigned r, const 
 #pragma unroll
           for (int b = 0; b < 4; ++b) {
             unsigned byte = (words[q] >> (8 * b)) & 255u;
-            float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20));
+            float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20)) * 0x1p120f;
             unsigned xwrd = xw[(4 * q + b) / 2];
-            acc = fmaf(bf(raw * s), (b & 1) ? hi_bf(xwrd) : lo_bf(xwrd), acc);
+            acc = fmaf(bf(raw * sc[k / 128]), (b & 1) ? hi_bf(xwrd) : lo_bf(xwrd), acc);
           }
       }
     }

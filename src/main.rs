@@ -82,7 +82,7 @@ enum Cmd {
         config: Option<PathBuf>,
         #[arg(long, default_value_t = 132)]
         sms: u32,
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = 256)]
         threads: u32,
         /// Activation rows per step (1-8; >1 verifies speculative drafts).
         #[arg(long, default_value_t = 1)]

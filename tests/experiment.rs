@@ -113,3 +113,31 @@ fn a_run_writes_record_csv_and_charts_and_diffs_bits() {
     assert!(mk::experiment::chart::render(&dir).unwrap().len() >= 3);
     assert!(mk::experiment::chart::compare(&dir, &dir).unwrap().contains("1.000"));
 }
+
+#[test]
+fn every_committed_record_loads_and_its_charts_render() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
+    let mut n = 0;
+    for exp in std::fs::read_dir(&root).unwrap().filter_map(|e| e.ok()) {
+        for run in std::fs::read_dir(exp.path()).unwrap().filter_map(|e| e.ok()) {
+            if run.path().join("record.json").is_file() && run.path().join("steps.csv").is_file() {
+                mk::experiment::record::Record::load(&run.path())
+                    .unwrap_or_else(|e| panic!("{}: {e}", run.path().display()));
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 3, "{n} records");
+}
+
+#[test]
+fn a_shuffled_interpreter_is_diffed_in_shuffled_order() {
+    let text = r#"(name: "shuf", model: Preset(name: "tiny", seed: 0), paths: [Reference, Interpreter],
+        workload: (prompt: Ids([5, 6]), decode_steps: 2, contexts: [2]), warmup: 0, repetitions: 1,
+        shuffle_seed: Some(11), diffs: [(a: Reference, b: Interpreter)])"#;
+    let mut e = Experiment::parse(text).unwrap();
+    e.model = ModelSpec::Checkpoint { path: common::tiny().display().to_string() };
+    let dir = run(&e, &opts("shuf")).unwrap();
+    let s = summary(&dir).unwrap();
+    assert!(s.contains("reference vs interpreter (bits): identical"), "{s}");
+}

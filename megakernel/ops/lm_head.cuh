@@ -7,8 +7,10 @@ __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* sme
   block_rmsnorm(B<unsigned short>(c, w.ops[SLOT_IN0]), B<float>(c, w.ops[SLOT_W1]), K, c.eps, xs, red);
   unsigned short* logits = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
+  unsigned groups = (K + KGROUP - 1) / KGROUP;
   for (unsigned r = r0 + (threadIdx.x >> 5); r < r1; r += WARPS) {
-    float v = row_dot(c, w.ops[SLOT_W0], r, xs, 0, K);
+    float v = 0.f;
+    for (unsigned g = 0; g < groups; ++g) v += row_dot(c, w.ops[SLOT_W0], r, xs, g * KGROUP, min(K, (g + 1) * KGROUP));  // ORDER: k-groups in order
     if ((threadIdx.x & 31) == 0) logits[r] = f2bf(v);
   }
   __syncthreads();

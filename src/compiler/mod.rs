@@ -30,9 +30,9 @@ pub const CONV_UNIT: u32 = 128;
 pub const EMBED_UNIT: u32 = 1024;
 pub const REDUCE_UNIT: u32 = 128;
 
-/// The default target: one H200.
+/// The default target: one H200 (the kernels run 256 threads per block).
 pub fn h200(m_rows: u32) -> Target {
-    Target { sms: 132, threads: 512, m_rows, max_context: 32768 }
+    Target { sms: 132, threads: 256, m_rows, max_context: 32768 }
 }
 
 struct Builder<'a> {

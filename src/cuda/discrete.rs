@@ -75,6 +75,8 @@ pub struct Discrete {
     logits: usize,
     pub module_hash: String,
     pub arena_bytes: usize,
+    /// The position the next step writes (mirrors the control block; checked before every step).
+    pos: usize,
     /// Two events per word, created at startup, for per-word timing.
     events: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
 }
@@ -101,6 +103,19 @@ impl Discrete {
     /// Uploads everything the program needs and compiles the kernels. The only device allocation.
     pub fn new(gpu: Gpu, prog: &Program, ck: &Checkpoint, cache: &std::path::Path) -> Result<Discrete> {
         let cfg = &ck.config;
+        if prog.target.m_rows != 1 {
+            crate::bail!("gpu: M = {} rows (the discrete path runs M = 1)", prog.target.m_rows);
+        }
+        if let Some(w) = prog.words.iter().find(|w| smem_bytes(prog, w) > 48 * 1024) {
+            crate::bail!(
+                "gpu: {:?} needs {} bytes of shared memory (48 KiB without opt-in)",
+                w.opcode,
+                smem_bytes(prog, w)
+            );
+        }
+        // The kernels do not decode NaN codes: refuse them here, with the tensor's name.
+        crate::isa::validate::validate(prog)?;
+        ck.deep_check()?;
         let specs = ck.specs();
         // Layout.
         let mut at = 0usize;
@@ -130,7 +145,7 @@ impl Discrete {
                     } else {
                         let module = b.name.trim_end_matches(".weight");
                         let scales = ck.f32_vec(&format!("{module}.weight_scale_inv"));
-                        if scales.iter().all(|x| crate::model::numerics::bf(*x) == *x) {
+                        if scales.iter().all(|x| crate::model::numerics::bf(*x) == *x && x.abs() < 256.0) {
                             1
                         } else {
                             3
@@ -253,6 +268,7 @@ impl Discrete {
             ctx,
             funcs,
             graph: None,
+            pos: 0,
             ctrl,
             logits,
             module_hash,
@@ -280,6 +296,7 @@ impl Discrete {
 
     /// Zeroes the per-sequence state, the control block (position 0) and the activations.
     pub fn reset(&mut self) -> Result<()> {
+        self.pos = 0;
         let stream = self.gpu.stream.clone();
         for (b, p) in self.prog.buffers.iter().zip(self.places.clone()) {
             if b.kind != BufKind::Weight {
@@ -336,9 +353,23 @@ impl Discrete {
         Ok(ctrl[1])
     }
 
+    /// A token id and a position the kernels can take (they do not check: the host does).
+    fn check(&mut self, token: u32) -> Result<()> {
+        let vocab = self.prog.buffers[self.logits].cols as u32;
+        if token >= vocab {
+            crate::bail!("token id {token} is out of range (vocabulary {vocab})");
+        }
+        if self.pos >= self.prog.target.max_context as usize {
+            crate::bail!("context overflow: position {} >= max context {}", self.pos, self.prog.target.max_context);
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
     /// One step launched word by word with an event pair around each launch; returns each word's
     /// time in ms (the launch inventory: one kernel per word).
     pub fn time_words(&mut self, token: u32) -> Result<Vec<f32>> {
+        self.check(token)?;
         let stream = self.gpu.stream.clone();
         let c = self.places[self.ctrl];
         {
@@ -394,7 +425,7 @@ impl Discrete {
         cu(stream.memcpy_htod(&bytes, &mut v), "cuMemcpyHtoD")
     }
 
-    /// Launches word `i` alone and waits for it.
+    /// Launches word `i` alone and waits for it (op-by-op checks: the caller owns the state).
     pub fn run_word(&mut self, i: usize) -> Result<()> {
         self.launch_word(i)?;
         self.sync()

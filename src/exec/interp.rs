@@ -177,11 +177,11 @@ impl<'a> Interp<'a> {
         self.bufs[self.ctrl][CTRL_TOKEN] = token as f32;
     }
 
-    /// The buffer a word's result is read from in debug captures.
+    /// The buffer a word's result is read from in debug captures (the KV append writes only the
+    /// caches, compared once as final state rather than whole after every step).
     pub fn output_of(w: &Word) -> Option<usize> {
         match w.opcode {
-            Opcode::EndStep => None,
-            Opcode::AttnKv => w.op(slot::ST0),
+            Opcode::EndStep | Opcode::AttnKv => None,
             _ => w.op(slot::OUT0),
         }
     }
@@ -202,7 +202,9 @@ impl<'a> Interp<'a> {
         while let Some(pick) = (!ready.is_empty()).then(|| (self.rng.next_u64() % ready.len() as u64) as usize) {
             let (i, u) = ready.swap_remove(pick);
             let end = words[i].opcode == Opcode::EndStep;
+            let t = std::time::Instant::now();
             let c = self.unit(i, u);
+            self.word_ns[i] += t.elapsed().as_nanos() as u64;
             left -= 1;
             if end {
                 continue;

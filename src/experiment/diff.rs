@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::spec::Tolerance;
-use crate::model::numerics::f32_to_bf16;
 
 /// A named tensor a path exposes: a buffer after an instruction, the hidden state after a layer,
 /// logits, a state.
@@ -39,7 +38,8 @@ pub struct StepCapture {
 /// Where two paths first differ.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mismatch {
-    /// Context length and step (index into the token sequence) where it was found; None: final state.
+    /// The length of the compared sequence (the diff pass runs one sequence up to the longest context
+    /// plus the decode steps); `step` is the position in it (None: the final state).
     pub context: u32,
     pub step: Option<usize>,
     pub instruction: Option<usize>,
@@ -70,9 +70,11 @@ pub struct DiffResult {
     pub max_abs: f32,
     pub first: Option<Mismatch>,
     /// Chosen tokens that differ (counted apart: a token id difference is no numeric difference).
+    #[serde(default)]
     pub token_mismatches: u64,
     /// Per buffer: elements compared and differing (bits mode: any bit; tolerance mode: outside it),
     /// the largest difference in ulps and in value.
+    #[serde(default)]
     pub per_buffer: BTreeMap<String, BufferStats>,
     #[serde(skip)]
     tolerance: Option<Tolerance>,
@@ -87,7 +89,9 @@ pub struct BufferStats {
     pub max_abs: f32,
 }
 
-/// Distance in units in the last place on the bf16 or fp32 grid (0 for equal bits).
+/// |a - b| in units in the last place of max(|a|, |b|), on the bf16 or fp32 grid (0 for equal bits,
+/// u64::MAX when one is NaN). Measured on the larger magnitude, so values either side of zero do not
+/// count the whole grid between them.
 pub fn ulps(a: f32, b: f32, bf16: bool) -> u64 {
     if a.to_bits() == b.to_bits() {
         return 0;
@@ -95,24 +99,9 @@ pub fn ulps(a: f32, b: f32, bf16: bool) -> u64 {
     if a.is_nan() || b.is_nan() {
         return u64::MAX;
     }
-    let ord = |x: f32| -> i64 {
-        if bf16 {
-            let v = f32_to_bf16(x) as i16 as i64;
-            if v < 0 {
-                i16::MIN as i64 - v
-            } else {
-                v
-            }
-        } else {
-            let v = x.to_bits() as i32 as i64;
-            if v < 0 {
-                i32::MIN as i64 - v
-            } else {
-                v
-            }
-        }
-    };
-    ord(a).abs_diff(ord(b))
+    let m = a.abs().max(b.abs()).max(f32::MIN_POSITIVE);
+    let ulp = 2f64.powi(m.log2().floor() as i32 - if bf16 { 7 } else { 23 });
+    ((a as f64 - b as f64).abs() / ulp).round() as u64
 }
 
 impl DiffResult {
@@ -158,9 +147,10 @@ impl DiffResult {
             let u = ulps(*x, *y, a.bf16);
             self.max_ulps = self.max_ulps.max(u);
             self.max_abs = self.max_abs.max((x - y).abs());
+            // |a - b| <= abs + rel * max(|a|, |b|)
             let bad = match self.tolerance {
                 None => true,
-                Some(t) => !approx::relative_eq!(*x, *y, epsilon = t.abs, max_relative = t.rel),
+                Some(t) => !approx::abs_diff_eq!(*x, *y, epsilon = t.abs + t.rel * x.abs().max(y.abs())),
             };
             if let Some(st) = self.per_buffer.get_mut(&key) {
                 st.bit_differences += 1;
@@ -209,12 +199,16 @@ impl DiffResult {
     /// hidden states per layer, logits, the chosen token.
     pub fn step(&mut self, context: u32, step: usize, a: &StepCapture, b: &StepCapture) {
         if !a.instructions.is_empty() && !b.instructions.is_empty() {
-            for ((wi, op, ta), (_, _, tb)) in a.instructions.iter().zip(&b.instructions) {
-                self.tensor((context, Some(step), Some(*wi), Some(op)), ta, tb);
+            for (wi, op, ta) in &a.instructions {
+                if let Some((_, _, tb)) = b.instructions.iter().find(|(w, _, _)| w == wi) {
+                    self.tensor((context, Some(step), Some(*wi), Some(op)), ta, tb);
+                }
             }
         }
-        for (ha, hb) in a.hidden.iter().zip(&b.hidden) {
-            self.tensor((context, Some(step), None, None), ha, hb);
+        for ha in &a.hidden {
+            if let Some(hb) = b.hidden.iter().find(|h| h.layer == ha.layer) {
+                self.tensor((context, Some(step), None, None), ha, hb);
+            }
         }
         if let (Some(la), Some(lb)) = (&a.logits, &b.logits) {
             self.tensor((context, Some(step), None, None), la, lb);
@@ -323,5 +317,6 @@ mod tests {
         assert_eq!(d.within_tolerance, Some(false));
         assert_eq!(ulps(1.0, 1.0078125, true), 1);
         assert_eq!(ulps(-0.0, 0.0, false), 0); // different bits, same number
+        assert_eq!(ulps(-0.01, 0.01, true), 328); // across zero: 0.02 in ulps of 0.01 (2^-14)
     }
 }

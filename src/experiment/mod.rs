@@ -76,10 +76,163 @@ struct Shared<'a> {
 fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn Engine + 'a>> {
     Ok(match (p, s.graph) {
         (PathName::Reference, _) => Box::new(ReferenceEngine::new(s.w, s.prog.target.max_context as usize)),
-        (PathName::Interpreter, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed)?),
-        (PathName::Graph, Some(d)) => Box::new(paths::GraphEngine::new(d)?),
+        (PathName::Interpreter, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed, e.debug)?),
+        (PathName::Graph, Some(d)) => Box::new(paths::GraphEngine::new(d, e.debug)?),
         _ => bail!("path {} is not available", p.label()),
     })
+}
+
+/// What the passes of one run share.
+struct RunCtx<'r, 'a> {
+    e: &'r Experiment,
+    shared: &'r Shared<'a>,
+    runnable: &'r [PathName],
+    contexts: &'r [u32],
+    steps: usize,
+    total: usize,
+    bar: &'r indicatif::ProgressBar,
+}
+
+/// (2) Every path in lockstep over one sequence (the prompt, then the first path's greedy tokens, up
+/// to the longest context plus the decode steps), every step compared; returns the sequence.
+fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<Vec<u32>> {
+    let e = c.e;
+    let prompt = e.prompt_ids();
+    c.bar.set_length(c.total as u64 * c.runnable.len() as u64 * (1 + (e.warmup + e.repetitions) as u64));
+    let pairs: Vec<&spec::DiffSpec> =
+        e.diffs.iter().filter(|d| c.runnable.contains(&d.a) && c.runnable.contains(&d.b)).collect();
+    let idx = |p: PathName| c.runnable.iter().position(|q| *q == p).unwrap_or(0);
+    rec.diffs = pairs.iter().map(|d| DiffResult::new(d.a.label(), d.b.label(), d.tolerance)).collect();
+    c.bar.set_message("diff pass");
+    let mut engines: Vec<Box<dyn Engine>> =
+        c.runnable.iter().map(|p| new_engine(*p, c.shared, e)).collect::<Result<_>>()?;
+    let mut seq: Vec<u32> = Vec::with_capacity(c.total);
+    let mut tok = prompt[0];
+    let len = c.total as u32;
+    for s in 0..c.total {
+        seq.push(tok);
+        let mut caps = Vec::new();
+        for eng in engines.iter_mut() {
+            caps.push(eng.step(tok, !pairs.is_empty())?);
+            c.bar.inc(1);
+        }
+        for (d, spec) in rec.diffs.iter_mut().zip(&pairs) {
+            if let (Some(ca), Some(cb)) = (&caps[idx(spec.a)].1, &caps[idx(spec.b)].1) {
+                d.step(len, s, ca, cb);
+            }
+        }
+        if s % 64 == 63 {
+            res.save(rec)?;
+        }
+        tok = if s + 1 < prompt.len() { prompt[s + 1] } else { caps[0].0 };
+    }
+    for (d, spec) in rec.diffs.iter_mut().zip(&pairs) {
+        d.states(len, &engines[idx(spec.a)].states(), &engines[idx(spec.b)].states());
+    }
+    res.save(rec)?;
+    Ok(seq)
+}
+
+/// (3) Each path: warm-up and repetitions of the whole sequence from a fresh state, every step timed;
+/// rows are written after every repetition.
+fn timing_pass(c: &RunCtx, seq: &[u32], rec: &mut Record, res: &mut Results) -> Result<()> {
+    let (e, prog) = (c.e, c.shared.prog);
+    let ctx_mark = c.total as u32;
+    for p in c.runnable {
+        c.bar.set_message(format!("timing {}", p.label()));
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); c.contexts.len()];
+        let mut word_ns: Option<Vec<u64>> = None;
+        for rep in 0..e.warmup + e.repetitions {
+            let mut eng = new_engine(*p, c.shared, e)?;
+            let mut t_rep = Vec::with_capacity(seq.len());
+            for &tok in seq {
+                let t = std::time::Instant::now();
+                eng.step(tok, false)?;
+                t_rep.push(t.elapsed().as_secs_f64() * 1e3);
+                c.bar.inc(1);
+            }
+            if rep < e.warmup {
+                continue;
+            }
+            for (ci, &ctx) in c.contexts.iter().enumerate() {
+                for s in ctx as usize..ctx as usize + c.steps {
+                    samples[ci].push(t_rep[s]);
+                    let row = StepRow {
+                        path: p.label(),
+                        context: ctx,
+                        repetition: rep - e.warmup,
+                        step: (s - ctx as usize) as u32,
+                        ms: t_rep[s],
+                    };
+                    res.step_row(&row)?;
+                }
+            }
+            word_ns = eng.word_ns();
+        }
+        let by_context: Vec<Timing> = c
+            .contexts
+            .iter()
+            .zip(&samples)
+            .filter_map(|(ctx, v)| {
+                record::summarise(v).map(|(m, lo, hi)| Timing {
+                    context: *ctx,
+                    ms_median: m,
+                    ms_min: lo,
+                    ms_max: hi,
+                    samples: v.len(),
+                })
+            })
+            .collect();
+        if let Some(ns) = &word_ns {
+            kernel_stats(prog, p.label(), ns, ctx_mark, rec, res)?;
+        }
+        let all: Vec<f64> = samples.concat();
+        let s = record::summarise(&all);
+        rec.paths.push(PathRecord {
+            name: p.label().into(),
+            status: "ran".into(),
+            ms_per_token_median: s.map(|x| x.0),
+            ms_per_token_min: s.map(|x| x.1),
+            ms_per_token_max: s.map(|x| x.2),
+            by_context,
+        });
+        res.save(rec)?;
+    }
+    Ok(())
+}
+
+/// Per-instruction times (ns per step by word) into instructions.csv and the record's kernel table.
+fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Record, res: &mut Results) -> Result<()> {
+    let mut by: std::collections::BTreeMap<String, (usize, f64, u64)> = Default::default();
+    for (wi, t) in ns.iter().enumerate() {
+        let wd = &prog.words[wi];
+        let op = format!("{:?}", wd.opcode);
+        res.instr_row(&InstrRow {
+            path,
+            context: ctx,
+            word: wi,
+            opcode: &op,
+            layer: wd.layer,
+            ms_per_step: *t as f64 / 1e6,
+        })?;
+        let e = by.entry(op).or_default();
+        e.0 += 1;
+        e.1 += *t as f64 / 1e6;
+        e.2 += crate::isa::report::weight_bytes(prog, wd);
+    }
+    for (op, (n, ms, bytes)) in by {
+        let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
+        rec.kernels.push(record::KernelStat {
+            path: path.into(),
+            opcode: op,
+            words: n,
+            ms_per_step: ms,
+            weight_bytes: bytes,
+            gb_per_s: gbps,
+            fraction_of_ceiling: gbps / record::CEILING_GBPS,
+        });
+    }
+    Ok(())
 }
 
 /// Runs an experiment; returns the results folder.
@@ -169,129 +322,20 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     };
     let shared = Shared { w: &w, prog: &prog, ck: &ck, graph: graph.as_ref() };
     res.save(&rec)?;
-    let prompt = e.prompt_ids();
-    // One token sequence serves every context: the prompt, then the first path's greedy tokens, up to
-    // the longest context plus the decode steps. A context c is measured on steps [c, c + steps).
-    let total = need;
-    bar.set_length(total as u64 * runnable.len() as u64 * (1 + (e.warmup + e.repetitions) as u64));
-    // (2) diff pass: all paths in lockstep, every step compared.
-    let pairs: Vec<&spec::DiffSpec> =
-        e.diffs.iter().filter(|d| runnable.contains(&d.a) && runnable.contains(&d.b)).collect();
-    let idx = |p: PathName| runnable.iter().position(|q| *q == p).unwrap_or(0);
-    let mut diffs: Vec<DiffResult> =
-        pairs.iter().map(|d| DiffResult::new(d.a.label(), d.b.label(), d.tolerance)).collect();
-    bar.set_message("diff pass");
-    let mut engines: Vec<Box<dyn Engine>> =
-        runnable.iter().map(|p| new_engine(*p, &shared, e)).collect::<Result<_>>()?;
-    let mut seq: Vec<u32> = Vec::with_capacity(total);
-    let mut tok = prompt[0];
-    let ctx_mark = *contexts.iter().max().unwrap_or(&0);
-    for s in 0..total {
-        seq.push(tok);
-        let mut caps = Vec::new();
-        for eng in engines.iter_mut() {
-            caps.push(eng.step(tok, !pairs.is_empty())?);
-            bar.inc(1);
-        }
-        for (d, spec) in diffs.iter_mut().zip(&pairs) {
-            if let (Some(ca), Some(cb)) = (&caps[idx(spec.a)].1, &caps[idx(spec.b)].1) {
-                d.step(ctx_mark, s, ca, cb);
-            }
-        }
-        tok = if s + 1 < prompt.len() { prompt[s + 1] } else { caps[0].0 };
-    }
-    for (d, spec) in diffs.iter_mut().zip(&pairs) {
-        d.states(ctx_mark, &engines[idx(spec.a)].states(), &engines[idx(spec.b)].states());
-    }
-    drop(engines);
-    rec.diffs = diffs;
-    res.save(&rec)?;
-    // (3) timing pass: warm-up and repetitions of the whole sequence, each from a fresh state.
-    for p in &runnable {
-        bar.set_message(format!("timing {}", p.label()));
-        let mut times: Vec<Vec<f64>> = Vec::new();
-        let mut word_ns: Option<Vec<u64>> = None;
-        for rep in 0..e.warmup + e.repetitions {
-            let mut eng = new_engine(*p, &shared, e)?;
-            let mut t_rep = Vec::with_capacity(seq.len());
-            for &tok in &seq {
-                let t = std::time::Instant::now();
-                eng.step(tok, false)?;
-                t_rep.push(t.elapsed().as_secs_f64() * 1e3);
-                bar.inc(1);
-            }
-            if rep >= e.warmup {
-                times.push(t_rep);
-                word_ns = eng.word_ns();
-            }
-        }
-        let mut all = Vec::new();
-        let mut by_context = Vec::new();
-        for &ctx in &contexts {
-            let mut samples = Vec::new();
-            for (r, t_rep) in times.iter().enumerate() {
-                for s in ctx as usize..ctx as usize + steps {
-                    samples.push(t_rep[s]);
-                    res.step_row(&StepRow {
-                        path: p.label(),
-                        context: ctx,
-                        repetition: r as u32,
-                        step: (s - ctx as usize) as u32,
-                        ms: t_rep[s],
-                    })?;
-                }
-            }
-            if let Some((m, lo, hi)) = record::summarise(&samples) {
-                by_context.push(Timing { context: ctx, ms_median: m, ms_min: lo, ms_max: hi, samples: samples.len() });
-            }
-            all.extend(samples);
-        }
-        if let Some(ns) = &word_ns {
-            let mut by: std::collections::BTreeMap<String, (usize, f64, u64)> = Default::default();
-            for (wi, t) in ns.iter().enumerate() {
-                let e = by.entry(format!("{:?}", prog.words[wi].opcode)).or_default();
-                e.0 += 1;
-                e.1 += *t as f64 / 1e6;
-                e.2 += crate::isa::report::weight_bytes(&prog, &prog.words[wi]);
-            }
-            for (op, (n, ms, bytes)) in by {
-                let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
-                rec.kernels.push(record::KernelStat {
-                    path: p.label().into(),
-                    opcode: op,
-                    words: n,
-                    ms_per_step: ms,
-                    weight_bytes: bytes,
-                    gb_per_s: gbps,
-                    fraction_of_ceiling: gbps / record::CEILING_GBPS,
-                });
-            }
-        }
-        if let Some(ns) = word_ns {
-            // Per step (the interpreter: mean over the last repetition; the GPU: one timed step).
-            for (wi, t) in ns.iter().enumerate() {
-                let wd = &prog.words[wi];
-                let op = format!("{:?}", wd.opcode);
-                res.instr_row(&InstrRow {
-                    path: p.label(),
-                    context: ctx_mark,
-                    word: wi,
-                    opcode: &op,
-                    layer: wd.layer,
-                    ms_per_step: *t as f64 / 1e6,
-                })?;
-            }
-        }
-        let s = record::summarise(&all);
-        rec.paths.push(PathRecord {
-            name: p.label().into(),
-            status: "ran".into(),
-            ms_per_token_median: s.map(|x| x.0),
-            ms_per_token_min: s.map(|x| x.1),
-            ms_per_token_max: s.map(|x| x.2),
-            by_context,
-        });
+    let dropped: Vec<String> = e
+        .diffs
+        .iter()
+        .filter(|d| !runnable.contains(&d.a) || !runnable.contains(&d.b))
+        .map(|d| format!("diff {} vs {} not run: a path was skipped", d.a.label(), d.b.label()))
+        .collect();
+    rec.notes.extend(dropped);
+    let ctx = RunCtx { e, shared: &shared, runnable: &runnable, contexts: &contexts, steps, total: need, bar: &bar };
+    // A failure part-way still leaves everything measured so far on disk, with the reason.
+    let outcome = diff_pass(&ctx, &mut rec, &mut res).and_then(|seq| timing_pass(&ctx, &seq, &mut rec, &mut res));
+    if let Err(err) = outcome {
+        rec.notes.push(format!("run failed: {err}"));
         res.save(&rec)?;
+        return Err(err);
     }
     bar.finish_and_clear();
     rec.finished_utc = Some(record::utc_stamp(std::time::SystemTime::now()));
@@ -319,18 +363,16 @@ pub fn summary(dir: &Path) -> Result<String> {
         rec.git_sha,
         if rec.git_dirty { " (dirty)" } else { "" }
     );
+    // Per context: a median pooled over contexts would be a time no step took.
     for p in &rec.paths {
-        match p.ms_per_token_median {
-            Some(m) => {
-                s += &format!(
-                    "  {:12} {:>10.3} ms/token median (min {:.3}, max {:.3})\n",
-                    p.name,
-                    m,
-                    p.ms_per_token_min.unwrap_or(0.0),
-                    p.ms_per_token_max.unwrap_or(0.0)
-                )
-            }
-            None => s += &format!("  {:12} {}\n", p.name, p.status),
+        if p.by_context.is_empty() {
+            s += &format!("  {:12} {}\n", p.name, p.status);
+        }
+        for t in &p.by_context {
+            s += &format!(
+                "  {:12} context {:>6}: {:>10.3} ms/token median (min {:.3}, max {:.3}, {} steps)\n",
+                p.name, t.context, t.ms_median, t.ms_min, t.ms_max, t.samples
+            );
         }
     }
     for d in &rec.diffs {

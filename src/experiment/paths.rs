@@ -27,7 +27,13 @@ pub trait Engine {
 /// A GPU, if this machine has one: the model name from the NVIDIA driver's /proc entries.
 pub fn gpu() -> Option<(String, String)> {
     let version = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
-    let driver = version.split_whitespace().skip_while(|w| *w != "Module").nth(1).unwrap_or("unknown").to_string();
+    // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...": the
+    // first word made of digits and dots with a dot in it.
+    let driver = version
+        .split_whitespace()
+        .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .unwrap_or("unknown")
+        .to_string();
     let dir = std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.filter_map(|e| e.ok()).next()?;
     let info = std::fs::read_to_string(dir.path().join("information")).ok()?;
     let model = info.lines().find_map(|l| l.strip_prefix("Model:")).map(|m| m.trim().to_string())?;
@@ -156,20 +162,28 @@ fn program_states(p: &Program, pos: usize, mut read: impl FnMut(usize, usize) ->
 /// The discrete-kernel CUDA graph path (one shared device upload; each engine resets the state).
 pub struct GraphEngine<'a> {
     d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>,
+    /// Debug captures launch word by word and read every word's output; otherwise the step is the
+    /// CUDA graph's replay and only its results are read.
+    debug: bool,
 }
 
 impl<'a> GraphEngine<'a> {
-    pub fn new(d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>) -> Result<GraphEngine<'a>> {
+    pub fn new(d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>, debug: bool) -> Result<GraphEngine<'a>> {
         d.borrow_mut().reset()?;
-        Ok(GraphEngine { d })
+        Ok(GraphEngine { d, debug })
     }
 }
 
 impl Engine for GraphEngine<'_> {
     fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
         let mut d = self.d.borrow_mut();
-        if !capture {
-            return Ok((d.step(token, false, |_, _| Ok(()))?, None));
+        if !capture || !self.debug {
+            let next = d.step(token, false, |_, _| Ok(()))?;
+            if !capture {
+                return Ok((next, None));
+            }
+            let logits = d.logits()?;
+            return Ok((next, Some(program_capture(d.program(), Vec::new(), logits, next))));
         }
         let mut outputs = Vec::new();
         let next = d.step(token, true, |d, i| {
@@ -202,20 +216,30 @@ impl Engine for GraphEngine<'_> {
 pub struct InterpEngine<'a> {
     it: Interp<'a>,
     prog: &'a Program,
+    /// Run units in a random dependency-respecting order (seeded), in every pass, the diffs too.
     order: Option<u64>,
+    /// Capture every word's output (needs program order; then the order is not shuffled).
+    debug: bool,
 }
 
 impl<'a> InterpEngine<'a> {
-    pub fn new(prog: &'a Program, ck: &'a Checkpoint, shuffle_seed: Option<u64>) -> Result<InterpEngine<'a>> {
-        Ok(InterpEngine { it: Interp::new(prog, ck)?, prog, order: shuffle_seed })
+    pub fn new(
+        prog: &'a Program,
+        ck: &'a Checkpoint,
+        shuffle_seed: Option<u64>,
+        debug: bool,
+    ) -> Result<InterpEngine<'a>> {
+        Ok(InterpEngine { it: Interp::new(prog, ck)?, prog, order: shuffle_seed, debug })
     }
 }
 
 impl Engine for InterpEngine<'_> {
     fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
-        // Captures need program order (a word's output is complete when the next word starts).
-        self.it.capture = capture;
-        let order = match (capture, self.order) {
+        // Per-word captures need program order (a word's output is complete when the next starts);
+        // otherwise a shuffle seed shuffles every step, the compared ones included.
+        let per_word = capture && self.debug;
+        self.it.capture = per_word;
+        let order = match (per_word, self.order) {
             (false, Some(seed)) => Order::Shuffled(seed ^ self.it.pos() as u64),
             _ => Order::Program,
         };

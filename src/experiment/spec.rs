@@ -75,7 +75,7 @@ pub struct DiffSpec {
     pub a: PathName,
     pub b: PathName,
     /// For paths not meant to be identical (a GPU path against the CPU reference): |a - b| <=
-    /// abs + rel * |a| on every compared element (approx's relative_eq).
+    /// abs + rel * max(|a|, |b|) on every compared element.
     #[serde(default)]
     pub tolerance: Option<Tolerance>,
 }

@@ -137,7 +137,12 @@ fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
     }
     // Caps keep every later computation in range (no overflow, bounded memory).
     if w.rows > 1 << 24 || w.k_parts > 1 << 12 || w.unit_rows > 1 << 24 {
-        bail!("{at}: shape: rows {}, unit_rows {} or k_parts {} beyond the engine's caps", w.rows, w.unit_rows, w.k_parts);
+        bail!(
+            "{at}: shape: rows {}, unit_rows {} or k_parts {} beyond the engine's caps",
+            w.rows,
+            w.unit_rows,
+            w.k_parts
+        );
     }
     if w.units as u64 != w.row_units() as u64 * w.k_parts as u64 {
         bail!("{at}: shape: units {} != {} row slices x {} k-parts", w.units, w.row_units(), w.k_parts);
@@ -252,7 +257,9 @@ fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
     let matrix = |s: usize, k: u64| -> Result<()> {
         match buf(s) {
             Some(b) if b.rows >= w.rows as u64 && b.cols == k && b.rows > 1 => Ok(()),
-            Some(b) => bail!("{at}: shape: weight {} is [{}, {}], the word needs [>= {}, {k}]", b.name, b.rows, b.cols, w.rows),
+            Some(b) => {
+                bail!("{at}: shape: weight {} is [{}, {}], the word needs [>= {}, {k}]", b.name, b.rows, b.cols, w.rows)
+            }
             None => Ok(()),
         }
     };
@@ -405,7 +412,12 @@ pub fn validate(p: &Program) -> Result<Summary> {
         bail!("program: no words");
     }
     if p.words.len() > 1 << 16 || p.n_counters > 1 << 20 || p.buffers.len() >= crate::isa::NONE as usize {
-        bail!("program: {} words, {} counters, {} buffers: beyond the engine's caps", p.words.len(), p.n_counters, p.buffers.len());
+        bail!(
+            "program: {} words, {} counters, {} buffers: beyond the engine's caps",
+            p.words.len(),
+            p.n_counters,
+            p.buffers.len()
+        );
     }
     for (i, w) in p.words.iter().enumerate() {
         check_shape(p, i, w)?;
