@@ -68,3 +68,19 @@ fn the_cuda_header_is_generated_from_the_isa() {
         "megakernel/abi.cuh is stale: `mk program header > megakernel/abi.cuh`"
     );
 }
+
+#[test]
+fn every_opcode_has_its_op_file_and_kernel() {
+    // One op, one device function, four spellings: Opcode::X, OP_X, op_x in ops/x.cuh, k_x.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("megakernel");
+    let discrete = std::fs::read_to_string(root.join("discrete.cu")).unwrap();
+    let src = mk::cuda::source();
+    for op in mk::isa::Opcode::ALL {
+        let snake = op.snake();
+        let file = std::fs::read_to_string(root.join(format!("ops/{snake}.cuh"))).unwrap_or_default();
+        assert!(file.contains(&format!("__device__ void op_{snake}(")), "megakernel/ops/{snake}.cuh defines no op_{snake}");
+        assert!(discrete.contains(&format!("k_{snake}(")) && discrete.contains(&format!("op_{snake}(c, w, blockIdx.x, smem)")), "no k_{snake}");
+        assert!(src.contains(&format!("#define OP_{} {}", snake.to_uppercase(), op as u16)), "OP_{} missing", snake.to_uppercase());
+        assert!(src.contains(&format!("// ---- megakernel/ops/{snake}.cuh")), "ops/{snake}.cuh not compiled");
+    }
+}
