@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mk::error::Result;
-use mk::model::{checkpoint::Checkpoint, config::ModelConfig, forward, ops, stats, synth};
+use mk::model::{checkpoint::Checkpoint, config::ModelConfig, forward, stats, synth};
 
 #[derive(Parser)]
 #[command(
@@ -102,7 +102,7 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ProgramCmd,
     },
-    /// Greedy generation with the CPU reference forward; prints the token ids.
+    /// Generation with the CPU reference forward (greedy, or sampled); prints the token ids.
     Generate {
         dir: PathBuf,
         /// Prompt token ids, comma-separated.
@@ -110,6 +110,16 @@ enum Cmd {
         prompt: Vec<u32>,
         #[arg(long, default_value_t = 16)]
         steps: usize,
+        /// 0: greedy (argmax, lowest id on ties).
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        #[arg(long, default_value_t = 1.0)]
+        top_p: f32,
+        /// Seed of the sampling draws.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
     },
     /// Text to token ids: one JSON string per stdin line, one JSON array of ids per stdout line.
     Tokenize,
@@ -281,12 +291,15 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Tokenize => mk::tokenizer::cli::tokenize_stdio()?,
         Cmd::Detokenize => mk::tokenizer::cli::detokenize_stdio()?,
         Cmd::ChatRender { file, ids } => mk::tokenizer::cli::chat_render_stdout(&file, ids)?,
-        Cmd::Generate { dir, prompt, steps } => {
+        Cmd::Generate { dir, prompt, steps, temperature, top_k, top_p, seed } => {
+            let params = mk::model::sample::SamplingParams { temperature, top_k, top_p };
+            params.check()?;
             let ck = Checkpoint::open(&dir)?;
             let w = forward::Weights::from_checkpoint(&ck);
             if prompt.is_empty() {
                 mk::bail!("generate: --prompt needs at least one token id");
             }
+            let mut rng = synth::Rng::new(seed);
             let mut state = forward::State::new(&w.cfg, prompt.len() + steps);
             let mut logits = Vec::new();
             for &t in &prompt {
@@ -294,7 +307,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let mut out = Vec::new();
             for _ in 0..steps {
-                let next = ops::argmax(&logits) as u32;
+                let next = mk::model::sample::sample(&logits, &params, rng.uniform())?;
                 out.push(next);
                 logits = forward::step(&w, &mut state, next, None)?;
             }

@@ -6,6 +6,7 @@ pub mod config;
 pub mod forward;
 pub mod numerics;
 pub mod ops;
+pub mod sample;
 pub mod stats;
 pub mod synth;
 pub mod tensors;
