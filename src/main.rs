@@ -141,6 +141,15 @@ enum GpuCmd {
         #[arg(long, default_value = "sm_90")]
         arch: String,
     },
+    /// Runs `steps` greedy tokens through the graph path and reports device memory before and after
+    /// (nothing may allocate after startup) and the time per token.
+    Soak {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1000)]
+        steps: u32,
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+    },
     /// Every op on the GPU against the CPU op on the same inputs (the CPU interpreter), per opcode.
     Ops {
         /// Checkpoint folder.
@@ -273,6 +282,32 @@ fn run(cli: Cli) -> Result<()> {
             let tokens: Vec<u32> = std::iter::once(9419).chain(1..=steps).collect();
             let stats = mk::cuda::opcheck::check(&prog, &mut it, &mut d, &tokens)?;
             print!("{}", mk::cuda::opcheck::print(&stats));
+        }
+        Cmd::Gpu { cmd: GpuCmd::Soak { dir, steps, cache } } => {
+            let ck = Checkpoint::open(&dir)?;
+            let mut t = mk::compiler::h200(1);
+            t.max_context = (steps as usize + 1).div_ceil(256) as u32 * 256;
+            let prog = mk::compiler::compile(&ck.config, "checkpoint", &t)?;
+            let mut d = mk::cuda::discrete::Discrete::new(mk::cuda::Gpu::open()?, &prog, &ck, &cache)?;
+            d.reset()?;
+            let mut tok = d.step(9419, false, |_, _| Ok(()))?;
+            d.sync()?;
+            let (free0, total) = d.mem_info()?;
+            let t0 = std::time::Instant::now();
+            for _ in 1..steps {
+                tok = d.step(tok, false, |_, _| Ok(()))?;
+            }
+            d.sync()?;
+            let (free1, _) = d.mem_info()?;
+            println!(
+                "{} steps: {:.3} ms/token; device memory free {} -> {} bytes of {} ({} allocated during the run)",
+                steps,
+                t0.elapsed().as_secs_f64() * 1e3 / (steps.max(2) - 1) as f64,
+                free0,
+                free1,
+                total,
+                free0 as i64 - free1 as i64
+            );
         }
         Cmd::Gpu { cmd: GpuCmd::Compile { arch } } => {
             let t = std::time::Instant::now();

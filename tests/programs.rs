@@ -78,9 +78,35 @@ fn every_opcode_has_its_op_file_and_kernel() {
     for op in mk::isa::Opcode::ALL {
         let snake = op.snake();
         let file = std::fs::read_to_string(root.join(format!("ops/{snake}.cuh"))).unwrap_or_default();
-        assert!(file.contains(&format!("__device__ void op_{snake}(")), "megakernel/ops/{snake}.cuh defines no op_{snake}");
-        assert!(discrete.contains(&format!("k_{snake}(")) && discrete.contains(&format!("op_{snake}(c, w, blockIdx.x, smem)")), "no k_{snake}");
-        assert!(src.contains(&format!("#define OP_{} {}", snake.to_uppercase(), op as u16)), "OP_{} missing", snake.to_uppercase());
+        assert!(
+            file.contains(&format!("__device__ void op_{snake}(")),
+            "megakernel/ops/{snake}.cuh defines no op_{snake}"
+        );
+        assert!(
+            discrete.contains(&format!("k_{snake}("))
+                && discrete.contains(&format!("op_{snake}(c, w, blockIdx.x, smem)")),
+            "no k_{snake}"
+        );
+        assert!(
+            src.contains(&format!("#define OP_{} {}", snake.to_uppercase(), op as u16)),
+            "OP_{} missing",
+            snake.to_uppercase()
+        );
         assert!(src.contains(&format!("// ---- megakernel/ops/{snake}.cuh")), "ops/{snake}.cuh not compiled");
+    }
+}
+
+#[test]
+fn without_a_gpu_the_runtime_says_so_in_one_line() {
+    if mk::experiment::paths::gpu().is_some() {
+        eprintln!("skipped: this machine has a GPU (the test checks the message on machines without one)");
+        return;
+    }
+    match mk::cuda::Gpu::open() {
+        Ok(_) => panic!("a GPU opened on a machine whose driver reports none"),
+        Err(e) => {
+            let m = e.to_string();
+            assert!(m.starts_with("no GPU") && !m.contains('\n'), "{m}");
+        }
     }
 }

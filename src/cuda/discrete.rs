@@ -443,6 +443,11 @@ impl Discrete {
         &self.prog
     }
 
+    /// Free and total device memory (bytes), to show that nothing allocates after startup.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        cu(self.gpu.ctx.mem_get_info(), "cuMemGetInfo")
+    }
+
     /// Waits for the stream; for timing.
     pub fn sync(&self) -> Result<()> {
         cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")
