@@ -1,12 +1,31 @@
 // op_attn_scores: unit (KV head, 256-position partition). For each of the group's query heads: the
-// query (norm + RoPE of its half of q_proj), scores bf(bf(q . k_j) / 16) for the partition's positions
-// (thread per position, dims in order), and the partition's max and sum of exp(s - max) in position order.
+// query (norm + RoPE of its half of q_proj), then a warp per position: lane l multiplies its 8
+// contiguous dims (one 16-byte load of the key row) in order, the warp folds by butterfly, and
+// bf(bf(q . k_j) / 16) is the score; then the partition's max and the sum of exp(s - max) in block
+// order (thread t holds position t). The CPU reference takes both in the same order (dot_warp,
+// sum_lanes).
+__device__ float block_max(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = red[0];
+    for (int w = 1; w < WARPS; ++w) m = fmaxf(m, red[w]);
+    red[0] = m;
+  }
+  __syncthreads();
+  float m = red[0];
+  __syncthreads();
+  return m;
+}
+
 __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char* smem) {
   unsigned pos = B<unsigned>(c, w.ops[SLOT_IN1])[0], n_ctx = pos + 1;
   unsigned parts = w.arg0, group = w.arg1, kvh = u / parts, part = u % parts;
   unsigned p0 = part * ATTN_PART, p1 = min(n_ctx, p0 + ATTN_PART);
   if (p0 >= n_ctx) return;
   unsigned d = c.head_dim, kvd = c.n_kv_heads * d, max_ctx = parts * ATTN_PART;
+  unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float* q = (float*)smem;
   float* red = q + d;
   float* sc = red + WARPS;
@@ -15,20 +34,28 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
   for (unsigned h = kvh * group; h < (kvh + 1) * group; ++h) {
     head_norm(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * h, B<float>(c, w.ops[SLOT_W0]), q, red);
     rope_head(c, q, pos);
-    unsigned j = p0 + threadIdx.x;
-    if (j < p1) {
-      const unsigned short* k = kc + (size_t)j * kvd + kvh * d;
-      float s = 0.f;
-      for (unsigned i = 0; i < d; ++i) s += q[i] * bf2f(k[i]);
-      s = bf(bf(s) * scaling);
-      sc[threadIdx.x] = s;
-      B<float>(c, w.ops[SLOT_OUT0])[(size_t)h * max_ctx + j] = s;
+    for (unsigned j = p0 + warp; j < p1; j += WARPS) {
+      uint4 kv = *(const uint4*)(kc + (size_t)j * kvd + kvh * d + 8 * lane);
+      unsigned kw[4] = {kv.x, kv.y, kv.z, kv.w};
+      const float* qq = q + 8 * lane;
+      float part = 0.f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        part += qq[2 * i] * lo_bf(kw[i]);
+        part += qq[2 * i + 1] * hi_bf(kw[i]);
+      }
+      float s = bf(bf(warp_sum(part)) * scaling);
+      if (lane == 0) {
+        sc[j - p0] = s;
+        B<float>(c, w.ops[SLOT_OUT0])[(size_t)h * max_ctx + j] = s;
+      }
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      float m = __int_as_float(0xff800000), l = 0.f;
-      for (unsigned i = 0; i < p1 - p0; ++i) m = fmaxf(m, sc[i]);
-      for (unsigned i = 0; i < p1 - p0; ++i) l += expf(sc[i] - m);
+    unsigned t = threadIdx.x, n = p1 - p0;
+    float v = t < n ? sc[t] : __int_as_float(0xff800000);
+    float m = block_max(v, red);
+    float l = block_sum(t < n ? expf(v - m) : 0.f, red);
+    if (t == 0) {
       float* st = B<float>(c, w.ops[SLOT_OUT1]) + ((size_t)h * parts + part) * 2;
       st[0] = m;
       st[1] = l;

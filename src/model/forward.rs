@@ -304,9 +304,10 @@ pub fn attn_k(cfg: &ModelConfig, k: &[f32], k_norm: &[f32], pos: usize) -> Vec<f
     kn
 }
 
-/// Scores of one query head over positions [p0, p1): `bf(bf(q . k_j) * 1/16)` (the bf16 matmul output,
+/// Scores of one query head over positions [p0, p1): `bf(bf(q . k_j) / 16)` (the bf16 matmul output,
 /// then an exact power-of-two scale), written to `scores[j - p0]`; returns the partition's softmax
-/// statistics (max m, sum of exp(s - m) in position order).
+/// statistics (max m, sum of exp(s - m)). ORDER: the dot product as a warp takes it (`dot_warp`), the
+/// sum of exponentials as a block of 256 threads, one position each (`sum_lanes`).
 pub fn attn_scores_part(
     cfg: &ModelConfig,
     q: &[f32],
@@ -319,15 +320,12 @@ pub fn attn_scores_part(
     let (nkv, d) = (cfg.n_kv_heads, cfg.head_dim);
     let scaling = 1.0 / (d as f32).sqrt();
     for j in p0..p1 {
-        scores[j - p0] = bf(bf(ops::dot(q, &kc[(j * nkv + kvh) * d..][..d])) * scaling);
+        scores[j - p0] = bf(bf(ops::dot_warp(q, &kc[(j * nkv + kvh) * d..][..d])) * scaling);
     }
     let s = &scores[..p1 - p0];
     let m = s.iter().fold(f32::NEG_INFINITY, |a, b| a.max(*b));
-    let mut l = 0f32;
-    for x in s {
-        l += (x - m).exp();
-    }
-    (m, l)
+    let e: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
+    (m, ops::sum_lanes(&e, ATTN_PART))
 }
 
 /// Merges per-partition statistics into the global (M, L). ORDER: partitions in order.

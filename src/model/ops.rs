@@ -140,17 +140,50 @@ pub fn sum_squares_lanes(x: &[f32], lanes: usize) -> f32 {
     for (i, v) in x.iter().enumerate() {
         part[i % lanes] += v * v;
     }
+    fold_lanes(&mut part)
+}
+
+/// The same block order for plain values: lane t sums values t, t + lanes, ... in order.
+pub fn sum_lanes(x: &[f32], lanes: usize) -> f32 {
+    let mut part = vec![0f32; lanes];
+    for (i, v) in x.iter().enumerate() {
+        part[i % lanes] += v;
+    }
+    fold_lanes(&mut part)
+}
+
+/// ORDER: each warp of 32 lane partials folds by butterfly (xor 16, 8, 4, 2, 1), then the warp totals
+/// are added in warp order.
+fn fold_lanes(part: &mut [f32]) -> f32 {
     let mut total = 0f32;
     for warp in part.chunks_mut(32) {
-        for o in [16, 8, 4, 2, 1] {
-            let before = warp.to_vec();
-            for (l, w) in warp.iter_mut().enumerate() {
-                *w = before[l] + before[l ^ o];
-            }
-        }
-        total += warp[0];
+        total += butterfly(warp);
     }
     total
+}
+
+/// A warp's butterfly sum (xor 16, 8, 4, 2, 1) of 32 lane values: lane 0's result.
+pub fn butterfly(warp: &mut [f32]) -> f32 {
+    for o in [16, 8, 4, 2, 1] {
+        let before = warp.to_vec();
+        for (l, w) in warp.iter_mut().enumerate() {
+            *w = before[l] + before[l ^ o];
+        }
+    }
+    warp[0]
+}
+
+/// ORDER: a warp's dot product: lane l sums the products of its contiguous chunk (elements
+/// l * n/32 .. (l + 1) * n/32) in order, then the butterfly. `n` must be a multiple of 32.
+pub fn dot_warp(a: &[f32], b: &[f32]) -> f32 {
+    let chunk = a.len() / 32;
+    let mut part = [0f32; 32];
+    for (l, p) in part.iter_mut().enumerate() {
+        for i in l * chunk..(l + 1) * chunk {
+            *p += a[i] * b[i];
+        }
+    }
+    butterfly(&mut part)
 }
 
 /// Threads of a block (the GPU kernels' block size).
@@ -238,15 +271,6 @@ pub fn apply_rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
         let rot = if i < half { -orig[i + half] } else { orig[i - half] };
         x[i] = bf(bf(orig[i] * cos[i]) + bf(rot * sin[i]));
     }
-}
-
-/// ORDER: sequential fp32 dot product in index order.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut s = 0f32;
-    for (x, y) in a.iter().zip(b) {
-        s += x * y;
-    }
-    s
 }
 
 /// Index of the largest value, the lowest index on ties (the reference's greedy rule). NaN never wins.
