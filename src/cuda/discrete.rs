@@ -75,6 +75,10 @@ pub struct Discrete {
     logits: usize,
     pub module_hash: String,
     pub arena_bytes: usize,
+    /// Offset of the megakernel's control words in the arena.
+    mk_off: usize,
+    /// The persistent kernel, when the module has it.
+    mega: Option<CudaFunction>,
     /// The position the next step writes (mirrors the control block; checked before every step).
     pos: usize,
     /// Two events per word, created at startup, for per-word timing.
@@ -173,6 +177,8 @@ impl Discrete {
         let t_rope = take(max_ctx * 2 * rot * 4);
         let words = prog.encode_words();
         let prog_off = take(words.len());
+        // The megakernel's counters, unit tickets and error flag (zeroed before every launch).
+        let mk_off = take(4 * (prog.n_counters as usize + prog.words.len() + 1));
         let total = at;
         let stream = gpu.stream.clone();
         let mut arena = cu(stream.alloc_zeros::<u8>(total), "cuMemAlloc (arena)")?;
@@ -268,6 +274,8 @@ impl Discrete {
             ctx,
             funcs,
             graph: None,
+            mk_off,
+            mega: module.load_function("megakernel").ok(),
             pos: 0,
             ctrl,
             logits,
@@ -441,6 +449,68 @@ impl Discrete {
 
     pub fn program(&self) -> &Program {
         &self.prog
+    }
+
+    /// One decode step as one cooperative launch of the megakernel (a block per SM); returns the
+    /// greedy next token. A wait that runs past the spin limit is an error naming the word.
+    pub fn step_mega(&mut self, token: u32) -> Result<u32> {
+        self.check(token)?;
+        let f = self.mega.clone().ok_or_else(|| Error::new("gpu: the module has no megakernel"))?;
+        let stream = self.gpu.stream.clone();
+        let c = self.places[self.ctrl];
+        {
+            let mut v = self.arena.slice_mut(c.off + 4..c.off + 8);
+            cu(stream.memcpy_htod(&token.to_le_bytes(), &mut v), "write token")?;
+        }
+        let n_ctl = self.prog.n_counters as usize + self.prog.words.len() + 1;
+        {
+            let mut v = self.arena.slice_mut(self.mk_off..self.mk_off + 4 * n_ctl);
+            cu(stream.memset_zeros(&mut v), "zero the megakernel counters")?;
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct MkCtl {
+            counters: u64,
+            next: u64,
+            error: u64,
+            spin_limit: u64,
+        }
+        // SAFETY: plain old data with the layout of MkCtl in megakernel.cu.
+        unsafe impl DeviceRepr for MkCtl {}
+        let base = self.base + self.mk_off as u64;
+        let ctl = MkCtl {
+            counters: base,
+            next: base + 4 * self.prog.n_counters as u64,
+            error: base + 4 * (n_ctl as u64 - 1),
+            spin_limit: 1 << 24,
+        };
+        let smem = self.prog.words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
+        let cfg = LaunchConfig { grid_dim: (self.gpu.sms, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem };
+        let prog_ptr = self.base + self.prog_off as u64;
+        let n_words = self.prog.words.len() as u32;
+        let mut b = stream.launch_builder(&f);
+        b.arg(&prog_ptr).arg(&n_words).arg(&self.ctx).arg(&ctl);
+        // SAFETY: (const Word*, unsigned, DevCtx, MkCtl) as the kernel declares; every pointer is in
+        // the arena. Cooperative: the launch fails instead of hanging if the blocks cannot co-reside.
+        cu(unsafe { b.launch_cooperative(cfg) }.map(|_| ()), "cooperative launch of the megakernel")?;
+        let mut err = [0u8; 4];
+        {
+            let v = self.arena.slice(self.mk_off + 4 * (n_ctl - 1)..self.mk_off + 4 * n_ctl);
+            cu(stream.memcpy_dtoh(&v, &mut err), "read the megakernel error flag")?;
+        }
+        cu(stream.synchronize(), "cuStreamSynchronize (megakernel)")?;
+        let e = u32::from_le_bytes(err);
+        if e != 0 {
+            let w = &self.prog.words[e as usize - 1];
+            crate::bail!(
+                "megakernel: word {} ({:?}) waited past the spin limit for counter {} to reach {} (a hang, stopped)",
+                e - 1,
+                w.opcode,
+                w.wait,
+                w.wait_target
+            );
+        }
+        Ok(self.read_u32(self.ctrl, 0, CTRL_LEN)?[1])
     }
 
     /// Free and total device memory (bytes), to show that nothing allocates after startup.

@@ -71,13 +71,15 @@ struct Shared<'a> {
     prog: &'a Program,
     ck: &'a Checkpoint,
     graph: Option<&'a std::cell::RefCell<crate::cuda::discrete::Discrete>>,
+    mega: Option<&'a std::cell::RefCell<crate::cuda::discrete::Discrete>>,
 }
 
 fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn Engine + 'a>> {
-    Ok(match (p, s.graph) {
-        (PathName::Reference, _) => Box::new(ReferenceEngine::new(s.w, s.prog.target.max_context as usize)),
-        (PathName::Interpreter, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed, e.debug)?),
-        (PathName::Graph, Some(d)) => Box::new(paths::GraphEngine::new(d, e.debug)?),
+    Ok(match (p, s.graph, s.mega) {
+        (PathName::Reference, _, _) => Box::new(ReferenceEngine::new(s.w, s.prog.target.max_context as usize)),
+        (PathName::Interpreter, _, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed, e.debug)?),
+        (PathName::Graph, Some(d), _) => Box::new(paths::GraphEngine::new(d, e.debug)?),
+        (PathName::Megakernel, _, Some(d)) => Box::new(paths::MegaEngine::new(d)?),
         _ => bail!("path {} is not available", p.label()),
     })
 }
@@ -309,18 +311,23 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
             }
         }
     }
-    let graph = if runnable.contains(&PathName::Graph) {
-        bar.println("uploading the model to the GPU and compiling the kernels");
+    // Each GPU path gets its own upload and state (they step in lockstep in the diff pass).
+    let mut gpu_paths = Vec::new();
+    for p in runnable.iter().filter(|p| p.is_gpu()) {
+        bar.println(format!("uploading the model to the GPU for the {} path", p.label()));
         let gpu = crate::cuda::Gpu::open()?;
         rec.nvrtc_options = gpu.options();
         let d = crate::cuda::discrete::Discrete::new(gpu, &prog, &ck, &opts.cache_root)?;
         rec.cuda_sources_hash = Some(record::fnv_hex(&[crate::cuda::source().as_bytes()]));
-        rec.notes.push(format!("GPU arena: {:.3} GB, one allocation", d.arena_bytes as f64 / 1e9));
-        Some(std::cell::RefCell::new(d))
-    } else {
-        None
-    };
-    let shared = Shared { w: &w, prog: &prog, ck: &ck, graph: graph.as_ref() };
+        rec.notes.push(format!(
+            "GPU arena of the {} path: {:.3} GB, one allocation",
+            p.label(),
+            d.arena_bytes as f64 / 1e9
+        ));
+        gpu_paths.push((*p, std::cell::RefCell::new(d)));
+    }
+    let dev = |want: PathName| gpu_paths.iter().find(|(p, _)| *p == want).map(|(_, d)| d);
+    let shared = Shared { w: &w, prog: &prog, ck: &ck, graph: dev(PathName::Graph), mega: dev(PathName::Megakernel) };
     res.save(&rec)?;
     let dropped: Vec<String> = e
         .diffs

@@ -47,7 +47,6 @@ pub fn unavailable(p: PathName) -> Option<String> {
     }
     match (gpu(), p) {
         (None, _) => Some("no GPU on this machine (no NVIDIA driver in /proc/driver/nvidia)".into()),
-        (Some(_), PathName::Megakernel) => Some("not built yet: the megakernel path is issue 6".into()),
         _ => None,
     }
 }
@@ -209,6 +208,38 @@ impl Engine for GraphEngine<'_> {
         }
         let ms = d.time_words(0).ok()?;
         Some(ms.iter().map(|m| (*m as f64 * 1e6) as u64).collect())
+    }
+}
+
+/// The megakernel path: one cooperative launch per step on the same device upload as the graph path
+/// (each engine resets the state). Instruction outputs are not observable inside one kernel: captures
+/// are the logits and the token; states are compared at the end.
+pub struct MegaEngine<'a> {
+    d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>,
+}
+
+impl<'a> MegaEngine<'a> {
+    pub fn new(d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>) -> Result<MegaEngine<'a>> {
+        d.borrow_mut().reset()?;
+        Ok(MegaEngine { d })
+    }
+}
+
+impl Engine for MegaEngine<'_> {
+    fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
+        let mut d = self.d.borrow_mut();
+        let next = d.step_mega(token)?;
+        if !capture {
+            return Ok((next, None));
+        }
+        let logits = d.logits()?;
+        Ok((next, Some(program_capture(d.program(), Vec::new(), logits, next))))
+    }
+
+    fn states(&self) -> Vec<Tensor> {
+        let d = self.d.borrow();
+        let pos = d.pos().unwrap_or(0);
+        program_states(d.program(), pos, |b, n| d.read(b, n).ok())
     }
 }
 

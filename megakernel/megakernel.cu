@@ -1,0 +1,80 @@
+// The megakernel: one cooperatively launched persistent kernel (a block per SM) that executes the
+// whole program of one step. Blocks walk the words in program order; the units of a word are handed
+// out dynamically (an integer atomic per word), so which block runs a unit never changes its bits: a
+// unit is a fixed piece of work and calls the same op_* as the discrete path's k_* kernels. Before a
+// unit runs, its word's counter must reach the word's target (acquire load by one thread, bounded:
+// a hang becomes an error naming the word); after it, its counter is incremented (release). Integer
+// atomics only. The host zeroes the counters and unit tickets before every launch.
+
+struct MkCtl {
+  unsigned* counters;  // [n_counters]
+  unsigned* next;      // [n_words]: the next unit of each word to hand out
+  unsigned* error;     // 0, or 1 + the word whose wait ran past the spin limit
+  unsigned long long spin_limit;
+};
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem) {
+  switch (w.opcode) {
+    case OP_EMBED: op_embed(c, w, u, smem); break;
+    case OP_GEMV_NORM: op_gemv_norm(c, w, u, smem); break;
+    case OP_GEMV_GATE_UP: op_gemv_gate_up(c, w, u, smem); break;
+    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual(c, w, u, smem); break;
+    case OP_GEMV_RESIDUAL: op_gemv_residual(c, w, u, smem); break;
+    case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem); break;
+    case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem); break;
+    case OP_GDN_CONV: op_gdn_conv(c, w, u, smem); break;
+    case OP_GDN_RECUR: op_gdn_recur(c, w, u, smem); break;
+    case OP_ATTN_KV: op_attn_kv(c, w, u, smem); break;
+    case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem); break;
+    case OP_ATTN_PV: op_attn_pv(c, w, u, smem); break;
+    case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem); break;
+    case OP_LM_HEAD: op_lm_head(c, w, u, smem); break;
+    case OP_ARGMAX: op_argmax(c, w, u, smem); break;
+    case OP_END_STEP: op_end_step(c, w, u, smem); break;
+    default: break;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
+  extern __shared__ __align__(16) char smem[];
+  __shared__ unsigned unit_s, ok_s;
+  for (unsigned wi = 0; wi < n_words; ++wi) {
+    Word w = prog[wi];
+    for (;;) {
+      if (threadIdx.x == 0) unit_s = atomicAdd(&k.next[wi], 1u);
+      __syncthreads();
+      unsigned u = unit_s;
+      __syncthreads();
+      if (u >= w.units) break;
+      if (w.wait != NO_COUNTER) {
+        if (threadIdx.x == 0) {
+          ok_s = 1;
+          unsigned long long spins = 0;
+          while (ld_acquire(&k.counters[w.wait]) < w.wait_target) {
+            if (++spins > k.spin_limit) {
+              atomicCAS(k.error, 0u, wi + 1);
+              ok_s = 0;
+              break;
+            }
+            __nanosleep(64);
+          }
+        }
+        __syncthreads();
+        if (!ok_s) return;
+        // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
+      }
+      dispatch(c, w, u, smem);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(&k.counters[w.signal], 1u);
+      }
+    }
+  }
+}
