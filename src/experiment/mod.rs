@@ -97,7 +97,7 @@ struct RunCtx<'r, 'a> {
 
 /// (2) Every path in lockstep over one sequence (the prompt, then the first path's greedy tokens, up
 /// to the longest context plus the decode steps), every step compared; returns the sequence.
-fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<Vec<u32>> {
+fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<(Vec<u32>, Vec<PathName>)> {
     let e = c.e;
     let prompt = e.prompt_ids();
     c.bar.set_length(c.total as u64 * c.runnable.len() as u64 * (1 + (e.warmup + e.repetitions) as u64));
@@ -106,41 +106,79 @@ fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<Vec<u32>
     let idx = |p: PathName| c.runnable.iter().position(|q| *q == p).unwrap_or(0);
     rec.diffs = pairs.iter().map(|d| DiffResult::new(d.a.label(), d.b.label(), d.tolerance)).collect();
     c.bar.set_message("diff pass");
-    let mut engines: Vec<Box<dyn Engine>> =
-        c.runnable.iter().map(|p| new_engine(*p, c.shared, e)).collect::<Result<_>>()?;
+    // A path that fails drops out (recorded); the others go on. The first path supplies the tokens:
+    // its failure ends the run.
+    let mut engines: Vec<Option<Box<dyn Engine>>> = Vec::new();
+    for (i, p) in c.runnable.iter().enumerate() {
+        match new_engine(*p, c.shared, e) {
+            Ok(eng) => engines.push(Some(eng)),
+            Err(err) if i > 0 => {
+                rec.notes.push(format!("path {} failed to start: {err}", p.label()));
+                engines.push(None);
+            }
+            Err(err) => return Err(err),
+        }
+    }
     let mut seq: Vec<u32> = Vec::with_capacity(c.total);
     let mut tok = prompt[0];
     let len = c.total as u32;
     for s in 0..c.total {
         seq.push(tok);
-        let mut caps = Vec::new();
-        for eng in engines.iter_mut() {
-            caps.push(eng.step(tok, !pairs.is_empty())?);
+        let mut caps: Vec<Option<(u32, Option<diff::StepCapture>)>> = Vec::new();
+        for (i, slot) in engines.iter_mut().enumerate() {
+            let out = match slot.as_mut().map(|eng| eng.step(tok, !pairs.is_empty())) {
+                Some(Ok(o)) => Some(o),
+                Some(Err(err)) if i > 0 => {
+                    rec.notes.push(format!("path {} failed at step {s}: {err}", c.runnable[i].label()));
+                    *slot = None;
+                    None
+                }
+                Some(Err(err)) => return Err(err),
+                None => None,
+            };
+            caps.push(out);
             c.bar.inc(1);
         }
         for (d, spec) in rec.diffs.iter_mut().zip(&pairs) {
-            if let (Some(ca), Some(cb)) = (&caps[idx(spec.a)].1, &caps[idx(spec.b)].1) {
+            if let (Some((_, Some(ca))), Some((_, Some(cb)))) = (&caps[idx(spec.a)], &caps[idx(spec.b)]) {
                 d.step(len, s, ca, cb);
             }
         }
         if s % 64 == 63 {
             res.save(rec)?;
         }
-        tok = if s + 1 < prompt.len() { prompt[s + 1] } else { caps[0].0 };
+        tok = match (&caps[0], prompt.get(s + 1)) {
+            (_, Some(t)) => *t,
+            (Some((next, _)), None) => *next,
+            (None, None) => crate::bail!("the first path produced no token at step {s}"),
+        };
     }
     for (d, spec) in rec.diffs.iter_mut().zip(&pairs) {
-        d.states(len, &engines[idx(spec.a)].states(), &engines[idx(spec.b)].states());
+        if let (Some(a), Some(b)) = (&engines[idx(spec.a)], &engines[idx(spec.b)]) {
+            d.states(len, &a.states(), &b.states());
+        }
+    }
+    let ok: Vec<PathName> = c.runnable.iter().zip(&engines).filter(|(_, e)| e.is_some()).map(|(p, _)| *p).collect();
+    for (p, _) in c.runnable.iter().zip(&engines).filter(|(_, e)| e.is_none()) {
+        rec.paths.push(PathRecord {
+            name: p.label().into(),
+            status: "failed (see notes)".into(),
+            ms_per_token_median: None,
+            ms_per_token_min: None,
+            ms_per_token_max: None,
+            by_context: Vec::new(),
+        });
     }
     res.save(rec)?;
-    Ok(seq)
+    Ok((seq, ok))
 }
 
 /// (3) Each path: warm-up and repetitions of the whole sequence from a fresh state, every step timed;
 /// rows are written after every repetition.
-fn timing_pass(c: &RunCtx, seq: &[u32], rec: &mut Record, res: &mut Results) -> Result<()> {
+fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Record, res: &mut Results) -> Result<()> {
     let (e, prog) = (c.e, c.shared.prog);
     let ctx_mark = c.total as u32;
-    for p in c.runnable {
+    for p in ok {
         c.bar.set_message(format!("timing {}", p.label()));
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); c.contexts.len()];
         let mut word_ns: Option<Vec<u64>> = None;
@@ -338,7 +376,8 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     rec.notes.extend(dropped);
     let ctx = RunCtx { e, shared: &shared, runnable: &runnable, contexts: &contexts, steps, total: need, bar: &bar };
     // A failure part-way still leaves everything measured so far on disk, with the reason.
-    let outcome = diff_pass(&ctx, &mut rec, &mut res).and_then(|seq| timing_pass(&ctx, &seq, &mut rec, &mut res));
+    let outcome =
+        diff_pass(&ctx, &mut rec, &mut res).and_then(|(seq, ok)| timing_pass(&ctx, &seq, &ok, &mut rec, &mut res));
     if let Err(err) = outcome {
         rec.notes.push(format!("run failed: {err}"));
         res.save(&rec)?;
