@@ -113,7 +113,7 @@ pub fn utc_stamp(t: std::time::SystemTime) -> String {
     format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", sod / 3600, sod % 3600 / 60, sod % 60)
 }
 
-/// (short sha, dirty) of the git checkout in the current folder, or ("unknown", false).
+/// (short sha, dirty) of the git checkout in the current folder, or else of the build.
 pub fn git_state() -> (String, bool) {
     let run = |args: &[&str]| {
         std::process::Command::new("git")
@@ -125,8 +125,9 @@ pub fn git_state() -> (String, bool) {
     };
     match run(&["rev-parse", "--short", "HEAD"]) {
         Some(sha) => (sha, run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty())),
-        // A copy without .git (the GPU machine gets the working tree only): the sha it was built at.
-        None => (std::env::var("MK_GIT_SHA").unwrap_or_else(|_| "unknown".into()), false),
+        // A copy without .git (the GPU machine gets the working tree only): the state the binary
+        // was built from (build.rs), dirty when its sources differed from that commit.
+        None => (env!("MK_BUILD_SHA").to_string(), env!("MK_BUILD_DIRTY") == "true"),
     }
 }
 
