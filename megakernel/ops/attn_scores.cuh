@@ -38,13 +38,13 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
       uint4 kv = *(const uint4*)(kc + (size_t)j * kvd + kvh * d + 8 * lane);
       unsigned kw[4] = {kv.x, kv.y, kv.z, kv.w};
       const float* qq = q + 8 * lane;
-      float part = 0.f;
+      float acc = 0.f;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        part += qq[2 * i] * lo_bf(kw[i]);
-        part += qq[2 * i + 1] * hi_bf(kw[i]);
+        acc += qq[2 * i] * lo_bf(kw[i]);
+        acc += qq[2 * i + 1] * hi_bf(kw[i]);
       }
-      float s = bf(bf(warp_sum(part)) * scaling);
+      float s = bf(bf(warp_sum(acc)) * scaling);
       if (lane == 0) {
         sc[j - p0] = s;
         B<float>(c, w.ops[SLOT_OUT0])[(size_t)h * max_ctx + j] = s;

@@ -1,5 +1,7 @@
-// op_end_step: hands the token over (token = next, position + 1). The megakernel also resets every
-// counter here; the discrete path has none.
+// op_end_step: hands the token over (token = next, position + 1). Counter reset: the CPU interpreter
+// resets its counters here; on the GPU the host zeroes the megakernel's counters and hand-out tickets
+// before each launch (resetting here would race with blocks still taking EndStep's tickets), and
+// the discrete path has none.
 __device__ void op_end_step(const DevCtx& c, const Word& w, unsigned, char*) {
   if (threadIdx.x != 0) return;
   unsigned* ctrl = B<unsigned>(c, w.ops[SLOT_IN0]);

@@ -81,6 +81,8 @@ pub struct Discrete {
     mega: Option<CudaFunction>,
     /// The position the next step writes (mirrors the control block; checked before every step).
     pos: usize,
+    /// A step failed part way (its state is partly written): every step is refused until `reset`.
+    broken: bool,
     /// Two events per word, created at startup, for per-word timing.
     events: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
 }
@@ -110,7 +112,9 @@ impl Discrete {
         if prog.target.m_rows != 1 {
             crate::bail!("gpu: M = {} rows (the discrete path runs M = 1)", prog.target.m_rows);
         }
-        if let Some(w) = prog.words.iter().find(|w| smem_bytes(prog, w) > 48 * 1024) {
+        // 48 KiB of dynamic shared memory without opt-in, less the megakernel's own static 8 bytes
+        // (unit_s, ok_s) and 8 of slack, so that a word that fits one kernel also fits the other.
+        if let Some(w) = prog.words.iter().find(|w| smem_bytes(prog, w) > 48 * 1024 - 16) {
             crate::bail!(
                 "gpu: {:?} needs {} bytes of shared memory (48 KiB without opt-in)",
                 w.opcode,
@@ -277,6 +281,7 @@ impl Discrete {
             mk_off,
             mega: module.load_function("megakernel").ok(),
             pos: 0,
+            broken: false,
             ctrl,
             logits,
             module_hash,
@@ -305,6 +310,7 @@ impl Discrete {
     /// Zeroes the per-sequence state, the control block (position 0) and the activations.
     pub fn reset(&mut self) -> Result<()> {
         self.pos = 0;
+        self.broken = false;
         let stream = self.gpu.stream.clone();
         for (b, p) in self.prog.buffers.iter().zip(self.places.clone()) {
             if b.kind != BufKind::Weight {
@@ -318,6 +324,17 @@ impl Discrete {
     /// One decode step on `token`; returns the greedy next token. `eager`: launch word by word
     /// (debug captures), else replay the CUDA graph (captured on first use).
     pub fn step(
+        &mut self,
+        token: u32,
+        eager: bool,
+        after_word: impl FnMut(&Discrete, usize) -> Result<()>,
+    ) -> Result<u32> {
+        self.check(token)?;
+        let r = self.step_unchecked(token, eager, after_word);
+        self.advance(r)
+    }
+
+    fn step_unchecked(
         &mut self,
         token: u32,
         eager: bool,
@@ -362,7 +379,10 @@ impl Discrete {
     }
 
     /// A token id and a position the kernels can take (they do not check: the host does).
-    fn check(&mut self, token: u32) -> Result<()> {
+    fn check(&self, token: u32) -> Result<()> {
+        if self.broken {
+            crate::bail!("gpu: an earlier step failed part way; reset the sequence before stepping again");
+        }
         let vocab = self.prog.buffers[self.logits].cols as u32;
         if token >= vocab {
             crate::bail!("token id {token} is out of range (vocabulary {vocab})");
@@ -370,14 +390,33 @@ impl Discrete {
         if self.pos >= self.prog.target.max_context as usize {
             crate::bail!("context overflow: position {} >= max context {}", self.pos, self.prog.target.max_context);
         }
-        self.pos += 1;
         Ok(())
+    }
+
+    /// After a checked step: the position moves on when it succeeded; a failure leaves the state
+    /// partly written, so the sequence is marked broken until `reset`.
+    fn advance<T>(&mut self, r: Result<T>) -> Result<T> {
+        match r {
+            Ok(v) => {
+                self.pos += 1;
+                Ok(v)
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(e)
+            }
+        }
     }
 
     /// One step launched word by word with an event pair around each launch; returns each word's
     /// time in ms (the launch inventory: one kernel per word).
     pub fn time_words(&mut self, token: u32) -> Result<Vec<f32>> {
         self.check(token)?;
+        let r = self.time_words_unchecked(token);
+        self.advance(r)
+    }
+
+    fn time_words_unchecked(&mut self, token: u32) -> Result<Vec<f32>> {
         let stream = self.gpu.stream.clone();
         let c = self.places[self.ctrl];
         {
@@ -455,6 +494,11 @@ impl Discrete {
     /// greedy next token. A wait that runs past the spin limit is an error naming the word.
     pub fn step_mega(&mut self, token: u32) -> Result<u32> {
         self.check(token)?;
+        let r = self.step_mega_unchecked(token);
+        self.advance(r)
+    }
+
+    fn step_mega_unchecked(&mut self, token: u32) -> Result<u32> {
         let f = self.mega.clone().ok_or_else(|| Error::new("gpu: the module has no megakernel"))?;
         let stream = self.gpu.stream.clone();
         let c = self.places[self.ctrl];

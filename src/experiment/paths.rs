@@ -201,6 +201,8 @@ impl Engine for GraphEngine<'_> {
         program_states(d.program(), pos, |b, n| d.read(b, n).ok())
     }
 
+    /// Times one more step word by word (token 0, at the position after the sequence): it moves the
+    /// state on, so the runner calls it only at the end of a repetition, before a fresh engine.
     fn word_ns(&mut self) -> Option<Vec<u64>> {
         let mut d = self.d.borrow_mut();
         if d.pos().ok()? + 1 >= d.program().target.max_context as usize {

@@ -10,7 +10,8 @@
 //! may execute any unit, in any order: a unit is a fixed piece of work, so which block runs it never
 //! changes its bits. Before running a unit of a word, a block waits until counter `wait` reaches
 //! `wait_target` (acquire); after finishing it increments counter `signal` by one (release). All
-//! counters are reset by the `EndStep` word, which is ordered after every other word.
+//! counters are reset at the end of the step, which the `EndStep` word marks: it is ordered after every
+//! other word (the interpreter resets there; the megakernel's host zeroes counters before each launch).
 
 pub mod access;
 pub mod report;
@@ -56,7 +57,7 @@ pub enum Opcode {
     LmHead = 14,
     /// The greedy token: the best candidate, lowest id on ties.
     Argmax = 15,
-    /// Hands the token over (token = next, pos += 1) and resets every counter for the next step.
+    /// Hands the token over (token = next, pos += 1); the counters are reset for the next step.
     EndStep = 16,
 }
 
