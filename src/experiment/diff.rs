@@ -76,6 +76,10 @@ pub struct DiffResult {
     /// the largest difference in ulps and in value.
     #[serde(default)]
     pub per_buffer: BTreeMap<String, BufferStats>,
+    /// Set when one of the two paths dropped out part way: what was compared, and why no more.
+    /// The verdict then covers only the steps before it and is no claim about the whole sequence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
     #[serde(skip)]
     tolerance: Option<Tolerance>,
 }
@@ -122,6 +126,7 @@ impl DiffResult {
             first: None,
             token_mismatches: 0,
             per_buffer: BTreeMap::new(),
+            incomplete: None,
             tolerance,
         }
     }
@@ -243,7 +248,10 @@ impl DiffResult {
 
     /// The verdict in one line.
     pub fn summary(&self) -> String {
-        let head = format!("{} vs {} ({})", self.a, self.b, self.mode);
+        let head = match &self.incomplete {
+            None => format!("{} vs {} ({})", self.a, self.b, self.mode),
+            Some(why) => format!("{} vs {} ({}, INCOMPLETE: {why})", self.a, self.b, self.mode),
+        };
         match (&self.first, self.within_tolerance) {
             (None, Some(true)) if !self.identical => {
                 format!("{head}: within tolerance over {} elements (largest difference {:.3e}, {} ulps)", self.compared, self.max_abs, self.max_ulps)
@@ -306,6 +314,10 @@ mod tests {
         let mut same = DiffResult::new("a", "b", None);
         same.step(16, 0, &cap(base.clone()), &cap(base.clone()));
         assert!(same.identical && same.first.is_none());
+        assert!(same.summary().contains("identical") && !same.summary().contains("INCOMPLETE"));
+        // A path that dropped out: the same bits, but the verdict must say it covers part of the run.
+        same.incomplete = Some("b failed at step 1".into());
+        assert!(same.summary().contains("INCOMPLETE: b failed at step 1"), "{}", same.summary());
     }
 
     #[test]

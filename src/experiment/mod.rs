@@ -95,6 +95,15 @@ struct RunCtx<'r, 'a> {
     bar: &'r indicatif::ProgressBar,
 }
 
+/// Marks every diff that involves path `p` as covering only part of the sequence.
+fn mark_incomplete(rec: &mut Record, pairs: &[&spec::DiffSpec], p: PathName, why: &str) {
+    for (d, spec) in rec.diffs.iter_mut().zip(pairs) {
+        if spec.a == p || spec.b == p {
+            d.incomplete = Some(why.to_string());
+        }
+    }
+}
+
 /// (2) Every path in lockstep over one sequence (the prompt, then the first path's greedy tokens, up
 /// to the longest context plus the decode steps), every step compared; returns the sequence.
 fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<(Vec<u32>, Vec<PathName>)> {
@@ -114,6 +123,7 @@ fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<(Vec<u32
             Ok(eng) => engines.push(Some(eng)),
             Err(err) if i > 0 => {
                 rec.notes.push(format!("path {} failed to start: {err}", p.label()));
+                mark_incomplete(rec, &pairs, *p, &format!("{} failed to start; nothing compared", p.label()));
                 engines.push(None);
             }
             Err(err) => return Err(err),
@@ -129,7 +139,10 @@ fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<(Vec<u32
             let out = match slot.as_mut().map(|eng| eng.step(tok, !pairs.is_empty())) {
                 Some(Ok(o)) => Some(o),
                 Some(Err(err)) if i > 0 => {
-                    rec.notes.push(format!("path {} failed at step {s}: {err}", c.runnable[i].label()));
+                    let name = c.runnable[i].label();
+                    rec.notes.push(format!("path {name} failed at step {s}: {err}"));
+                    let why = format!("{name} failed at step {s}; steps 0..{s} compared, no final state");
+                    mark_incomplete(rec, &pairs, c.runnable[i], &why);
                     *slot = None;
                     None
                 }
