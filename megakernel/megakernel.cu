@@ -2,21 +2,27 @@
 // whole program of one step. Blocks walk the words in program order; the units of a word are handed
 // out dynamically (an integer atomic per word), so which block runs a unit never changes its bits: a
 // unit is a fixed piece of work and calls the same op_* as the discrete path's k_* kernels. Before a
-// unit runs, its word's counter must reach the word's target (acquire load by one thread, bounded:
-// a hang becomes an error naming the word); after it, its counter is incremented (release). Integer
+// unit runs, its word's counter must reach the word's target (acquire load by one thread, bounded
+// by a wall-clock limit: a hang becomes an error naming the first word that hung); after it, its counter is incremented (release). Integer
 // atomics only. The host zeroes the counters and unit tickets before every launch.
 
 struct MkCtl {
   unsigned* counters;  // [n_counters]
   unsigned* next;      // [n_words]: the next unit of each word to hand out
-  unsigned* error;     // 0, or 1 + the word whose wait ran past the spin limit
-  unsigned long long spin_limit;
+  unsigned* error;     // 0, or 1 + the first word whose wait ran past the time limit
+  unsigned long long timeout_ns;  // a wait longer than this (wall clock) is a hang: stop
 };
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
 }
 
 __device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem) {
@@ -55,9 +61,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) megakernel(const Word* 
       if (w.wait != NO_COUNTER) {
         if (threadIdx.x == 0) {
           ok_s = 1;
-          unsigned long long spins = 0;
+          unsigned long long t0 = global_ns();
           while (ld_acquire(&k.counters[w.wait]) < w.wait_target) {
-            if (++spins > k.spin_limit) {
+            // Stop on our own timeout, or at once when another block has already stopped (its
+            // word, the first to hang, is the one reported: atomicCAS keeps the first).
+            if (global_ns() - t0 > k.timeout_ns || *(volatile unsigned*)k.error != 0) {
               atomicCAS(k.error, 0u, wi + 1);
               ok_s = 0;
               break;

@@ -41,6 +41,10 @@ pub struct DevCtx {
     _pad: u32,
 }
 const _: () = assert!(std::mem::size_of::<DevCtx>() == 88);
+
+/// A megakernel wait longer than this is a hang (derived: a whole 27B step takes about 25 ms on
+/// the graph path, so no legitimate wait comes near 2 s).
+const MEGA_WAIT_TIMEOUT_NS: u64 = 2_000_000_000;
 // SAFETY: plain old data with the C layout of the CUDA struct.
 unsafe impl DeviceRepr for DevCtx {}
 
@@ -491,7 +495,7 @@ impl Discrete {
     }
 
     /// One decode step as one cooperative launch of the megakernel (a block per SM); returns the
-    /// greedy next token. A wait that runs past the spin limit is an error naming the word.
+    /// greedy next token. A wait that runs past the time limit is an error naming the first word that hung.
     pub fn step_mega(&mut self, token: u32) -> Result<u32> {
         self.check(token)?;
         let r = self.step_mega_unchecked(token);
@@ -517,7 +521,7 @@ impl Discrete {
             counters: u64,
             next: u64,
             error: u64,
-            spin_limit: u64,
+            timeout_ns: u64,
         }
         // SAFETY: plain old data with the layout of MkCtl in megakernel.cu.
         unsafe impl DeviceRepr for MkCtl {}
@@ -526,7 +530,7 @@ impl Discrete {
             counters: base,
             next: base + 4 * self.prog.n_counters as u64,
             error: base + 4 * (n_ctl as u64 - 1),
-            spin_limit: 1 << 24,
+            timeout_ns: MEGA_WAIT_TIMEOUT_NS,
         };
         let smem = self.prog.words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
         let cfg = LaunchConfig { grid_dim: (self.gpu.sms, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem };
@@ -547,9 +551,10 @@ impl Discrete {
         if e != 0 {
             let w = &self.prog.words[e as usize - 1];
             crate::bail!(
-                "megakernel: word {} ({:?}) waited past the spin limit for counter {} to reach {} (a hang, stopped)",
+                "megakernel: word {} ({:?}) waited more than {} s for counter {} to reach {} (a hang, stopped)",
                 e - 1,
                 w.opcode,
+                MEGA_WAIT_TIMEOUT_NS / 1_000_000_000,
                 w.wait,
                 w.wait_target
             );
