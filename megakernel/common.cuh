@@ -8,6 +8,17 @@
 #define GEMV_UNIT_ROWS 16
 #define KGROUP 1024
 #define ATTN_PART 256
+// Tunables (performance only, never bits): NVRTC -D from MK_CUDA_DEFINES overrides them.
+#ifndef GEMV_FP8_GROUPS
+#define GEMV_FP8_GROUPS 2  // fp8 k-groups whose loads a lane issues at once (x 2 rows x 2 chunks)
+#endif
+#ifndef WEIGHT_LOAD_NC
+#define WEIGHT_LOAD_NC 1   // weights through ld.global.nc.L1::no_allocate (else plain loads)
+#endif
+#define MAX_GROUP 8    // query heads per KV head the attention ops handle (the host refuses more)
+#ifndef ATTN_UNROLL
+#define ATTN_UNROLL 4  // positions whose K/V loads a warp / thread has in flight at once
+#endif
 
 struct DevCtx {
   void* const* bufs;              // per buffer id: device pointer
@@ -95,63 +106,154 @@ __device__ __forceinline__ unsigned e4m3x2_bf16x2(unsigned t) {
 __device__ __forceinline__ float lo_bf(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi_bf(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 
-// One warp's dot product of weight row r with bf16 shared x over columns [k0, k1): lane-strided
-// 16-byte chunks, elements in order within a chunk, fma in fp32, then the warp butterfly.
-// fp8 weights are dequantised as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales below 2^8)
-// on bf16 pairs, code * (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (other scales) as the
-// CPU does, the fp32 product e4m3 * scale then bf16. NaN codes (0x7f/0xff) are refused when the GPU
-// path loads a checkpoint (they would decode to finite values here).
-__device__ float row_dot(const DevCtx& c, unsigned short wid, unsigned r, const unsigned short* xs, unsigned k0, unsigned k1) {
-  unsigned K = c.cols[wid];
-  float acc = 0.f;
-  unsigned lane = threadIdx.x & 31;
-  unsigned char wb = c.wbytes[wid];
-  if (wb == 1 || wb == 3) {
-    const unsigned char* w = (const unsigned char*)c.bufs[wid] + (size_t)r * K;
-    const float* sc = c.scales[wid] + (size_t)(r / 128) * ((K + 127) / 128);
-    for (unsigned k = k0 + lane * 16; k < k1; k += 32 * 16) {
-      uint4 v = *(const uint4*)(w + k);
-      uint4 xa = *(const uint4*)(xs + k), xb = *(const uint4*)(xs + k + 8);
-      unsigned words[4] = {v.x, v.y, v.z, v.w};
-      unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-      if (wb == 1) {
-        unsigned sb = __float_as_uint(sc[k / 128] * 0x1p120f) >> 16, s2 = sb | (sb << 16);
+// A weight load: 16 bytes through the non-coherent path, not kept in L1 (weights are read once a step).
+__device__ __forceinline__ uint4 ldw(const void* p) {
+#if WEIGHT_LOAD_NC
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+#else
+  return *(const uint4*)p;
+#endif
+}
+
+// acc += the 16 fp8 weights of v times bf16 xs[0..16), in element order. fp8 weights are dequantised
+// as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales below 2^8) on bf16 pairs, code *
+// (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (other scales) as the CPU does, the fp32
+// product e4m3 * scale then bf16. NaN codes (0x7f/0xff) are refused when the GPU path loads a
+// checkpoint (they would decode to finite values here).
+__device__ __forceinline__ float chunk_fp8(uint4 v, const unsigned short* xs, float scale, bool bf16_scale, float acc) {
+  uint4 xa = *(const uint4*)xs, xb = *(const uint4*)(xs + 8);
+  unsigned words[4] = {v.x, v.y, v.z, v.w};
+  unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+  if (bf16_scale) {
+    unsigned sb = __float_as_uint(scale * 0x1p120f) >> 16, s2 = sb | (sb << 16);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          unsigned d01 = bf16x2_fma(e4m3x2_bf16x2(__byte_perm(words[q], 0, 0x4140)), s2, 0x80008000u);
-          unsigned d23 = bf16x2_fma(e4m3x2_bf16x2(__byte_perm(words[q], 0, 0x4342)), s2, 0x80008000u);
-          acc = fmaf(lo_bf(d01), lo_bf(xw[2 * q]), acc);
-          acc = fmaf(hi_bf(d01), hi_bf(xw[2 * q]), acc);
-          acc = fmaf(lo_bf(d23), lo_bf(xw[2 * q + 1]), acc);
-          acc = fmaf(hi_bf(d23), hi_bf(xw[2 * q + 1]), acc);
-        }
-      } else {
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-#pragma unroll
-          for (int b = 0; b < 4; ++b) {
-            unsigned byte = (words[q] >> (8 * b)) & 255u;
-            float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20)) * 0x1p120f;
-            unsigned xwrd = xw[(4 * q + b) / 2];
-            acc = fmaf(bf(raw * sc[k / 128]), (b & 1) ? hi_bf(xwrd) : lo_bf(xwrd), acc);
-          }
-      }
+    for (int q = 0; q < 4; ++q) {
+      unsigned d01 = bf16x2_fma(e4m3x2_bf16x2(__byte_perm(words[q], 0, 0x4140)), s2, 0x80008000u);
+      unsigned d23 = bf16x2_fma(e4m3x2_bf16x2(__byte_perm(words[q], 0, 0x4342)), s2, 0x80008000u);
+      acc = fmaf(lo_bf(d01), lo_bf(xw[2 * q]), acc);
+      acc = fmaf(hi_bf(d01), hi_bf(xw[2 * q]), acc);
+      acc = fmaf(lo_bf(d23), lo_bf(xw[2 * q + 1]), acc);
+      acc = fmaf(hi_bf(d23), hi_bf(xw[2 * q + 1]), acc);
     }
   } else {
-    const unsigned short* w = (const unsigned short*)c.bufs[wid] + (size_t)r * K;
-    for (unsigned k = k0 + lane * 8; k < k1; k += 32 * 8) {
-      uint4 v = *(const uint4*)(w + k);
-      uint4 xa = *(const uint4*)(xs + k);
-      unsigned words[4] = {v.x, v.y, v.z, v.w};
-      unsigned xw[4] = {xa.x, xa.y, xa.z, xa.w};
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        acc = fmaf(lo_bf(words[q]), lo_bf(xw[q]), acc);
-        acc = fmaf(hi_bf(words[q]), hi_bf(xw[q]), acc);
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        unsigned byte = (words[q] >> (8 * b)) & 255u;
+        float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20)) * 0x1p120f;
+        unsigned xwrd = xw[(4 * q + b) / 2];
+        acc = fmaf(bf(raw * scale), (b & 1) ? hi_bf(xwrd) : lo_bf(xwrd), acc);
+      }
+  }
+  return acc;
+}
+
+// acc += the 8 bf16 weights of v times bf16 xs[0..8), in element order.
+__device__ __forceinline__ float chunk_bf16(uint4 v, const unsigned short* xs, float acc) {
+  uint4 xa = *(const uint4*)xs;
+  unsigned words[4] = {v.x, v.y, v.z, v.w};
+  unsigned xw[4] = {xa.x, xa.y, xa.z, xa.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    acc = fmaf(lo_bf(words[q]), lo_bf(xw[q]), acc);
+    acc = fmaf(hi_bf(words[q]), hi_bf(xw[q]), acc);
+  }
+  return acc;
+}
+
+// The warp's dot products of NR weight rows (wid[i], row[i]; all fp8 or all bf16, of one width K)
+// with bf16 shared xs, k-group by k-group over groups [g0, g1): `part(i, g, value)` receives each
+// (row, group) partial in group order, on every lane. ORDER inside a group (fixed, the CPU reference's
+// `dot_warp` over a group): lane l sums its 16-byte chunks k = k0 + 16 l + 512 j (fp8; bf16: 8 l + 256 j)
+// for j = 0, 1, .. in order, elements in order within a chunk, fma in fp32; then the warp butterfly.
+// Memory-level parallelism: every lane issues all loads of GEMV_FP8_GROUPS groups (fp8) or one group
+// (bf16) for all NR rows before any arithmetic: GEMV_FP8_GROUPS x NR x 2 (fp8) or NR x 4 (bf16) 16-byte
+// loads in flight per lane. None of this changes the order of any sum.
+template <int NR, typename Part>
+__device__ void dot_rows(const DevCtx& c, const unsigned short* wid, const unsigned* row, const unsigned short* xs, unsigned g0, unsigned g1, Part part) {
+  unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31;
+  unsigned char wb = c.wbytes[wid[0]];
+  if (wb == 1 || wb == 3) {
+    const unsigned char* w[NR];
+    const float* sc[NR];
+    bool bs[NR];
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      bs[i] = c.wbytes[wid[i]] == 1;
+      w[i] = (const unsigned char*)c.bufs[wid[i]] + (size_t)row[i] * K;
+      sc[i] = c.scales[wid[i]] + (size_t)(row[i] / 128) * ((K + 127) / 128);
+    }
+    for (unsigned g = g0; g < g1; g += GEMV_FP8_GROUPS) {
+      uint4 v[NR][GEMV_FP8_GROUPS][2];
+#pragma unroll
+      for (int i = 0; i < NR; ++i)
+#pragma unroll
+        for (int gg = 0; gg < GEMV_FP8_GROUPS; ++gg)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            unsigned k = (g + gg) * KGROUP + lane * 16 + j * 512;
+            bool ok = g + gg < g1 && k < min(K, (g + gg + 1) * KGROUP);
+            v[i][gg][j] = ok ? ldw(w[i] + k) : make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+      for (int i = 0; i < NR; ++i)
+#pragma unroll
+        for (int gg = 0; gg < GEMV_FP8_GROUPS; ++gg) {
+          if (g + gg >= g1) break;
+          float acc = 0.f;
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            unsigned k = (g + gg) * KGROUP + lane * 16 + j * 512;
+            if (k < min(K, (g + gg + 1) * KGROUP)) acc = chunk_fp8(v[i][gg][j], xs + k, sc[i][k / 128], bs[i], acc);
+          }
+          part(i, g + gg, warp_sum(acc));
+        }
+    }
+  } else {
+    const unsigned short* w[NR];
+#pragma unroll
+    for (int i = 0; i < NR; ++i) w[i] = (const unsigned short*)c.bufs[wid[i]] + (size_t)row[i] * K;
+    for (unsigned g = g0; g < g1; ++g) {
+      unsigned k1 = min(K, (g + 1) * KGROUP);
+      uint4 v[NR][4];
+#pragma unroll
+      for (int i = 0; i < NR; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          unsigned k = g * KGROUP + lane * 8 + j * 256;
+          v[i][j] = k < k1 ? ldw(w[i] + k) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+      for (int i = 0; i < NR; ++i) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          unsigned k = g * KGROUP + lane * 8 + j * 256;
+          if (k < k1) acc = chunk_bf16(v[i][j], xs + k, acc);
+        }
+        part(i, g, warp_sum(acc));
       }
     }
   }
-  return warp_sum(acc);
+}
+
+// The warp's rows of a unit: rows r0 + warp, r0 + warp + WARPS, .. below r1, two at a time (a lone last
+// row alone), each with `per_row(NR, rows)` choosing the dot_rows call.
+template <typename PerRow>
+__device__ __forceinline__ void warp_row_pairs(unsigned r0, unsigned r1, PerRow per_row) {
+  for (unsigned r = r0 + (threadIdx.x >> 5); r < r1; r += 2 * WARPS) {
+    if (r + WARPS < r1) {
+      unsigned rows[2] = {r, r + WARPS};
+      per_row(rows, 2);
+    } else {
+      unsigned rows[1] = {r};
+      per_row(rows, 1);
+    }
+  }
 }
 
 // The rows and k-groups of unit u of a GEMV word.
@@ -167,25 +269,31 @@ __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigne
   return s;
 }
 
-// For each row of the span (a warp per row): the per-group sums, either stored as split-K partials
-// [g][rows] (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value)` by lane 0.
+// For each row of the span (a warp per row, two rows at a time): the per-group sums, either stored as
+// split-K partials [g][rows] (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value)`
+// by lane 0.
 template <typename Epi>
 __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, const unsigned short* xs, Epi epilogue) {
   unsigned K = c.cols[wid];
   GemvSpan s = gemv_span(w, u, K);
-  unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (unsigned r = s.r0 + warp; r < s.r1; r += WARPS) {
-    float total = 0.f;
-    for (unsigned g = s.g0; g < s.g1; ++g) {
-      float part = row_dot(c, wid, r, xs, g * KGROUP, min(K, (g + 1) * KGROUP));
-      if (w.flags & FLAG_PARTIAL) {
-        if (lane == 0) B<float>(c, w.ops[SLOT_OUT0])[(size_t)g * w.rows + r] = part;
+  unsigned lane = threadIdx.x & 31;
+  bool partial = w.flags & FLAG_PARTIAL;
+  float* out = B<float>(c, w.ops[SLOT_OUT0]);
+  unsigned short wids[2] = {wid, wid};
+  warp_row_pairs(s.r0, s.r1, [&](const unsigned* rows, int n) {
+    float total[2] = {0.f, 0.f};
+    auto part = [&](int i, unsigned g, float v) {
+      if (partial) {
+        if (lane == 0) out[(size_t)g * w.rows + rows[i]] = v;
       } else {
-        total += part;  // ORDER: k-groups in order
+        total[i] += v;  // ORDER: k-groups in order
       }
-    }
-    if (!(w.flags & FLAG_PARTIAL) && lane == 0) epilogue(r, total);
-  }
+    };
+    if (n == 2) dot_rows<2>(c, wids, rows, xs, s.g0, s.g1, part);
+    else dot_rows<1>(c, wids, rows, xs, s.g0, s.g1, part);
+    if (!partial && lane == 0)
+      for (int i = 0; i < n; ++i) epilogue(rows[i], total[i]);
+  });
 }
 
 // The split-K reduce of one unit: y[r] = bf(sum_g partial[g][r]), or with the residual add

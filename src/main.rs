@@ -140,6 +140,9 @@ enum GpuCmd {
     Compile {
         #[arg(long, default_value = "sm_90")]
         arch: String,
+        /// Print ptxas's resource usage per kernel (registers, spills, shared memory).
+        #[arg(long)]
+        resources: bool,
     },
     /// Runs `steps` greedy tokens through the graph path and reports device memory before and after
     /// (nothing may allocate after startup) and the time per token.
@@ -309,9 +312,12 @@ fn run(cli: Cli) -> Result<()> {
                 free0 as i64 - free1 as i64
             );
         }
-        Cmd::Gpu { cmd: GpuCmd::Compile { arch } } => {
+        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources } } => {
             let t = std::time::Instant::now();
-            let n = mk::cuda::compile_check(&arch)?;
+            let (n, log) = mk::cuda::compile_check(&arch, resources)?;
+            if resources {
+                print!("{log}");
+            }
             println!("compiled for {arch}: CUBIN {n} bytes in {:.2} s", t.elapsed().as_secs_f64());
         }
         Cmd::Program { cmd } => match cmd {

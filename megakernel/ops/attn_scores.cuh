@@ -1,6 +1,7 @@
 // op_attn_scores: unit (KV head, 256-position partition). For each of the group's query heads: the
-// query (norm + RoPE of its half of q_proj), then a warp per position: lane l multiplies its 8
-// contiguous dims (one 16-byte load of the key row) in order, the warp folds by butterfly, and
+// query (norm + RoPE of its half of q_proj, all kept in shared memory), then a warp per position: lane
+// l multiplies its 8 contiguous dims (one 16-byte load of the key row) in order, the warp folds by
+// butterfly, and
 // bf(bf(q . k_j) / 16) is the score; then the partition's max and the sum of exp(s - max) in block
 // order (thread t holds position t). The CPU reference takes both in the same order (dot_warp,
 // sum_lanes).
@@ -26,40 +27,58 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
   if (p0 >= n_ctx) return;
   unsigned d = c.head_dim, kvd = c.n_kv_heads * d, max_ctx = parts * ATTN_PART;
   unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float* q = (float*)smem;
-  float* red = q + d;
-  float* sc = red + WARPS;
+  float* q = (float*)smem;              // [group][d]
+  float* red = q + group * d;           // [WARPS]
+  float* sc = red + WARPS;              // [group][ATTN_PART]
   const unsigned short* kc = B<unsigned short>(c, w.ops[SLOT_ST0]);
   float scaling = 1.0f / sqrtf((float)d);
-  for (unsigned h = kvh * group; h < (kvh + 1) * group; ++h) {
-    head_norm(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * h, B<float>(c, w.ops[SLOT_W0]), q, red);
-    rope_head(c, q, pos);
-    for (unsigned j = p0 + warp; j < p1; j += WARPS) {
-      uint4 kv = *(const uint4*)(kc + (size_t)j * kvd + kvh * d + 8 * lane);
-      unsigned kw[4] = {kv.x, kv.y, kv.z, kv.w};
-      const float* qq = q + 8 * lane;
-      float acc = 0.f;
+  for (unsigned hh = 0; hh < group; ++hh) {
+    unsigned h = kvh * group + hh;
+    head_norm(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * h, B<float>(c, w.ops[SLOT_W0]), q + hh * d, red);
+    rope_head(c, q + hh * d, pos);
+  }
+  // A warp per position, ATTN_UNROLL positions' key loads in flight per warp; each key row is read
+  // once for all the group's query heads.
+  for (unsigned j0 = p0 + warp; j0 < p1; j0 += ATTN_UNROLL * WARPS) {
+    uint4 kv[ATTN_UNROLL];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc += qq[2 * i] * lo_bf(kw[i]);
-        acc += qq[2 * i + 1] * hi_bf(kw[i]);
-      }
-      float s = bf(bf(warp_sum(acc)) * scaling);
-      if (lane == 0) {
-        sc[j - p0] = s;
-        B<float>(c, w.ops[SLOT_OUT0])[(size_t)h * max_ctx + j] = s;
+    for (int t = 0; t < ATTN_UNROLL; ++t) {
+      unsigned j = j0 + t * WARPS;
+      kv[t] = j < p1 ? *(const uint4*)(kc + (size_t)j * kvd + kvh * d + 8 * lane) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int t = 0; t < ATTN_UNROLL; ++t) {
+      unsigned j = j0 + t * WARPS;
+      if (j >= p1) break;
+      unsigned kw[4] = {kv[t].x, kv[t].y, kv[t].z, kv[t].w};
+#pragma unroll
+      for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
+        if (hh >= group) break;
+        const float* qq = q + hh * d + 8 * lane;
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          acc += qq[2 * i] * lo_bf(kw[i]);
+          acc += qq[2 * i + 1] * hi_bf(kw[i]);
+        }
+        float s = bf(bf(warp_sum(acc)) * scaling);
+        if (lane == 0) {
+          sc[hh * ATTN_PART + j - p0] = s;
+          B<float>(c, w.ops[SLOT_OUT0])[(size_t)(kvh * group + hh) * max_ctx + j] = s;
+        }
       }
     }
-    __syncthreads();
-    unsigned t = threadIdx.x, n = p1 - p0;
-    float v = t < n ? sc[t] : __int_as_float(0xff800000);
+  }
+  __syncthreads();
+  unsigned t = threadIdx.x, n = p1 - p0;
+  for (unsigned hh = 0; hh < group; ++hh) {
+    float v = t < n ? sc[hh * ATTN_PART + t] : __int_as_float(0xff800000);
     float m = block_max(v, red);
     float l = block_sum(t < n ? expf(v - m) : 0.f, red);
     if (t == 0) {
-      float* st = B<float>(c, w.ops[SLOT_OUT1]) + ((size_t)h * parts + part) * 2;
+      float* st = B<float>(c, w.ops[SLOT_OUT1]) + ((size_t)(kvh * group + hh) * parts + part) * 2;
       st[0] = m;
       st[1] = l;
     }
-    __syncthreads();
   }
 }

@@ -7,12 +7,12 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
   unsigned short* out = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;
+  unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W1]};
   for (unsigned r = r0 + (threadIdx.x >> 5); r < r1; r += WARPS) {
-    float g = 0.f, up = 0.f;
-    for (unsigned q = 0; q < groups; ++q) {  // ORDER: k-groups in order
-      g += row_dot(c, w.ops[SLOT_W0], r, xs, q * KGROUP, min(K, (q + 1) * KGROUP));
-      up += row_dot(c, w.ops[SLOT_W1], r, xs, q * KGROUP, min(K, (q + 1) * KGROUP));
-    }
-    if ((threadIdx.x & 31) == 0) out[r] = f2bf(bf(silu(bf(g))) * bf(up));
+    // The row's gate and up dot products together (their loads in flight at once).
+    float acc[2] = {0.f, 0.f};
+    unsigned rows[2] = {r, r};
+    dot_rows<2>(c, wids, rows, xs, 0, groups, [&](int i, unsigned, float v) { acc[i] += v; });  // ORDER: k-groups in order
+    if ((threadIdx.x & 31) == 0) out[r] = f2bf(bf(silu(bf(acc[0]))) * bf(acc[1]));
   }
 }

@@ -1,5 +1,6 @@
 // op_lm_head: logits of the unit's vocabulary rows, bf(W . rmsnorm(h)) (final norm in W1), and the
-// unit's (max, argmax) candidate: first maximum in row order, so the lowest id wins ties.
+// unit's (max, argmax) candidate: first maximum in row order, so the lowest id wins ties (a NaN
+// below every number, as op_argmax and the CPU's argmax).
 __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   unsigned short* xs = (unsigned short*)smem;
@@ -8,18 +9,22 @@ __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* sme
   unsigned short* logits = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;
-  for (unsigned r = r0 + (threadIdx.x >> 5); r < r1; r += WARPS) {
-    float v = 0.f;
-    for (unsigned g = 0; g < groups; ++g) v += row_dot(c, w.ops[SLOT_W0], r, xs, g * KGROUP, min(K, (g + 1) * KGROUP));  // ORDER: k-groups in order
-    if ((threadIdx.x & 31) == 0) logits[r] = f2bf(v);
-  }
+  unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W0]};
+  warp_row_pairs(r0, r1, [&](const unsigned* rows, int n) {
+    float v[2] = {0.f, 0.f};
+    auto part = [&](int i, unsigned, float p) { v[i] += p; };  // ORDER: k-groups in order
+    if (n == 2) dot_rows<2>(c, wids, rows, xs, 0, groups, part);
+    else dot_rows<1>(c, wids, rows, xs, 0, groups, part);
+    if ((threadIdx.x & 31) == 0)
+      for (int i = 0; i < n; ++i) logits[rows[i]] = f2bf(v[i]);
+  });
   __syncthreads();
   if (threadIdx.x == 0) {
     float best = bf2f(logits[r0]);
     unsigned id = r0;
     for (unsigned r = r0 + 1; r < r1; ++r) {
       float v = bf2f(logits[r]);
-      if (v > best || best != best) { best = v; id = r; }
+      if (v > best || (best != best && v == v)) { best = v; id = r; }
     }
     float* cand = B<float>(c, w.ops[SLOT_OUT1]);
     cand[2 * u] = best;

@@ -95,6 +95,7 @@ pub struct Discrete {
 fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let k = |s: usize| w.op(s).map(|b| p.buffers[b].cols as usize).unwrap_or(0);
     let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8;
+    let group = w.arg1 as usize;
     (match w.opcode {
         Opcode::GemvNorm
         | Opcode::GemvGateUp
@@ -102,9 +103,12 @@ fn smem_bytes(p: &Program, w: &Word) -> u32 {
         | Opcode::GemvResidual
         | Opcode::LmHead => gemv(k(crate::isa::slot::IN0)),
         Opcode::GdnRecur => (2 * GDN_HEAD_DIM + 2) * 4,
+        Opcode::Argmax => 2 * 8 * 4,
         Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
-        Opcode::AttnScores => (ATTN_HEAD_DIM + 8 + crate::isa::access::ATTN_PART) * 4,
-        Opcode::AttnPv => (crate::isa::access::ATTN_PART + 2) * 4,
+        // q of every head of the group, the warp sums, the group's scores (see attn_scores.cuh)
+        Opcode::AttnScores => (group * ATTN_HEAD_DIM + 8 + group * crate::isa::access::ATTN_PART) * 4,
+        // the group's probabilities and (max, sum) pairs (see attn_pv.cuh)
+        Opcode::AttnPv => (group * crate::isa::access::ATTN_PART + 2 * group) * 4,
         _ => 0,
     }) as u32
 }
@@ -115,6 +119,13 @@ impl Discrete {
         let cfg = &ck.config;
         if prog.target.m_rows != 1 {
             crate::bail!("gpu: M = {} rows (the discrete path runs M = 1)", prog.target.m_rows);
+        }
+        // The attention ops keep one accumulator per query head of a group in registers (MAX_GROUP).
+        if cfg.n_heads / cfg.n_kv_heads > 8 {
+            crate::bail!(
+                "gpu: {} query heads per KV head (the attention kernels handle at most 8)",
+                cfg.n_heads / cfg.n_kv_heads
+            );
         }
         // 48 KiB of dynamic shared memory without opt-in, less the megakernel's own static 8 bytes
         // (unit_s, ok_s) and 8 of slack, so that a word that fits one kernel also fits the other.
@@ -295,20 +306,43 @@ impl Discrete {
     }
 
     fn launch_word(&self, i: usize) -> Result<()> {
-        let w = &self.prog.words[i];
+        self.launch_words(i, 1)
+    }
+
+    /// One launch of words first..first + n (one stage, one opcode: see `launch_groups`).
+    fn launch_words(&self, first: usize, n: usize) -> Result<()> {
+        let words = &self.prog.words[first..first + n];
+        let w = &words[0];
         let f = &self.funcs[&w.opcode];
         let cfg = LaunchConfig {
-            grid_dim: (w.units, 1, 1),
+            grid_dim: (words.iter().map(|w| w.units).sum(), 1, 1),
             block_dim: (256, 1, 1),
-            shared_mem_bytes: smem_bytes(&self.prog, w),
+            shared_mem_bytes: words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0),
         };
         let prog_ptr = self.base + self.prog_off as u64;
-        let wi = i as u32;
+        let (wi, nw) = (first as u32, n as u32);
         let mut b = self.gpu.stream.launch_builder(f);
-        b.arg(&prog_ptr).arg(&wi).arg(&self.ctx);
-        // SAFETY: the kernel's parameters are (const Word*, unsigned, DevCtx) and every pointer in
-        // the context points into the arena, which outlives the launch.
-        cu(unsafe { b.launch(cfg) }.map(|_| ()), &format!("launch word {i} ({:?})", w.opcode))
+        b.arg(&prog_ptr).arg(&wi).arg(&nw).arg(&self.ctx);
+        // SAFETY: the kernel's parameters are (const Word*, unsigned, unsigned, DevCtx) and every
+        // pointer in the context points into the arena, which outlives the launch.
+        cu(unsafe { b.launch(cfg) }.map(|_| ()), &format!("launch words {first}..{} ({:?})", first + n, w.opcode))
+    }
+
+    /// The graph's launches: runs of consecutive words with the same opcode, wait and signal (one
+    /// stage: nothing orders them), one kernel each. Small words then share the GPU with big ones.
+    pub fn launch_groups(&self) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        for (i, w) in self.prog.words.iter().enumerate() {
+            if let Some(last) = out.last_mut() {
+                let f = &self.prog.words[last.0];
+                if (f.opcode, f.wait, f.wait_target, f.signal) == (w.opcode, w.wait, w.wait_target, w.signal) {
+                    last.1 += 1;
+                    continue;
+                }
+            }
+            out.push((i, 1));
+        }
+        out
     }
 
     /// Zeroes the per-sequence state, the control block (position 0) and the activations.
@@ -362,8 +396,8 @@ impl Discrete {
                     "begin capture",
                 )?;
                 let mut err = None;
-                for i in 0..self.prog.words.len() {
-                    if let Err(e) = self.launch_word(i) {
+                for (first, n) in self.launch_groups() {
+                    if let Err(e) = self.launch_words(first, n) {
                         err = Some(e);
                         break;
                     }
@@ -484,6 +518,22 @@ impl Discrete {
 
     pub fn logits(&self) -> Result<Vec<f32>> {
         self.read(self.logits, self.prog.buffers[self.logits].elems() as usize)
+    }
+
+    /// Timing only: jumps the sequence to position `pos` without computing it (the caches below it
+    /// keep whatever they hold, zeros after `reset`): later steps cost what they would at that
+    /// context, their values mean nothing.
+    pub fn seek(&mut self, pos: usize) -> Result<()> {
+        if pos >= self.prog.target.max_context as usize {
+            crate::bail!("context overflow: seek to {pos} >= max context {}", self.prog.target.max_context);
+        }
+        let c = self.places[self.ctrl];
+        let stream = self.gpu.stream.clone();
+        let mut v = self.arena.slice_mut(c.off + 4 * crate::isa::access::CTRL_POS..c.off + 4 * crate::isa::access::CTRL_POS + 4);
+        cu(stream.memcpy_htod(&(pos as u32).to_le_bytes(), &mut v), "write position")?;
+        cu(stream.synchronize(), "cuStreamSynchronize")?;
+        self.pos = pos;
+        Ok(())
     }
 
     pub fn pos(&self) -> Result<usize> {

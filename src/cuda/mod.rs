@@ -51,6 +51,12 @@ pub fn source() -> String {
     s
 }
 
+/// `NAME=VALUE` tunables from MK_CUDA_DEFINES (whitespace separated; a malformed one fails the
+/// compile with NVRTC's message).
+pub fn cuda_defines() -> Vec<String> {
+    std::env::var("MK_CUDA_DEFINES").unwrap_or_default().split_whitespace().map(str::to_string).collect()
+}
+
 /// The NVRTC options, in one place, recorded in every result. fmad is off: elementwise ops round
 /// exactly as written (as the CPU reference does); the GEMV uses fmaf explicitly where it wants FMA.
 pub fn nvrtc_options(arch: &str, cuda_include: &Path) -> Vec<String> {
@@ -67,6 +73,9 @@ pub fn nvrtc_options(arch: &str, cuda_include: &Path) -> Vec<String> {
     if cuda_include.join("cccl").is_dir() {
         o.push(format!("--include-path={}", cuda_include.join("cccl").display()));
     }
+    // Performance tunables for variant runs (`MK_CUDA_DEFINES="GEMV_FP8_GROUPS=4 ATTN_UNROLL=8"`):
+    // they change speed, never bits (see megakernel/common.cuh), and are recorded with the options.
+    o.extend(cuda_defines().into_iter().map(|d| format!("-D{d}")));
     o
 }
 
@@ -162,14 +171,19 @@ impl Gpu {
 
 /// NVRTC alone (no driver, no GPU): compiles the sources for `arch`; returns the CUBIN size. For
 /// checking CUDA changes on a machine without a GPU (NVRTC from CUDA_HOME, e.g. the nvidia-cuda-nvrtc
-/// wheel unpacked).
-pub fn compile_check(arch: &str) -> Result<usize> {
+/// wheel unpacked). With `resources`, also ptxas's per-kernel report (registers, spills).
+pub fn compile_check(arch: &str, resources: bool) -> Result<(usize, String)> {
     let cuda_home = PathBuf::from(std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into()));
     preload_nvrtc(&cuda_home);
     if !unsafe { nsys::is_culib_present() } {
         bail!("no NVRTC: libnvrtc is not under {} nor on the loader path (set CUDA_HOME)", cuda_home.display());
     }
-    Ok(nvrtc(&source(), &nvrtc_options(arch, &cuda_home.join("include")))?.len())
+    let mut opts = nvrtc_options(arch, &cuda_home.join("include"));
+    if resources {
+        opts.push("--ptxas-options=-v".into());
+    }
+    let (cubin, log) = nvrtc_with_log(&source(), &opts)?;
+    Ok((cubin.len(), log))
 }
 
 fn cstr(v: &[c_char]) -> String {
@@ -178,6 +192,11 @@ fn cstr(v: &[c_char]) -> String {
 
 /// NVRTC to CUBIN; a compile error comes back with the NVRTC log.
 fn nvrtc(src: &str, opts: &[String]) -> Result<Vec<u8>> {
+    nvrtc_with_log(src, opts).map(|(c, _)| c)
+}
+
+/// NVRTC to CUBIN and the compile log.
+fn nvrtc_with_log(src: &str, opts: &[String]) -> Result<(Vec<u8>, String)> {
     let csrc = CString::new(src).context("CUDA source has a NUL byte")?;
     let name = CString::new("mk.cu").context("name")?;
     let prog =
@@ -199,5 +218,5 @@ fn nvrtc(src: &str, opts: &[String]) -> Result<Vec<u8>> {
         Ok(buf)
     })();
     let _ = unsafe { nres::destroy_program(prog) };
-    out
+    out.map(|c| (c, log))
 }

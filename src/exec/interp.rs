@@ -387,10 +387,11 @@ impl<'a> Interp<'a> {
             }
             Opcode::Argmax => {
                 let cand = self.input(&w, slot::IN0);
-                // ORDER: candidates in vocabulary order; strictly greater wins, so the lowest id wins ties.
+                // The candidates' winner under argmax's total order (a NaN below every number, then the
+                // larger value, then the lower id), so any order of combination gives it.
                 let (mut bv, mut bi) = (cand[0], cand[1]);
                 for c in cand[..2 * w.arg0 as usize].chunks_exact(2).skip(1) {
-                    if c[0] > bv || bv.is_nan() {
+                    if c[0] > bv || (bv.is_nan() && !c[0].is_nan()) || (c[0] == bv && c[1] < bi) {
                         (bv, bi) = (c[0], c[1]);
                     }
                 }

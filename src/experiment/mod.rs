@@ -196,27 +196,39 @@ fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Record, res: 
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); c.contexts.len()];
         let mut word_ns: Option<Vec<u64>> = None;
         for rep in 0..e.warmup + e.repetitions {
+            // Per context: the step times from that position on (computed up to it, or jumped to).
+            let mut by_ctx: Vec<Vec<f64>> = Vec::new();
             let mut eng = new_engine(*p, c.shared, e)?;
-            let mut t_rep = Vec::with_capacity(seq.len());
-            for &tok in seq {
-                let t = std::time::Instant::now();
-                eng.step(tok, false)?;
-                t_rep.push(t.elapsed().as_secs_f64() * 1e3);
-                c.bar.inc(1);
+            if e.workload.seek {
+                for &ctx in c.contexts {
+                    eng = new_engine(*p, c.shared, e)?;
+                    eng.seek(ctx as usize)?;
+                    let mut t_ctx = Vec::with_capacity(c.steps);
+                    for s in 0..c.steps {
+                        let t = std::time::Instant::now();
+                        eng.step(seq[s % seq.len()], false)?;
+                        t_ctx.push(t.elapsed().as_secs_f64() * 1e3);
+                        c.bar.inc(1);
+                    }
+                    by_ctx.push(t_ctx);
+                }
+            } else {
+                let mut t_rep = Vec::with_capacity(seq.len());
+                for &tok in seq {
+                    let t = std::time::Instant::now();
+                    eng.step(tok, false)?;
+                    t_rep.push(t.elapsed().as_secs_f64() * 1e3);
+                    c.bar.inc(1);
+                }
+                by_ctx = c.contexts.iter().map(|&ctx| t_rep[ctx as usize..ctx as usize + c.steps].to_vec()).collect();
             }
             if rep < e.warmup {
                 continue;
             }
             for (ci, &ctx) in c.contexts.iter().enumerate() {
-                for s in ctx as usize..ctx as usize + c.steps {
-                    samples[ci].push(t_rep[s]);
-                    let row = StepRow {
-                        path: p.label(),
-                        context: ctx,
-                        repetition: rep - e.warmup,
-                        step: (s - ctx as usize) as u32,
-                        ms: t_rep[s],
-                    };
+                for (s, &ms) in by_ctx[ci].iter().enumerate() {
+                    samples[ci].push(ms);
+                    let row = StepRow { path: p.label(), context: ctx, repetition: rep - e.warmup, step: s as u32, ms };
                     res.step_row(&row)?;
                 }
             }
@@ -375,6 +387,14 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
             p.label(),
             d.arena_bytes as f64 / 1e9
         ));
+        if *p == PathName::Graph {
+            let groups = d.launch_groups();
+            rec.notes.push(format!(
+                "launch inventory of the graph: {} kernel nodes per step for {} words (same-stage words of one opcode share a launch)",
+                groups.len(),
+                prog.words.len()
+            ));
+        }
         gpu_paths.push((*p, std::cell::RefCell::new(d)));
     }
     let dev = |want: PathName| gpu_paths.iter().find(|(p, _)| *p == want).map(|(_, d)| d);
@@ -389,8 +409,13 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     rec.notes.extend(dropped);
     let ctx = RunCtx { e, shared: &shared, runnable: &runnable, contexts: &contexts, steps, total: need, bar: &bar };
     // A failure part-way still leaves everything measured so far on disk, with the reason.
-    let outcome =
-        diff_pass(&ctx, &mut rec, &mut res).and_then(|(seq, ok)| timing_pass(&ctx, &seq, &ok, &mut rec, &mut res));
+    let outcome = if e.workload.seek {
+        // Timing only: no diff pass; the prompt's tokens are the tokens fed.
+        rec.notes.push("workload.seek: each context is jumped to (its KV cache zero), not computed: times only".into());
+        timing_pass(&ctx, &e.prompt_ids(), &runnable, &mut rec, &mut res)
+    } else {
+        diff_pass(&ctx, &mut rec, &mut res).and_then(|(seq, ok)| timing_pass(&ctx, &seq, &ok, &mut rec, &mut res))
+    };
     if let Err(err) = outcome {
         rec.notes.push(format!("run failed: {err}"));
         res.save(&rec)?;

@@ -22,6 +22,10 @@ pub trait Engine {
     fn word_ns(&mut self) -> Option<Vec<u64>> {
         None
     }
+    /// Timing only: jump to position `pos` without computing the context (see `Discrete::seek`).
+    fn seek(&mut self, _pos: usize) -> Result<()> {
+        crate::bail!("this path cannot seek (workload.seek is for the GPU paths)")
+    }
 }
 
 /// A GPU, if this machine has one: the model name from the NVIDIA driver's /proc entries.
@@ -201,6 +205,10 @@ impl Engine for GraphEngine<'_> {
         program_states(d.program(), pos, |b, n| d.read(b, n).ok())
     }
 
+    fn seek(&mut self, pos: usize) -> Result<()> {
+        self.d.borrow_mut().seek(pos)
+    }
+
     /// Times one more step word by word (token 0, at the position after the sequence): it moves the
     /// state on, so the runner calls it only at the end of a repetition, before a fresh engine.
     fn word_ns(&mut self) -> Option<Vec<u64>> {
@@ -242,6 +250,10 @@ impl Engine for MegaEngine<'_> {
         let d = self.d.borrow();
         let pos = d.pos().unwrap_or(0);
         program_states(d.program(), pos, |b, n| d.read(b, n).ok())
+    }
+
+    fn seek(&mut self, pos: usize) -> Result<()> {
+        self.d.borrow_mut().seek(pos)
     }
 }
 

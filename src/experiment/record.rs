@@ -60,7 +60,7 @@ pub struct Record {
     pub paths: Vec<PathRecord>,
     pub diffs: Vec<DiffResult>,
     /// Per path and instruction kind: time per step, weight bytes streamed, bandwidth (the launch
-    /// inventory of the GPU path: one kernel per word).
+    /// inventory of the GPU path is a note: kernel nodes per step).
     #[serde(default)]
     pub kernels: Vec<KernelStat>,
     pub notes: Vec<String>,

@@ -66,6 +66,10 @@ pub struct Workload {
     /// Activation rows per step (1; >1 is speculative verification, later).
     #[serde(default = "one")]
     pub rows: u32,
+    /// Timing only, for long contexts: each context is reached by a jump of the position (the KV
+    /// cache below it is left zero), not by computing it; GPU paths only, no diffs.
+    #[serde(default)]
+    pub seek: bool,
 }
 
 /// A comparison of two paths. Without a tolerance the comparison is of bits.
@@ -160,6 +164,14 @@ impl Experiment {
                 "experiment: workload.rows = {} (M > 1 needs speculative verification, not built yet)",
                 self.workload.rows
             );
+        }
+        if self.workload.seek {
+            if !self.diffs.is_empty() {
+                bail!("experiment: workload.seek skips the context's computation: it takes no diffs");
+            }
+            if let Some(p) = self.paths.iter().find(|p| !p.is_gpu()) {
+                bail!("experiment: workload.seek is for the GPU paths ({:?} cannot seek)", p);
+            }
         }
         if self.repetitions == 0 {
             bail!("experiment: repetitions must be at least 1");

@@ -277,7 +277,9 @@ pub fn apply_rope(x: &mut [f32], cos: &[f32], sin: &[f32]) {
 pub fn argmax(x: &[f32]) -> usize {
     let mut best = 0;
     for (i, v) in x.iter().enumerate() {
-        if *v > x[best] || x[best].is_nan() {
+        // A total order (NaN below every number, then value, then the lower id), so that the GPU's
+        // parallel reduction and this scan agree whatever order they combine in.
+        if *v > x[best] || (x[best].is_nan() && !v.is_nan()) {
             best = i;
         }
     }
@@ -334,6 +336,7 @@ mod tests {
     fn argmax_takes_the_lowest_id_on_ties() {
         assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
         assert_eq!(argmax(&[f32::NAN, 1.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
     }
 
     #[test]
