@@ -269,6 +269,137 @@ __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigne
   return s;
 }
 
+// ---- fp8 GEMV on tensor cores (seed 4.3) --------------------------------------------------------
+// Two e4m3 codes (bytes 0,1 or 2,3 of w: sel 0x9180 / 0xB3A2) widened exactly to a bf16 pair times
+// 2^-120: prmt puts each code in the low byte of its half with its sign replicated above it, the shift
+// by 4 brings exponent and mantissa to bf16's bits 10..4 and the sign copy to bit 15, the mask keeps
+// those (e4m3 subnormals become bf16 subnormals).
+// (PTX prmt, not __byte_perm: the selector's sign-replicate bit is PTX's, the intrinsic's is masked.)
+__device__ __forceinline__ unsigned e4m3x2_widen(unsigned w, unsigned sel) {
+  unsigned y;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(y) : "r"(w), "r"(sel));
+  return (y << 4) & 0x87f087f0u;
+}
+
+// The pair as the oracle's bf16(e4m3 * scale): with a bf16-exact scale below 2^8 (`s2` = scale * 2^120
+// in both halves) one fma.rn.bf16x2 rounds the exact product once; otherwise (fp32 scales) the CPU's
+// fp32 product then bf16.
+__device__ __forceinline__ unsigned dequant2(unsigned pair, bool bf16_scale, unsigned s2, float scale) {
+  if (bf16_scale) return bf16x2_fma(pair, s2, 0x80008000u);
+  float lo = bf(lo_bf(pair) * 0x1p120f * scale), hi = bf(hi_bf(pair) * 0x1p120f * scale);
+  return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Shared floats the tensor-core GEMV of a unit needs for NW weights of width K.
+__host__ __device__ constexpr unsigned mma_red_floats(unsigned nw, unsigned K) { return nw * ((K + KGROUP - 1) / KGROUP) * WARPS * 16; }
+
+// The unit's rows [r0, r0 + 16) (those below r1 are real) of NW fp8 weights of width K (a multiple of
+// 64) times bf16 shared xs, per k-group over [g0, g1), on tensor cores (mma m16n8k16, bf16 in, fp32
+// accumulate). A 64-wide tile: lane (q = lane / 4, t = lane % 4) loads 16 bytes of row q and of row
+// q + 8 at k = 16 t, straight from checkpoint row order; mma j (0..3) takes their bytes 4j..4j+3 with
+// x[16 t + 4j ..+4) as B: a fixed permutation of k inside the tile, the same for A and B, so the
+// product is the dot product (every column of B is x: each of the 8 output columns is the result).
+// Warp w takes the tiles w, w + 8 of each group; ORDER: within a warp the tensor core's fixed
+// accumulation over its tiles in order; then per (weight, row, group) the 8 warps' sums in warp order
+// (`red`, shared); `part(i, row, g, v)` is called by thread i * 16 + row - r0 for groups in order.
+// Bits do not depend on which block runs the unit. Memory-level parallelism: GEMV_FP8_GROUPS groups'
+// loads (x 2 tiles x 2 rows x NW) are issued before their arithmetic.
+template <int NW, typename Part>
+__device__ void mma_unit_fp8(const DevCtx& c, const unsigned short* wid, unsigned r0, unsigned r1, const unsigned short* xs, unsigned g0, unsigned g1, float* red, Part part) {
+  unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane >> 2, t = lane & 3;
+  unsigned ng = g1 - g0, kb = (K + 127) / 128;
+  const unsigned char* wr[NW][2];
+  const float* sc[NW];
+  bool bs[NW];
+  bool ok0 = r0 + q < r1, ok1 = r0 + q + 8 < r1;
+#pragma unroll
+  for (int i = 0; i < NW; ++i) {
+    const unsigned char* base = (const unsigned char*)c.bufs[wid[i]];
+    wr[i][0] = base + (size_t)(r0 + q) * K + 16 * t;
+    wr[i][1] = base + (size_t)(r0 + q + 8) * K + 16 * t;
+    sc[i] = c.scales[wid[i]] + (size_t)(r0 / 128) * kb;
+    bs[i] = c.wbytes[wid[i]] == 1;
+  }
+  for (unsigned g = g0; g < g1; g += GEMV_FP8_GROUPS) {
+    uint4 v[NW][GEMV_FP8_GROUPS][2][2];  // [weight][group][tile][row]
+#pragma unroll
+    for (int i = 0; i < NW; ++i)
+#pragma unroll
+      for (int gg = 0; gg < GEMV_FP8_GROUPS; ++gg)
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          unsigned k0 = (g + gg) * KGROUP + (warp + WARPS * s) * 64;
+          bool ok = g + gg < g1 && k0 < min(K, (g + gg + 1) * KGROUP);
+          v[i][gg][s][0] = ok && ok0 ? ldw(wr[i][0] + k0) : make_uint4(0, 0, 0, 0);
+          v[i][gg][s][1] = ok && ok1 ? ldw(wr[i][1] + k0) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+    for (int gg = 0; gg < GEMV_FP8_GROUPS; ++gg) {
+      if (g + gg >= g1) break;
+#pragma unroll
+      for (int i = 0; i < NW; ++i) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          unsigned k0 = (g + gg) * KGROUP + (warp + WARPS * s) * 64;
+          if (k0 >= min(K, (g + gg + 1) * KGROUP)) break;
+          float scale = sc[i][k0 / 128];
+          unsigned sb = __float_as_uint(scale * 0x1p120f) >> 16, s2 = sb | (sb << 16);
+          const uint4* xp = (const uint4*)(xs + k0 + 16 * t);
+          uint4 xa = xp[0], xb = xp[1];
+          unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+          unsigned wa[4] = {v[i][gg][s][0].x, v[i][gg][s][0].y, v[i][gg][s][0].z, v[i][gg][s][0].w};
+          unsigned wb[4] = {v[i][gg][s][1].x, v[i][gg][s][1].y, v[i][gg][s][1].z, v[i][gg][s][1].w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            unsigned a0 = dequant2(e4m3x2_widen(wa[j], 0x9180), bs[i], s2, scale);
+            unsigned a1 = dequant2(e4m3x2_widen(wb[j], 0x9180), bs[i], s2, scale);
+            unsigned a2 = dequant2(e4m3x2_widen(wa[j], 0xB3A2), bs[i], s2, scale);
+            unsigned a3 = dequant2(e4m3x2_widen(wb[j], 0xB3A2), bs[i], s2, scale);
+#ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: B's halves swapped, wrong k pairing
+            mma_bf16_16816(d, a0, a1, a2, a3, xw[2 * j + 1], xw[2 * j]);
+#else
+            mma_bf16_16816(d, a0, a1, a2, a3, xw[2 * j], xw[2 * j + 1]);
+#endif
+          }
+        }
+        if (t == 0) {
+          float* rr = red + ((size_t)(i * ng + (g + gg - g0)) * WARPS + warp) * 16;
+          rr[q] = d[0];
+          rr[q + 8] = d[2];
+        }
+      }
+    }
+  }
+  __syncthreads();
+  unsigned me = threadIdx.x;
+  if (me < NW * 16) {
+    unsigned i = me / 16, row = me % 16;
+    if (r0 + row < r1)
+      for (unsigned g = g0; g < g1; ++g) {
+        const float* rr = red + (size_t)(i * ng + (g - g0)) * WARPS * 16 + row;
+        float v = 0.f;
+        for (int k = 0; k < WARPS; ++k) v += rr[k * 16];  // ORDER: warps in order
+        part(i, r0 + row, g, v);
+      }
+  }
+  __syncthreads();
+}
+
+// Whether a weight takes the tensor-core path (fp8, width a multiple of 64 and the unit 16 rows).
+__device__ __forceinline__ bool mma_path(const DevCtx& c, unsigned short wid, const Word& w) {
+  unsigned char wb = c.wbytes[wid];
+  return (wb == 1 || wb == 3) && c.cols[wid] % 64 == 0 && w.unit_rows == 16;
+}
+
 // For each row of the span (a warp per row, two rows at a time): the per-group sums, either stored as
 // split-K partials [g][rows] (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value)`
 // by lane 0.
@@ -280,6 +411,16 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   bool partial = w.flags & FLAG_PARTIAL;
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
   unsigned short wids[2] = {wid, wid};
+  if (mma_path(c, wid, w)) {
+    float* red = (float*)((char*)xs + ((K * 2 + 15) / 16) * 16);
+    float total = 0.f;
+    mma_unit_fp8<1>(c, wids, s.r0, s.r1, xs, s.g0, s.g1, red, [&](int, unsigned r, unsigned g, float v) {
+      if (partial) out[(size_t)g * w.rows + r] = v;
+      else total += v;  // ORDER: k-groups in order
+      if (!partial && g + 1 == s.g1) epilogue(r, total);
+    });
+    return;
+  }
   warp_row_pairs(s.r0, s.r1, [&](const unsigned* rows, int n) {
     float total[2] = {0.f, 0.f};
     auto part = [&](int i, unsigned g, float v) {

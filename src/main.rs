@@ -285,6 +285,13 @@ fn run(cli: Cli) -> Result<()> {
             let tokens: Vec<u32> = std::iter::once(9419).chain(1..=steps).collect();
             let stats = mk::cuda::opcheck::check(&prog, &mut it, &mut d, &tokens)?;
             print!("{}", mk::cuda::opcheck::print(&stats));
+            match mk::cuda::opcheck::verdict(&stats) {
+                Ok(()) => println!(
+                    "verdict: ok (every element within {} of its buffer's largest magnitude)",
+                    mk::cuda::opcheck::MAX_REL
+                ),
+                Err(bad) => mk::bail!("op check FAILED beyond max rel {}: {bad}", mk::cuda::opcheck::MAX_REL),
+            }
         }
         Cmd::Gpu { cmd: GpuCmd::Soak { dir, steps, cache } } => {
             let ck = Checkpoint::open(&dir)?;

@@ -8,6 +8,22 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;
   unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W1]};
+  if (mma_path(c, wids[0], w) && mma_path(c, wids[1], w)) {
+    // Gate (i = 0) and up (i = 1) of the unit's rows together; thread 16 + row has up and takes the
+    // gate's total from the shared slot its partner (thread row) left.
+    float* red = (float*)(smem + ((K * 2 + 15) / 16) * 16);
+    float* gate = red + mma_red_floats(2, K);
+    float total = 0.f;
+    mma_unit_fp8<2>(c, wids, r0, r1, xs, 0, groups, red, [&](int i, unsigned r, unsigned g, float v) {
+      total += v;  // ORDER: k-groups in order
+      if (g + 1 == groups && i == 0) gate[r - r0] = total;
+    });
+    if (threadIdx.x >= 16 && threadIdx.x < 32 && r0 + threadIdx.x - 16 < r1) {
+      unsigned r = r0 + threadIdx.x - 16;
+      out[r] = f2bf(bf(silu(bf(gate[r - r0]))) * bf(total));
+    }
+    return;
+  }
   for (unsigned r = r0 + (threadIdx.x >> 5); r < r1; r += WARPS) {
     // The row's gate and up dot products together (their loads in flight at once).
     float acc[2] = {0.f, 0.f};

@@ -13,7 +13,7 @@ use cudarc::driver::{CudaFunction, CudaGraph, CudaSlice, DevicePtr, DeviceRepr, 
 
 use super::Gpu;
 use crate::error::{Error, Result};
-use crate::isa::access::{ATTN_HEAD_DIM, CTRL_LEN, GDN_HEAD_DIM};
+use crate::isa::access::{ATTN_HEAD_DIM, CTRL_LEN, GDN_HEAD_DIM, KGROUP};
 use crate::isa::{BufKind, Opcode, Program, Word};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::numerics::bf16_to_f32;
@@ -94,11 +94,14 @@ pub struct Discrete {
 /// Dynamic shared memory a word's kernel needs.
 fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let k = |s: usize| w.op(s).map(|b| p.buffers[b].cols as usize).unwrap_or(0);
-    let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8;
+    // x in bf16, then the block-sum floats or the tensor-core GEMV's per-warp sums (mma_red_floats
+    // in common.cuh: weights x k-groups x 8 warps x 16 rows), and for gate/up the 16 gate totals.
+    let gemv_nw = |k: usize, nw: usize| (k * 2).div_ceil(16) * 16 + 4 * (nw * k.div_ceil(KGROUP) * 8 * 16).max(8);
+    let gemv = |k: usize| gemv_nw(k, 1);
     let group = w.arg1 as usize;
     (match w.opcode {
+        Opcode::GemvGateUp => gemv_nw(k(crate::isa::slot::IN0), 2) + 16 * 4,
         Opcode::GemvNorm
-        | Opcode::GemvGateUp
         | Opcode::GemvGatedNormResidual
         | Opcode::GemvResidual
         | Opcode::LmHead => gemv(k(crate::isa::slot::IN0)),

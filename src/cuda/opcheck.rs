@@ -104,3 +104,41 @@ pub fn print(stats: &BTreeMap<String, OpStats>) -> String {
     }
     s
 }
+
+/// The op check's tolerance: every element within 2^-6 of its buffer's largest magnitude (two bf16
+/// ulps there): GPU and CPU sum in different orders (tensor-core accumulation, lane-strided chunks),
+/// so elements may differ by rounding, never by more than a couple of ulps at the buffer's scale. A
+/// wrong kernel (see MK_BREAK_GEMV, the negative control) is off by far more. The argmax candidates'
+/// ids are compared as tokens: they may differ only where the values tie.
+pub const MAX_REL: f32 = 1.0 / 64.0;
+
+/// "ok", or the ops beyond the tolerance.
+pub fn verdict(stats: &BTreeMap<String, OpStats>) -> std::result::Result<(), String> {
+    let bad: Vec<String> = stats
+        .iter()
+        .filter(|(_, t)| t.max_rel > MAX_REL || !t.max_rel.is_finite())
+        .map(|(op, t)| format!("{op} (max rel {:.2e})", t.max_rel))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(bad.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_rejects_an_op_beyond_the_tolerance() {
+        let mut m = BTreeMap::new();
+        m.insert("GemvNorm -> q".to_string(), OpStats { max_rel: 1e-3, ..Default::default() });
+        assert!(verdict(&m).is_ok());
+        m.insert("GemvGateUp -> act".to_string(), OpStats { max_rel: 0.2, ..Default::default() });
+        let e = verdict(&m).unwrap_err();
+        assert!(e.contains("GemvGateUp -> act") && !e.contains("GemvNorm"), "{e}");
+        m.insert("X -> y".to_string(), OpStats { max_rel: f32::NAN, ..Default::default() });
+        assert!(verdict(&m).unwrap_err().contains("X -> y"));
+    }
+}
