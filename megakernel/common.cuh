@@ -12,6 +12,9 @@
 #ifndef GEMV_FP8_GROUPS
 #define GEMV_FP8_GROUPS 2  // fp8 k-groups whose loads a lane issues at once (x 2 rows x 2 chunks)
 #endif
+#ifndef GEMV_MMA
+#define GEMV_MMA 0         // fp8 GEMV on tensor cores (mma_unit_fp8) instead of the CUDA-core dot_rows
+#endif
 #ifndef WEIGHT_LOAD_NC
 #define WEIGHT_LOAD_NC 1   // weights through ld.global.nc.L1::no_allocate (else plain loads)
 #endif
@@ -96,13 +99,6 @@ __device__ __forceinline__ unsigned bf16x2_fma(unsigned a, unsigned b, unsigned 
   return d;
 }
 
-// Two e4m3 codes (bits 0-7 and 16-23 of t) as two bf16 values times 2^-120: the sign to bit 15/31,
-// exponent and mantissa to bits 4-10/20-26 (e4m3 and bf16 share the exponent's position in their
-// mantissa-free form; subnormal codes become bf16 subnormals, exactly).
-__device__ __forceinline__ unsigned e4m3x2_bf16x2(unsigned t) {
-  return ((t << 4) & 0x07f007f0u) | ((t << 8) & 0x80008000u);
-}
-
 __device__ __forceinline__ float lo_bf(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi_bf(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 
@@ -118,6 +114,17 @@ __device__ __forceinline__ uint4 ldw(const void* p) {
 #endif
 }
 
+// Two e4m3 codes (bytes 0,1 or 2,3 of w: sel 0x9180 / 0xB3A2) widened exactly to a bf16 pair times
+// 2^-120: prmt puts each code in the low byte of its half with its sign replicated above it, the shift
+// by 4 brings exponent and mantissa to bf16's bits 10..4 and the sign copy to bit 15, the mask keeps
+// those (e4m3 subnormals become bf16 subnormals).
+// (PTX prmt, not __byte_perm: the selector's sign-replicate bit is PTX's, the intrinsic's is masked.)
+__device__ __forceinline__ unsigned e4m3x2_widen(unsigned w, unsigned sel) {
+  unsigned y;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(y) : "r"(w), "r"(sel));
+  return (y << 4) & 0x87f087f0u;
+}
+
 // acc += the 16 fp8 weights of v times bf16 xs[0..16), in element order. fp8 weights are dequantised
 // as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales below 2^8) on bf16 pairs, code *
 // (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (other scales) as the CPU does, the fp32
@@ -131,8 +138,8 @@ __device__ __forceinline__ float chunk_fp8(uint4 v, const unsigned short* xs, fl
     unsigned sb = __float_as_uint(scale * 0x1p120f) >> 16, s2 = sb | (sb << 16);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      unsigned d01 = bf16x2_fma(e4m3x2_bf16x2(__byte_perm(words[q], 0, 0x4140)), s2, 0x80008000u);
-      unsigned d23 = bf16x2_fma(e4m3x2_bf16x2(__byte_perm(words[q], 0, 0x4342)), s2, 0x80008000u);
+      unsigned d01 = bf16x2_fma(e4m3x2_widen(words[q], 0x9180), s2, 0x80008000u);
+      unsigned d23 = bf16x2_fma(e4m3x2_widen(words[q], 0xB3A2), s2, 0x80008000u);
       acc = fmaf(lo_bf(d01), lo_bf(xw[2 * q]), acc);
       acc = fmaf(hi_bf(d01), hi_bf(xw[2 * q]), acc);
       acc = fmaf(lo_bf(d23), lo_bf(xw[2 * q + 1]), acc);
@@ -270,17 +277,6 @@ __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigne
 }
 
 // ---- fp8 GEMV on tensor cores (seed 4.3) --------------------------------------------------------
-// Two e4m3 codes (bytes 0,1 or 2,3 of w: sel 0x9180 / 0xB3A2) widened exactly to a bf16 pair times
-// 2^-120: prmt puts each code in the low byte of its half with its sign replicated above it, the shift
-// by 4 brings exponent and mantissa to bf16's bits 10..4 and the sign copy to bit 15, the mask keeps
-// those (e4m3 subnormals become bf16 subnormals).
-// (PTX prmt, not __byte_perm: the selector's sign-replicate bit is PTX's, the intrinsic's is masked.)
-__device__ __forceinline__ unsigned e4m3x2_widen(unsigned w, unsigned sel) {
-  unsigned y;
-  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(y) : "r"(w), "r"(sel));
-  return (y << 4) & 0x87f087f0u;
-}
-
 // The pair as the oracle's bf16(e4m3 * scale): with a bf16-exact scale below 2^8 (`s2` = scale * 2^120
 // in both halves) one fma.rn.bf16x2 rounds the exact product once; otherwise (fp32 scales) the CPU's
 // fp32 product then bf16.
@@ -394,10 +390,12 @@ __device__ void mma_unit_fp8(const DevCtx& c, const unsigned short* wid, unsigne
   __syncthreads();
 }
 
-// Whether a weight takes the tensor-core path (fp8, width a multiple of 64 and the unit 16 rows).
+// Whether a weight takes the tensor-core path (fp8, width a multiple of 64 and the unit 16 rows) when
+// GEMV_MMA is on. Off by default: measured slower on the H200 than the CUDA-core path (27B graph 21.5
+// against 17.6 ms/token, gate/up 30 % against 44 % of the read bandwidth; results/perf3_log).
 __device__ __forceinline__ bool mma_path(const DevCtx& c, unsigned short wid, const Word& w) {
   unsigned char wb = c.wbytes[wid];
-  return (wb == 1 || wb == 3) && c.cols[wid] % 64 == 0 && w.unit_rows == 16;
+  return GEMV_MMA && (wb == 1 || wb == 3) && c.cols[wid] % 64 == 0 && w.unit_rows == 16;
 }
 
 // For each row of the span (a warp per row, two rows at a time): the per-group sums, either stored as

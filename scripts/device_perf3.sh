@@ -18,7 +18,7 @@ for p in tiny small; do
   timeout 200 $MK gpu ops /tmp/mkcache/$p-seed0 --steps 2 --cache /tmp/mkcache 2>&1 | tee "$R/gpu_ops/$p.txt" | log
 done
 echo "== negative control: ops tiny with MK_BREAK_GEMV (must fail)" | log
-MK_CUDA_DEFINES=MK_BREAK_GEMV=1 timeout 200 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache 2>&1 | tee "$R/gpu_ops/negative_control_tiny.txt" | tail -3 | log
+MK_CUDA_DEFINES="GEMV_MMA=1 MK_BREAK_GEMV=1" timeout 200 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache 2>&1 | tee "$R/gpu_ops/negative_control_tiny.txt" | tail -3 | log
 for xt in mega_27b:240 long_27b:120 gpu_tiny:100 gpu_small:150; do
   x=${xt%:*}
   echo "== $x ($(( $(date +%s) - t0 )) s)" | log
