@@ -113,22 +113,12 @@ pub fn utc_stamp(t: std::time::SystemTime) -> String {
     format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", sod / 3600, sod % 3600 / 60, sod % 60)
 }
 
-/// (short sha, dirty) of the git checkout in the current folder, or else of the build.
+/// (short sha, dirty) of the sources the running binary was built from.
 pub fn git_state() -> (String, bool) {
-    let run = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
-    match run(&["rev-parse", "--short", "HEAD"]) {
-        Some(sha) => (sha, run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty())),
-        // A copy without .git (the GPU machine gets the working tree only): the state the binary
-        // was built from (build.rs), dirty when its sources differed from that commit.
-        None => (env!("MK_BUILD_SHA").to_string(), env!("MK_BUILD_DIRTY") == "true"),
-    }
+    // The state the binary was built from (build.rs): what ran is the binary, and a copied working
+    // tree (the GPU machine's) may carry a stale .git of its own. Dirty when its sources differed
+    // from that commit at build time.
+    (env!("MK_BUILD_SHA").to_string(), env!("MK_BUILD_DIRTY") == "true")
 }
 
 /// An open results folder.
