@@ -12,6 +12,12 @@
 #ifndef GEMV_FP8_GROUPS
 #define GEMV_FP8_GROUPS 2  // fp8 k-groups whose loads a lane issues at once (x 2 rows x 2 chunks)
 #endif
+#ifndef UNIT_LOOP
+#define UNIT_LOOP 0        // a block runs several units of a word and prepares a GEMV's input once
+#endif
+#ifndef MEGA_BLOCKS_PER_SM
+#define MEGA_BLOCKS_PER_SM 1  // megakernel blocks per SM (its launch bounds; the host launches as many)
+#endif
 #ifndef GEMV_MMA
 #define GEMV_MMA 0         // fp8 GEMV on tensor cores (mma_unit_fp8) instead of the CUDA-core dot_rows
 #endif

@@ -1,9 +1,10 @@
 // The discrete path: one thin kernel per opcode. A launch covers `nw` consecutive words of one stage
 // with the same opcode (no ordering between them: the validator proves them race-free); block b runs
-// the b-th unit counted across those words. The megakernel calls the same op_* device functions, so
+// the b-th unit counted across those words. `fresh` (the ops' last argument) is false only when the
+// block's previous unit was of the same word, so that a GEMV may keep its prepared input. The megakernel calls the same op_* device functions, so
 // the arithmetic of a unit is the same.
-__device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsigned nw, unsigned* u) {
-  *u = blockIdx.x;
+__device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i) {
+  *u = i;
   while (nw > 1 && *u >= prog[wi].units) {
     *u -= prog[wi].units;
     ++wi;
@@ -11,12 +12,28 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
   }
   return prog[wi];
 }
+// UNIT_LOOP (a tunable, off by default): the host launches fewer blocks than units (every block the
+// same number of units, all co-resident) and a block runs units b, b + grid, ..; a GEMV's prepared
+// input (normed x in shared memory) is then computed once per block and word, not once per unit.
 #define K_OP(name)                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
-    unsigned u;                                                                                      \
-    Word w = launch_word(prog, wi, nw, &u);                                                          \
-    op_##name(c, w, u, smem);                                                                        \
+    if (!UNIT_LOOP) {                                                                                \
+      unsigned u;                                                                                    \
+      Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                            \
+      op_##name(c, w, u, smem, true);                                                                \
+      return;                                                                                        \
+    }                                                                                                \
+    unsigned total = 0, last = 0xffffffffu;                                                          \
+    for (unsigned k = 0; k < nw; ++k) total += prog[wi + k].units;                                   \
+    for (unsigned i = blockIdx.x; i < total; i += gridDim.x) {                                       \
+      unsigned u;                                                                                    \
+      Word w = launch_word(prog, wi, nw, &u, i);                                                     \
+      unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
+      op_##name(c, w, u, smem, here != last);                                                        \
+      last = here;                                                                                   \
+      __syncthreads();                                                                               \
+    }                                                                                                \
   }
 K_OP(embed)
 K_OP(gemv_norm)

@@ -25,31 +25,32 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-__device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem) {
+__device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   switch (w.opcode) {
-    case OP_EMBED: op_embed(c, w, u, smem); break;
-    case OP_GEMV_NORM: op_gemv_norm(c, w, u, smem); break;
-    case OP_GEMV_GATE_UP: op_gemv_gate_up(c, w, u, smem); break;
-    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual(c, w, u, smem); break;
-    case OP_GEMV_RESIDUAL: op_gemv_residual(c, w, u, smem); break;
-    case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem); break;
-    case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem); break;
-    case OP_GDN_CONV: op_gdn_conv(c, w, u, smem); break;
-    case OP_GDN_RECUR: op_gdn_recur(c, w, u, smem); break;
-    case OP_ATTN_KV: op_attn_kv(c, w, u, smem); break;
-    case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem); break;
-    case OP_ATTN_PV: op_attn_pv(c, w, u, smem); break;
-    case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem); break;
-    case OP_LM_HEAD: op_lm_head(c, w, u, smem); break;
-    case OP_ARGMAX: op_argmax(c, w, u, smem); break;
-    case OP_END_STEP: op_end_step(c, w, u, smem); break;
+    case OP_EMBED: op_embed(c, w, u, smem, fresh); break;
+    case OP_GEMV_NORM: op_gemv_norm(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATE_UP: op_gemv_gate_up(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual(c, w, u, smem, fresh); break;
+    case OP_GEMV_RESIDUAL: op_gemv_residual(c, w, u, smem, fresh); break;
+    case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem, fresh); break;
+    case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem, fresh); break;
+    case OP_GDN_CONV: op_gdn_conv(c, w, u, smem, fresh); break;
+    case OP_GDN_RECUR: op_gdn_recur(c, w, u, smem, fresh); break;
+    case OP_ATTN_KV: op_attn_kv(c, w, u, smem, fresh); break;
+    case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem, fresh); break;
+    case OP_ATTN_PV: op_attn_pv(c, w, u, smem, fresh); break;
+    case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem, fresh); break;
+    case OP_LM_HEAD: op_lm_head(c, w, u, smem, fresh); break;
+    case OP_ARGMAX: op_argmax(c, w, u, smem, fresh); break;
+    case OP_END_STEP: op_end_step(c, w, u, smem, fresh); break;
     default: break;
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
+extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
   extern __shared__ __align__(16) char smem[];
   __shared__ unsigned unit_s, ok_s;
+  unsigned prepared = 0xffffffffu;  // the word whose GEMV input shared memory holds (UNIT_LOOP)
   for (unsigned wi = 0; wi < n_words; ++wi) {
     Word w = prog[wi];
     for (;;) {
@@ -77,7 +78,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) megakernel(const Word* 
         if (!ok_s) return;
         // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
       }
-      dispatch(c, w, u, smem);
+      dispatch(c, w, u, smem, !UNIT_LOOP || wi != prepared);
+      prepared = wi;
       __syncthreads();
       if (threadIdx.x == 0) {
         __threadfence();

@@ -7,7 +7,7 @@ __device__ __forceinline__ bool beats(float v, float id, float bv, float bid) {
   return bv != bv || v > bv || (v == bv && id < bid);
 }
 
-__device__ void op_argmax(const DevCtx& c, const Word& w, unsigned, char* smem) {
+__device__ void op_argmax(const DevCtx& c, const Word& w, unsigned, char* smem, bool) {
   const float* cand = B<float>(c, w.ops[SLOT_IN0]);
   float best = __int_as_float(0x7fc00000), id = 3.0e38f;
   for (unsigned i = threadIdx.x; i < w.arg0; i += THREADS)

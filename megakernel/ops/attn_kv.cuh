@@ -23,7 +23,7 @@ __device__ void head_norm(const DevCtx& c, const unsigned short* src, const floa
   __syncthreads();
 }
 
-__device__ void op_attn_kv(const DevCtx& c, const Word& w, unsigned u, char* smem) {
+__device__ void op_attn_kv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   unsigned pos = B<unsigned>(c, w.ops[SLOT_IN2])[0];
   unsigned d = c.head_dim, kvd = c.n_kv_heads * d, h = u;
   float* x = (float*)smem;

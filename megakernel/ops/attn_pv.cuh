@@ -2,7 +2,7 @@
 // query heads (M = max, L = sum of l_p exp(m_p - M) in partition order; thread hh does head hh), then
 // o_p[d] = sum_j bf(exp(s_j - M) / L) v_j[d] over the partition's positions in order (thread per dim;
 // each value row is loaded once for all the group's heads, ATTN_UNROLL rows in flight).
-__device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* smem) {
+__device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   unsigned pos = B<unsigned>(c, w.ops[SLOT_IN2])[0], n_ctx = pos + 1;
   unsigned parts = w.arg0, group = w.arg1, kvh = u / parts, part = u % parts;
   unsigned p0 = part * ATTN_PART, p1 = min(n_ctx, p0 + ATTN_PART);

@@ -20,7 +20,7 @@ __device__ float block_max(float v, float* red) {
   return m;
 }
 
-__device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char* smem) {
+__device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   unsigned pos = B<unsigned>(c, w.ops[SLOT_IN1])[0], n_ctx = pos + 1;
   unsigned parts = w.arg0, group = w.arg1, kvh = u / parts, part = u % parts;
   unsigned p0 = part * ATTN_PART, p1 = min(n_ctx, p0 + ATTN_PART);

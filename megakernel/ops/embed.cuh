@@ -1,5 +1,5 @@
 // op_embed: h[rows of the unit] = embed[token][rows] (bf16 copy).
-__device__ void op_embed(const DevCtx& c, const Word& w, unsigned u, char*) {
+__device__ void op_embed(const DevCtx& c, const Word& w, unsigned u, char*, bool) {
   unsigned tok = B<unsigned>(c, w.ops[SLOT_IN0])[1];
   unsigned H = c.cols[w.ops[SLOT_W0]];
   const unsigned short* e = B<unsigned short>(c, w.ops[SLOT_W0]) + (size_t)tok * H;

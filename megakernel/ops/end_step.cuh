@@ -2,7 +2,7 @@
 // resets its counters here; on the GPU the host zeroes the megakernel's counters and hand-out tickets
 // before each launch (resetting here would race with blocks still taking EndStep's tickets), and
 // the discrete path has none.
-__device__ void op_end_step(const DevCtx& c, const Word& w, unsigned, char*) {
+__device__ void op_end_step(const DevCtx& c, const Word& w, unsigned, char*, bool) {
   if (threadIdx.x != 0) return;
   unsigned* ctrl = B<unsigned>(c, w.ops[SLOT_IN0]);
   ctrl[1] = ctrl[2];

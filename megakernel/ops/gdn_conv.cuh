@@ -1,6 +1,6 @@
 // op_gdn_conv: for each channel of the unit, the current input goes to ring slot pos % 4, then
 // out = bf(silu(bf(t0 x[p-3] + t1 x[p-2] + t2 x[p-1] + t3 x[p]))), taps summed oldest first.
-__device__ void op_gdn_conv(const DevCtx& c, const Word& w, unsigned u, char*) {
+__device__ void op_gdn_conv(const DevCtx& c, const Word& w, unsigned u, char*, bool) {
   unsigned pos = B<unsigned>(c, w.ops[SLOT_IN1])[0];
   const unsigned short* qkv = B<unsigned short>(c, w.ops[SLOT_IN0]);
   const float* t = B<float>(c, w.ops[SLOT_W0]);

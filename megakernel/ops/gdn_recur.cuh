@@ -4,7 +4,7 @@
 // k[k] delta; o[v] = sum_k S[k][v] q[k]. ORDER: k = 0..127 in order, as the CPU reference.
 // Thread v loads its whole state column into registers first (128 independent loads in flight, issued
 // before the norms so their latency overlaps them), then works from registers and stores it back once.
-__device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem) {
+__device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   const unsigned d = 128;
   unsigned j = u, hk = w.arg0, hv = w.rows, qk = j / (hv / hk);
   const unsigned short* mixed = B<unsigned short>(c, w.ops[SLOT_IN0]);

@@ -1,11 +1,11 @@
 // op_lm_head: logits of the unit's vocabulary rows, bf(W . rmsnorm(h)) (final norm in W1), and the
 // unit's (max, argmax) candidate: first maximum in row order, so the lowest id wins ties (a NaN
 // below every number, as op_argmax and the CPU's argmax).
-__device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem) {
+__device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   unsigned short* xs = (unsigned short*)smem;
   float* red = (float*)(smem + ((K * 2 + 15) / 16) * 16);
-  block_rmsnorm(B<unsigned short>(c, w.ops[SLOT_IN0]), B<float>(c, w.ops[SLOT_W1]), K, c.eps, xs, red);
+  if (fresh) block_rmsnorm(B<unsigned short>(c, w.ops[SLOT_IN0]), B<float>(c, w.ops[SLOT_W1]), K, c.eps, xs, red);
   unsigned short* logits = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;

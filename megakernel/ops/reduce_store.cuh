@@ -1,2 +1,2 @@
 // op_reduce_store: y[r] = bf(sum_g partial[g][r]), groups in index order (see reduce_rows).
-__device__ void op_reduce_store(const DevCtx& c, const Word& w, unsigned u, char*) { reduce_rows(c, w, u, false); }
+__device__ void op_reduce_store(const DevCtx& c, const Word& w, unsigned u, char*, bool) { reduce_rows(c, w, u, false); }

@@ -101,10 +101,9 @@ fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let group = w.arg1 as usize;
     (match w.opcode {
         Opcode::GemvGateUp => gemv_nw(k(crate::isa::slot::IN0), 2) + 16 * 4,
-        Opcode::GemvNorm
-        | Opcode::GemvGatedNormResidual
-        | Opcode::GemvResidual
-        | Opcode::LmHead => gemv(k(crate::isa::slot::IN0)),
+        Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead => {
+            gemv(k(crate::isa::slot::IN0))
+        }
         Opcode::GdnRecur => (2 * GDN_HEAD_DIM + 2) * 4,
         Opcode::Argmax => 2 * 8 * 4,
         Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
@@ -317,10 +316,12 @@ impl Discrete {
         let words = &self.prog.words[first..first + n];
         let w = &words[0];
         let f = &self.funcs[&w.opcode];
+        let units: u32 = words.iter().map(|w| w.units).sum();
+        let smem = words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
         let cfg = LaunchConfig {
-            grid_dim: (words.iter().map(|w| w.units).sum(), 1, 1),
+            grid_dim: (self.grid(f, w.opcode, units, smem), 1, 1),
             block_dim: (256, 1, 1),
-            shared_mem_bytes: words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0),
+            shared_mem_bytes: smem,
         };
         let prog_ptr = self.base + self.prog_off as u64;
         let (wi, nw) = (first as u32, n as u32);
@@ -329,6 +330,27 @@ impl Discrete {
         // SAFETY: the kernel's parameters are (const Word*, unsigned, unsigned, DevCtx) and every
         // pointer in the context points into the arena, which outlives the launch.
         cu(unsafe { b.launch(cfg) }.map(|_| ()), &format!("launch words {first}..{} ({:?})", first + n, w.opcode))
+    }
+
+    /// Blocks for a launch of `units` units: one per unit, or with UNIT_LOOP (GEMVs only) as few as keep
+    /// every SM's resident slots busy with the same number of units per block: rounds = ceil(units /
+    /// resident capacity), blocks = ceil(units / rounds), all co-resident, each running `rounds` units
+    /// (its prepared input computed once).
+    fn grid(&self, f: &CudaFunction, op: Opcode, units: u32, smem: u32) -> u32 {
+        let gemv = matches!(
+            op,
+            Opcode::GemvNorm
+                | Opcode::GemvGateUp
+                | Opcode::GemvGatedNormResidual
+                | Opcode::GemvResidual
+                | Opcode::LmHead
+        );
+        if !gemv || super::cuda_define("UNIT_LOOP").unwrap_or(0) == 0 {
+            return units;
+        }
+        let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, smem as usize, None).unwrap_or(1).max(1);
+        let rounds = units.div_ceil(per_sm * self.gpu.sms).max(1);
+        units.div_ceil(rounds)
     }
 
     /// The graph's launches: runs of consecutive words with the same opcode, wait and signal (one
@@ -532,7 +554,9 @@ impl Discrete {
         }
         let c = self.places[self.ctrl];
         let stream = self.gpu.stream.clone();
-        let mut v = self.arena.slice_mut(c.off + 4 * crate::isa::access::CTRL_POS..c.off + 4 * crate::isa::access::CTRL_POS + 4);
+        let mut v = self
+            .arena
+            .slice_mut(c.off + 4 * crate::isa::access::CTRL_POS..c.off + 4 * crate::isa::access::CTRL_POS + 4);
         cu(stream.memcpy_htod(&(pos as u32).to_le_bytes(), &mut v), "write position")?;
         cu(stream.synchronize(), "cuStreamSynchronize")?;
         self.pos = pos;
@@ -586,7 +610,11 @@ impl Discrete {
             timeout_ns: MEGA_WAIT_TIMEOUT_NS,
         };
         let smem = self.prog.words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
-        let cfg = LaunchConfig { grid_dim: (self.gpu.sms, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem };
+        // MEGA_BLOCKS_PER_SM blocks per SM (its launch bounds in megakernel.cu); the cooperative launch
+        // fails, instead of hanging, if they cannot all be resident.
+        let per_sm = super::cuda_define("MEGA_BLOCKS_PER_SM").unwrap_or(1).max(1);
+        let cfg =
+            LaunchConfig { grid_dim: (self.gpu.sms * per_sm, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem };
         let prog_ptr = self.base + self.prog_off as u64;
         let n_words = self.prog.words.len() as u32;
         let mut b = stream.launch_builder(&f);

@@ -57,6 +57,11 @@ pub fn cuda_defines() -> Vec<String> {
     std::env::var("MK_CUDA_DEFINES").unwrap_or_default().split_whitespace().map(str::to_string).collect()
 }
 
+/// The integer value of tunable `name` in MK_CUDA_DEFINES, if set (the host sizes launches by some).
+pub fn cuda_define(name: &str) -> Option<u32> {
+    cuda_defines().iter().find_map(|d| d.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+}
+
 /// The NVRTC options, in one place, recorded in every result. fmad is off: elementwise ops round
 /// exactly as written (as the CPU reference does); the GEMV uses fmaf explicitly where it wants FMA.
 pub fn nvrtc_options(arch: &str, cuda_include: &Path) -> Vec<String> {
