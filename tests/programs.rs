@@ -107,3 +107,22 @@ fn without_a_gpu_the_runtime_says_so_in_one_line() {
         }
     }
 }
+
+#[test]
+fn streamed_bytes_count_kv_rows_and_recurrent_state() {
+    // The bandwidth of attention and of the GDN step is over what they stream, not over weights.
+    use mk::isa::report::{streamed_bytes, weight_bytes};
+    let prog = Program::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/qwen3.5-27b.ron")).unwrap();
+    let find = |op: mk::isa::Opcode| prog.words.iter().find(|w| w.opcode == op).unwrap();
+    let extra = |op| {
+        let w = find(op);
+        streamed_bytes(&prog, w, 1024) - weight_bytes(&prog, w)
+    };
+    // K (or V) rows: positions x 4 KV heads x 256 dims x 2 bytes (beside the small norm weights).
+    assert_eq!(extra(mk::isa::Opcode::AttnScores), 1024 * 4 * 256 * 2);
+    assert_eq!(extra(mk::isa::Opcode::AttnPv), 1024 * 4 * 256 * 2);
+    // 48 value heads x 128 x 128 fp32, read and written.
+    assert_eq!(extra(mk::isa::Opcode::GdnRecur), 2 * 48 * 128 * 128 * 4);
+    let g = find(mk::isa::Opcode::GemvGateUp);
+    assert_eq!(streamed_bytes(&prog, g, 1024), weight_bytes(&prog, g));
+}

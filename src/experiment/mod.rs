@@ -283,7 +283,8 @@ fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Reco
         let e = by.entry(op).or_default();
         e.0 += 1;
         e.1 += *t as f64 / 1e6;
-        e.2 += crate::isa::report::weight_bytes(prog, wd);
+        // The word was timed at position ctx: it attends over ctx + 1 positions.
+        e.2 += crate::isa::report::streamed_bytes(prog, wd, ctx as u64 + 1);
     }
     for (op, (n, ms, bytes)) in by {
         let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
@@ -292,7 +293,7 @@ fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Reco
             opcode: op,
             words: n,
             ms_per_step: ms,
-            weight_bytes: bytes,
+            bytes,
             gb_per_s: gbps,
             fraction_of_ceiling: gbps / record::CEILING_GBPS,
         });

@@ -72,7 +72,11 @@ pub struct KernelStat {
     pub opcode: String,
     pub words: usize,
     pub ms_per_step: f64,
-    pub weight_bytes: u64,
+    /// Bytes streamed per step: weights, plus the KV rows and recurrent/conv state the words read and
+    /// write (`isa::report::streamed_bytes`). Records written before that count weights only (their
+    /// field was named `weight_bytes`).
+    #[serde(alias = "weight_bytes")]
+    pub bytes: u64,
     pub gb_per_s: f64,
     pub fraction_of_ceiling: f64,
 }

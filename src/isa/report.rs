@@ -29,6 +29,21 @@ pub fn weight_bytes(p: &Program, w: &Word) -> u64 {
     total
 }
 
+/// Bytes a word streams from or to memory in one step at `n_ctx` positions: its weights (with their
+/// scales, as `weight_bytes`), the KV-cache rows it reads (attention scores: K, PV: V, `n_ctx` rows
+/// each), and the per-sequence state it reads and writes back (the GDN recurrent state and conv ring,
+/// twice their size). Activations and scratch are not counted (kilobytes, mostly in L2).
+pub fn streamed_bytes(p: &Program, w: &Word, n_ctx: u64) -> u64 {
+    let state = |s: usize| w.op(s).map(|b| &p.buffers[b]).filter(|b| b.kind == BufKind::State);
+    let extra = match w.opcode {
+        Opcode::AttnScores => state(slot::ST0).map_or(0, |b| n_ctx.min(b.rows) * b.cols * b.elem_bytes as u64),
+        Opcode::AttnPv => state(slot::ST1).map_or(0, |b| n_ctx.min(b.rows) * b.cols * b.elem_bytes as u64),
+        Opcode::GdnRecur | Opcode::GdnConv => state(slot::ST0).map_or(0, |b| 2 * b.elems() * b.elem_bytes as u64),
+        _ => 0,
+    };
+    weight_bytes(p, w) + extra
+}
+
 pub fn show(p: &Program) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# {} ({}), target {:?}", p.model, p.shape, p.target);
