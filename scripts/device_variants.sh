@@ -5,6 +5,7 @@
 #   UNIT_LOOP=1          a block runs several units of a GEMV word and prepares its input once
 #   MEGA_BLOCKS_PER_SM=2 two megakernel blocks per SM (128 registers: the GDN column spills)
 #   ATTN_UNROLL=8        more K/V loads in flight in the attention passes (timed at 32K by variant_27b)
+# then, time permitting, gpu_small: the graph against the CPU reference over 264 small steps.
 # Build here, copy target/release/mk to devbin/mk, run from the repository root with carry ["devbin/mk"].
 set -uo pipefail
 MK=${MK:-devbin/mk}
@@ -31,6 +32,10 @@ for v in "" "ATTN_UNROLL=8"; do
   MK_CUDA_DEFINES="$v" timeout 80 $MK run /tmp/variant_32k.ron --cache /tmp/mkcache --results "$R" 2>&1 \
     | grep -E "ms/token|kernel Attn|results:|error" | log
 done
+if [ "$(el)" -lt 450 ]; then
+  echo "== gpu_small: graph vs CPU reference over 264 steps, diff pass only ($(el) s)" | log
+  timeout 140 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|status|results:|error" | log
+fi
 tar czf "$OUT/results.tar.gz" -C "$R" .
 echo "== summary ($(el) s)"
 grep -E "^== |verdict|FAILED|identical|differ|ms/token|kernel|error" "$OUT/log.txt" | tail -70

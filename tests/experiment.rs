@@ -43,6 +43,9 @@ fn bad_specs_get_one_line_errors() {
     assert!(err(&OK.replace("Ids([1, 2])", "Ids([1, 999999])")).contains("999999 is out of range"));
     assert!(err(&OK.replace("decode_steps: 1)", "decode_steps: 1, contexts: [1])")).contains("shorter than the prompt"));
     assert!(err(&OK.replace("\"t\"", "\"a/b\"")).contains("name"));
+    // repetitions 0 is a correctness run: it needs diffs; seek (times only) takes none.
+    assert!(err(&OK.replacen('(', "(repetitions: 0, ", 1)).contains("repetitions 0"));
+    assert!(err(&OK.replace("decode_steps: 1)", "decode_steps: 1, seek: true)")).contains("seek"));
 }
 
 fn opts(tag: &str) -> RunOptions {
@@ -140,4 +143,17 @@ fn a_shuffled_interpreter_is_diffed_in_shuffled_order() {
     let dir = run(&e, &opts("shuf")).unwrap();
     let s = summary(&dir).unwrap();
     assert!(s.contains("reference vs interpreter (bits): identical"), "{s}");
+}
+
+#[test]
+fn repetitions_zero_is_a_diff_only_run() {
+    let text = r#"(name: "corr", model: Preset(name: "tiny", seed: 0), paths: [Reference, Interpreter],
+        workload: (prompt: Ids([5, 6]), decode_steps: 1, contexts: [2]), warmup: 0, repetitions: 0,
+        diffs: [(a: Reference, b: Interpreter)])"#;
+    let mut e = Experiment::parse(text).unwrap();
+    e.model = ModelSpec::Checkpoint { path: common::tiny().display().to_string() };
+    let dir = run(&e, &opts("corr")).unwrap();
+    let s = summary(&dir).unwrap();
+    assert!(s.contains("reference vs interpreter (bits): identical"), "{s}");
+    assert!(s.contains("not timed"), "{s}");
 }

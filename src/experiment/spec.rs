@@ -105,6 +105,7 @@ pub struct Experiment {
     pub workload: Workload,
     #[serde(default = "one")]
     pub warmup: u32,
+    /// Timed repetitions of the whole sequence; 0 is a correctness run (the diff pass only).
     #[serde(default = "three")]
     pub repetitions: u32,
     #[serde(default)]
@@ -173,8 +174,8 @@ impl Experiment {
                 bail!("experiment: workload.seek is for the GPU paths ({:?} cannot seek)", p);
             }
         }
-        if self.repetitions == 0 {
-            bail!("experiment: repetitions must be at least 1");
+        if self.repetitions == 0 && (self.workload.seek || self.diffs.is_empty()) {
+            bail!("experiment: repetitions 0 (a correctness run: diffs only, no timing) needs diffs and no seek");
         }
         let plen = match &self.workload.prompt {
             Prompt::Ids(v) => v.len() as u32,
