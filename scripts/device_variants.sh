@@ -5,6 +5,7 @@
 #   UNIT_LOOP=1          a block runs several units of a GEMV word and prepares its input once
 #   MEGA_BLOCKS_PER_SM=2 two megakernel blocks per SM (128 registers: the GDN column spills)
 #   ATTN_UNROLL=8        more K/V loads in flight in the attention passes (timed at 32K by variant_27b)
+# First the pipelined decode (`Discrete::generate`, soak tiny: tokens must match the synchronised run);
 # then, time permitting, gpu_small: the graph against the CPU reference over 264 small steps.
 # Build here, copy target/release/mk to devbin/mk, run from the repository root with carry ["devbin/mk"].
 set -uo pipefail
@@ -15,6 +16,8 @@ log() { tee -a "$OUT/log.txt"; }
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
+echo "== soak tiny 1000: synchronised vs pipelined (one replay in flight ahead), same tokens, no allocation" | log
+timeout 60 $MK gpu soak /tmp/mkcache/tiny-seed0 --steps 1000 --cache /tmp/mkcache 2>&1 | tail -2 | log
 for v in "" "UNIT_LOOP=1" "MEGA_BLOCKS_PER_SM=2" "UNIT_LOOP=1 MEGA_BLOCKS_PER_SM=2"; do
   [ "$(el)" -gt 480 ] && { echo "== variant '$v' skipped (time)" | log; continue; }
   echo "== variant '$v' ($(el) s)" | log

@@ -144,8 +144,9 @@ enum GpuCmd {
         #[arg(long)]
         resources: bool,
     },
-    /// Runs `steps` greedy tokens through the graph path and reports device memory before and after
-    /// (nothing may allocate after startup) and the time per token.
+    /// Runs `steps` greedy tokens through the graph path, synchronised per step and then pipelined (one
+    /// replay in flight ahead): device memory before and after (nothing may allocate after startup),
+    /// the time per token of each, and that both produce the same tokens.
     Soak {
         dir: PathBuf,
         #[arg(long, default_value_t = 1000)]
@@ -301,23 +302,42 @@ fn run(cli: Cli) -> Result<()> {
             let mut d = mk::cuda::discrete::Discrete::new(mk::cuda::Gpu::open()?, &prog, &ck, &cache)?;
             d.reset()?;
             let mut tok = d.step(9419, false, |_, _| Ok(()))?;
+            let mut synced = vec![tok];
             d.sync()?;
             let (free0, total) = d.mem_info()?;
             let t0 = std::time::Instant::now();
             for _ in 1..steps {
                 tok = d.step(tok, false, |_, _| Ok(()))?;
+                synced.push(tok);
             }
+            d.sync()?;
+            let ms_synced = t0.elapsed().as_secs_f64() * 1e3 / (steps.max(2) - 1) as f64;
+            // The same sequence with one replay in flight ahead (tokens through pinned memory).
+            d.reset()?;
+            let t1 = std::time::Instant::now();
+            let piped = d.generate(9419, steps as usize)?;
+            let ms_piped = t1.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
             d.sync()?;
             let (free1, _) = d.mem_info()?;
             println!(
-                "{} steps: {:.3} ms/token; device memory free {} -> {} bytes of {} ({} allocated during the run)",
+                "{} steps: {:.3} ms/token synchronised per step, {:.3} pipelined (one replay in flight ahead): \
+                 tokens {}; device memory free {} -> {} bytes of {} ({} allocated during the runs)",
                 steps,
-                t0.elapsed().as_secs_f64() * 1e3 / (steps.max(2) - 1) as f64,
+                ms_synced,
+                ms_piped,
+                if piped == synced {
+                    "identical".to_string()
+                } else {
+                    format!("DIFFER from step {}", piped.iter().zip(&synced).position(|(a, b)| a != b).unwrap_or(0))
+                },
                 free0,
                 free1,
                 total,
                 free0 as i64 - free1 as i64
             );
+            if piped != synced {
+                mk::bail!("gpu soak: the pipelined tokens differ from the synchronised ones");
+            }
         }
         Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources } } => {
             let t = std::time::Instant::now();

@@ -89,6 +89,9 @@ pub struct Discrete {
     broken: bool,
     /// Two events per word, created at startup, for per-word timing.
     events: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
+    /// Two pinned host words, allocated at startup: the tokens of consecutive pipelined steps (each
+    /// copy records its own event, so reading one waits for that copy only, not for the stream).
+    pinned: Vec<cudarc::driver::PinnedHostSlice<u8>>,
 }
 
 /// Dynamic shared memory a word's kernel needs.
@@ -285,6 +288,10 @@ impl Discrete {
         cu(stream.synchronize(), "cuStreamSynchronize (upload)")?;
         let ev = || cu(gpu.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
         let events = (0..prog.words.len()).map(|_| Ok((ev()?, ev()?))).collect::<Result<Vec<_>>>()?;
+        // SAFETY: bytes have no invalid bit patterns; the slices are written only by device copies.
+        let pinned = (0..2)
+            .map(|_| cu(unsafe { gpu.ctx.alloc_pinned::<u8>(4) }, "cuMemHostAlloc"))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Discrete {
             gpu,
             prog: prog.clone(),
@@ -304,6 +311,7 @@ impl Discrete {
             module_hash,
             arena_bytes: total,
             events,
+            pinned,
         })
     }
 
@@ -439,6 +447,81 @@ impl Discrete {
         }
         let ctrl = self.read_u32(self.ctrl, 0, CTRL_LEN)?;
         Ok(ctrl[1])
+    }
+
+    /// `n` greedy steps from `token` with one graph replay kept in flight ahead of the host: the graph
+    /// reads its token from the device's control block (EndStep wrote it), so step i + 1 is queued
+    /// before step i's token is read; each token reaches the host by an async copy into pinned memory
+    /// and that copy's event, never a stream synchronisation. Returns the n generated tokens.
+    pub fn generate(&mut self, token: u32, n: usize) -> Result<Vec<u32>> {
+        self.check(token)?;
+        if self.pos + n > self.prog.target.max_context as usize {
+            crate::bail!(
+                "context overflow: {} steps from position {} pass max context {}",
+                n,
+                self.pos,
+                self.prog.target.max_context
+            );
+        }
+        let r = self.generate_unchecked(token, n);
+        match r {
+            Ok(v) => {
+                self.pos += n;
+                Ok(v)
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn generate_unchecked(&mut self, token: u32, n: usize) -> Result<Vec<u32>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if self.graph.is_none() {
+            // The first step captures the graph (and synchronises once).
+            let t = self.step_unchecked(token, false, |_, _| Ok(()))?;
+            let mut rest = self.generate_queued(n - 1)?;
+            rest.insert(0, t);
+            return Ok(rest);
+        }
+        let stream = self.gpu.stream.clone();
+        let c = self.places[self.ctrl];
+        {
+            let mut v = self.arena.slice_mut(c.off + 4..c.off + 8);
+            cu(stream.memcpy_htod(&token.to_le_bytes(), &mut v), "write token")?;
+        }
+        self.generate_queued(n)
+    }
+
+    /// `n` replays on the token already in the control block, one in flight ahead of each read.
+    fn generate_queued(&mut self, n: usize) -> Result<Vec<u32>> {
+        let stream = self.gpu.stream.clone();
+        let c = self.places[self.ctrl];
+        let next = c.off + 4 * crate::isa::access::CTRL_TOKEN;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            if let Some(g) = &self.graph {
+                cu(g.launch(), "cuGraphLaunch")?;
+            }
+            let v = self.arena.slice(next..next + 4);
+            cu(stream.memcpy_dtoh(&v, &mut self.pinned[i % 2]), "token copy")?;
+            if i > 0 {
+                out.push(self.pinned_token((i - 1) % 2)?);
+            }
+        }
+        if n > 0 {
+            out.push(self.pinned_token((n - 1) % 2)?);
+        }
+        Ok(out)
+    }
+
+    /// The token in pinned slot `k`, after waiting for the copy that wrote it (its event only).
+    fn pinned_token(&self, k: usize) -> Result<u32> {
+        let b = cu(self.pinned[k].as_slice(), "token event")?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
     /// A token id and a position the kernels can take (they do not check: the host does).
