@@ -16,6 +16,8 @@ log() { tee -a "$OUT/log.txt"; }
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
+echo "== negative control: the megakernel without word 39's wait must DIFFER from the graph" | log
+timeout 60 $MK run experiments/mega_tiny_negative.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|NEGATIVE|error" | log
 echo "== soak tiny 1000: synchronised vs pipelined (one replay in flight ahead), same tokens, no allocation" | log
 timeout 60 $MK gpu soak /tmp/mkcache/tiny-seed0 --steps 1000 --cache /tmp/mkcache 2>&1 | tail -2 | log
 for v in "" "UNIT_LOOP=1" "MEGA_BLOCKS_PER_SM=2" "UNIT_LOOP=1 MEGA_BLOCKS_PER_SM=2"; do

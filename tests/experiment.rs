@@ -157,3 +157,8 @@ fn repetitions_zero_is_a_diff_only_run() {
     assert!(s.contains("reference vs interpreter (bits): identical"), "{s}");
     assert!(s.contains("not timed"), "{s}");
 }
+
+#[test]
+fn drop_wait_needs_the_megakernel() {
+    assert!(err(&OK.replacen('(', "(drop_wait: Some(3), ", 1)).contains("drop_wait"));
+}

@@ -449,6 +449,23 @@ impl Discrete {
         Ok(ctrl[1])
     }
 
+    /// Negative control (issue 6): word `wi` of the uploaded program loses its wait, forced past the
+    /// validator. Only the megakernel honours waits (the graph runs words in stream order), so a
+    /// megakernel on this upload has a race the bit diff or the watchdog must catch.
+    pub fn force_drop_wait(&mut self, wi: usize) -> Result<()> {
+        if wi >= self.prog.words.len() {
+            crate::bail!("drop_wait: word {wi} is past the program's {} words", self.prog.words.len());
+        }
+        let mut w = self.prog.words[wi];
+        w.wait = crate::isa::NO_COUNTER;
+        w.wait_target = 0;
+        let at = self.prog_off + wi * crate::isa::WORD_BYTES;
+        let stream = self.gpu.stream.clone();
+        let mut v = self.arena.slice_mut(at..at + crate::isa::WORD_BYTES);
+        cu(stream.memcpy_htod(&w.encode(), &mut v), "write word")?;
+        cu(stream.synchronize(), "cuStreamSynchronize")
+    }
+
     /// `n` greedy steps from `token` with one graph replay kept in flight ahead of the host: the graph
     /// reads its token from the device's control block (EndStep wrote it), so step i + 1 is queued
     /// before step i's token is read; each token reaches the host by an async copy into pinned memory

@@ -401,6 +401,14 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
             p.label(),
             d.arena_bytes as f64 / 1e9
         ));
+        let mut d = d;
+        if let (PathName::Megakernel, Some(wi)) = (*p, e.drop_wait) {
+            d.force_drop_wait(wi as usize)?;
+            rec.notes.push(format!(
+                "NEGATIVE CONTROL: the megakernel's program lost the wait of word {wi} ({:?}), forced past the validator",
+                prog.words.get(wi as usize).map(|w| w.opcode)
+            ));
+        }
         if *p == PathName::Graph {
             let groups = d.launch_groups();
             rec.notes.push(format!(

@@ -116,6 +116,10 @@ pub struct Experiment {
     /// For the interpreter: run units in a random dependency-respecting order with this seed.
     #[serde(default)]
     pub shuffle_seed: Option<u64>,
+    /// Negative control for the megakernel: its copy of the program loses this word's wait, forced
+    /// past the validator; the diff against the graph (or the watchdog) must catch the race.
+    #[serde(default)]
+    pub drop_wait: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -165,6 +169,9 @@ impl Experiment {
                 "experiment: workload.rows = {} (M > 1 needs speculative verification, not built yet)",
                 self.workload.rows
             );
+        }
+        if self.drop_wait.is_some() && !self.paths.contains(&PathName::Megakernel) {
+            bail!("experiment: drop_wait is a negative control for the megakernel: paths must include Megakernel");
         }
         if self.workload.seek {
             if !self.diffs.is_empty() {
