@@ -11,6 +11,10 @@ struct MkCtl {
   unsigned* next;      // [n_words]: the next unit of each word to hand out
   unsigned* error;     // 0, or 1 + the first word whose wait ran past the time limit
   unsigned long long timeout_ns;  // a wait longer than this (wall clock) is a hang: stop
+  // The timeline (null: off): per executed unit, at unit_base[word] + unit, four u64: word << 48 |
+  // block << 32 | unit, then %globaltimer at the ticket, when the wait was over, and when done.
+  unsigned long long* stamps;
+  const unsigned* unit_base;
 };
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
@@ -59,6 +63,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
       unsigned u = unit_s;
       __syncthreads();
       if (u >= w.units) break;
+      unsigned long long t_ticket = k.stamps && threadIdx.x == 0 ? global_ns() : 0, t_ready = t_ticket;
       if (w.wait != NO_COUNTER) {
         if (threadIdx.x == 0) {
           ok_s = 1;
@@ -76,6 +81,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
         }
         __syncthreads();
         if (!ok_s) return;
+        if (k.stamps && threadIdx.x == 0) t_ready = global_ns();
         // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
       }
       dispatch(c, w, u, smem, !UNIT_LOOP || wi != prepared);
@@ -84,6 +90,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
       if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(&k.counters[w.signal], 1u);
+        if (k.stamps) {
+          unsigned long long* e = k.stamps + 4 * (size_t)(k.unit_base[wi] + u);
+          e[0] = ((unsigned long long)wi << 48) | ((unsigned long long)blockIdx.x << 32) | u;
+          e[1] = t_ticket;
+          e[2] = t_ready;
+          e[3] = global_ns();
+        }
       }
     }
   }

@@ -5,6 +5,7 @@
 #   UNIT_LOOP=1          a block runs several units of a GEMV word and prepares its input once
 #   MEGA_BLOCKS_PER_SM=2 two megakernel blocks per SM (128 registers: the GDN column spills)
 #   ATTN_UNROLL=8        more K/V loads in flight in the attention passes (timed at 32K by variant_27b)
+# quick_27b also writes the megakernel's timeline (timeline.json for Perfetto, timeline.csv, .png).
 # First the pipelined decode (`Discrete::generate`, soak tiny: tokens must match the synchronised run);
 # then, time permitting, gpu_small: the graph against the CPU reference over 264 small steps.
 # Build here, copy target/release/mk to devbin/mk, run from the repository root with carry ["devbin/mk"].
@@ -28,7 +29,7 @@ for v in "" "UNIT_LOOP=1" "MEGA_BLOCKS_PER_SM=2" "UNIT_LOOP=1 MEGA_BLOCKS_PER_SM
   tail -1 "$R/gpu_ops/tiny_$tag.txt" | log
   grep -q "verdict: ok" "$R/gpu_ops/tiny_$tag.txt" || { echo "   op check failed: not timed" | log; continue; }
   MK_CUDA_DEFINES="$v" timeout 120 $MK run experiments/quick_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
-    | grep -E "ms/token|diff:|kernel Gemv|kernel Lm|results:|error" | log
+    | grep -E "ms/token|diff:|kernel Gemv|kernel Lm|timeline|results:|error" | log
 done
 for v in "" "ATTN_UNROLL=8"; do
   [ "$(el)" -gt 520 ] && { echo "== long variant '$v' skipped (time)" | log; continue; }

@@ -81,6 +81,10 @@ pub struct Discrete {
     pub arena_bytes: usize,
     /// Offset of the megakernel's control words in the arena.
     mk_off: usize,
+    /// The megakernel timeline: per-word first unit slots, the stamps, the units of a step.
+    tl_base: usize,
+    tl_off: usize,
+    total_units: usize,
     /// The persistent kernel, when the module has it.
     mega: Option<CudaFunction>,
     /// The position the next step writes (mirrors the control block; checked before every step).
@@ -203,6 +207,10 @@ impl Discrete {
         let prog_off = take(words.len());
         // The megakernel's counters, unit tickets and error flag (zeroed before every launch).
         let mk_off = take(4 * (prog.n_counters as usize + prog.words.len() + 1));
+        // The megakernel's timeline: each word's first unit slot, then four u64 per unit of a step.
+        let total_units: usize = prog.words.iter().map(|w| w.units as usize).sum();
+        let tl_base = take(4 * prog.words.len());
+        let tl_off = take(32 * total_units);
         let total = at;
         let stream = gpu.stream.clone();
         let mut arena = cu(stream.alloc_zeros::<u8>(total), "cuMemAlloc (arena)")?;
@@ -257,6 +265,17 @@ impl Discrete {
         }
         put(&mut arena, t_rope, &rope)?;
         put(&mut arena, prog_off, &words)?;
+        let mut first = 0u32;
+        let bases: Vec<u8> = prog
+            .words
+            .iter()
+            .flat_map(|w| {
+                let b = first;
+                first += w.units;
+                b.to_le_bytes()
+            })
+            .collect();
+        put(&mut arena, tl_base, &bases)?;
         let ctx = DevCtx {
             bufs: base + t_bufs as u64,
             scales: base + t_scales as u64,
@@ -303,6 +322,9 @@ impl Discrete {
             funcs,
             graph: None,
             mk_off,
+            tl_base,
+            tl_off,
+            total_units,
             mega: module.load_function("megakernel").ok(),
             pos: 0,
             broken: false,
@@ -675,11 +697,33 @@ impl Discrete {
     /// greedy next token. A wait that runs past the time limit is an error naming the first word that hung.
     pub fn step_mega(&mut self, token: u32) -> Result<u32> {
         self.check(token)?;
-        let r = self.step_mega_unchecked(token);
+        let r = self.step_mega_unchecked(token, false);
         self.advance(r)
     }
 
-    fn step_mega_unchecked(&mut self, token: u32) -> Result<u32> {
+    /// One megakernel step that also records its timeline: the raw stamps, four u64 per unit of the
+    /// program (`experiment::timeline` decodes them; a unit not run has zeros).
+    pub fn step_mega_timeline(&mut self, token: u32) -> Result<(u32, Vec<u64>)> {
+        self.check(token)?;
+        {
+            let stream = self.gpu.stream.clone();
+            let mut v = self.arena.slice_mut(self.tl_off..self.tl_off + 32 * self.total_units);
+            cu(stream.memset_zeros(&mut v), "zero the timeline")?;
+        }
+        let r = self.step_mega_unchecked(token, true);
+        let t = self.advance(r)?;
+        let p = self.arena.slice(self.tl_off..self.tl_off + 32 * self.total_units);
+        let mut host = vec![0u8; 32 * self.total_units];
+        cu(self.gpu.stream.memcpy_dtoh(&p, &mut host), "read the timeline")?;
+        cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")?;
+        let stamps = host
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect();
+        Ok((t, stamps))
+    }
+
+    fn step_mega_unchecked(&mut self, token: u32, timeline: bool) -> Result<u32> {
         let f = self.mega.clone().ok_or_else(|| Error::new("gpu: the module has no megakernel"))?;
         let stream = self.gpu.stream.clone();
         let c = self.places[self.ctrl];
@@ -699,6 +743,8 @@ impl Discrete {
             next: u64,
             error: u64,
             timeout_ns: u64,
+            stamps: u64,
+            unit_base: u64,
         }
         // SAFETY: plain old data with the layout of MkCtl in megakernel.cu.
         unsafe impl DeviceRepr for MkCtl {}
@@ -708,6 +754,8 @@ impl Discrete {
             next: base + 4 * self.prog.n_counters as u64,
             error: base + 4 * (n_ctl as u64 - 1),
             timeout_ns: MEGA_WAIT_TIMEOUT_NS,
+            stamps: if timeline { self.base + self.tl_off as u64 } else { 0 },
+            unit_base: self.base + self.tl_base as u64,
         };
         let smem = self.prog.words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
         // MEGA_BLOCKS_PER_SM blocks per SM (its launch bounds in megakernel.cu); the cooperative launch

@@ -28,7 +28,7 @@ pub fn colour(path: &str) -> RGBColor {
     }
 }
 
-fn fonts() -> Result<()> {
+pub(super) fn fonts() -> Result<()> {
     static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let ok = ONCE.get_or_init(|| {
         register_font(FONT, FontStyle::Normal, dejavu::sans::regular()).is_ok()

@@ -14,6 +14,7 @@ pub mod diff;
 pub mod paths;
 pub mod record;
 pub mod spec;
+pub mod timeline;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -208,6 +209,7 @@ fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Record, res: 
         c.bar.set_message(format!("timing {}", p.label()));
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); c.contexts.len()];
         let mut word_ns: Option<Vec<u64>> = None;
+        let mut timeline: Option<Result<Vec<u64>>> = None;
         for rep in 0..e.warmup + e.repetitions {
             // Per context: the step times from that position on (computed up to it, or jumped to).
             let mut by_ctx: Vec<Vec<f64>> = Vec::new();
@@ -246,6 +248,17 @@ fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Record, res: 
                 }
             }
             word_ns = eng.word_ns();
+            if rep + 1 == e.warmup + e.repetitions {
+                timeline = eng.timeline();
+            }
+        }
+        match timeline {
+            Some(Ok(raw)) => match timeline::write(&res.dir, prog, &raw) {
+                Ok(line) => rec.notes.push(line),
+                Err(err) => rec.notes.push(format!("timeline not written: {err}")),
+            },
+            Some(Err(err)) => rec.notes.push(format!("timeline step failed: {err}")),
+            None => {}
         }
         let by_context: Vec<Timing> = c
             .contexts

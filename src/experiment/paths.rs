@@ -22,6 +22,11 @@ pub trait Engine {
     fn word_ns(&mut self) -> Option<Vec<u64>> {
         None
     }
+    /// The megakernel's timeline of one more step (raw stamps, see `timeline::decode`), where the path
+    /// records one. Moves the state on, like `word_ns`.
+    fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
+        None
+    }
     /// Timing only: jump to position `pos` without computing the context (see `Discrete::seek`).
     fn seek(&mut self, _pos: usize) -> Result<()> {
         crate::bail!("this path cannot seek (workload.seek is for the GPU paths)")
@@ -254,6 +259,14 @@ impl Engine for MegaEngine<'_> {
 
     fn seek(&mut self, pos: usize) -> Result<()> {
         self.d.borrow_mut().seek(pos)
+    }
+
+    fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
+        let mut d = self.d.borrow_mut();
+        if d.pos().ok()? + 1 >= d.program().target.max_context as usize {
+            return None;
+        }
+        Some(d.step_mega_timeline(0).map(|(_, raw)| raw))
     }
 }
 
