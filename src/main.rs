@@ -367,15 +367,17 @@ fn run(cli: Cli) -> Result<()> {
             if prompt.is_empty() {
                 mk::bail!("generate: --prompt needs at least one token id");
             }
-            let mut rng = synth::Rng::new(seed);
             let mut state = forward::State::new(&w.cfg, prompt.len() + steps);
             let mut logits = Vec::new();
             for &t in &prompt {
                 logits = forward::step(&w, &mut state, t, None)?;
             }
             let mut out = Vec::new();
-            for _ in 0..steps {
-                let next = mk::model::sample::sample(&logits, &params, rng.uniform())?;
+            for i in 0..steps {
+                // The draw of the step at position p (the one whose logits are sampled) is
+                // uniform_at(seed, p), as the GPU's sampler takes it.
+                let pos = (prompt.len() - 1 + i) as u64;
+                let next = mk::model::sample::sample(&logits, &params, mk::model::sample::uniform_at(seed, pos))?;
                 out.push(next);
                 logits = forward::step(&w, &mut state, next, None)?;
             }

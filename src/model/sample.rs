@@ -11,6 +11,47 @@ use crate::error::Result;
 
 use super::ops::argmax;
 
+/// e^x in f32 from IEEE +, -, * and exact conversions only, each rounded once in a fixed order (no
+/// fused multiply-add): the GPU's sampler (`megakernel/sample.cu`, compiled with --fmad=false) runs
+/// the same operations, so both paths sample from the same bits. Cody-Waite reduction by ln 2 (the
+/// high part has 16 significant bits: n * LN2_HI is exact), a degree-7 Taylor polynomial on
+/// |r| <= ln(2)/2 by Horner, then 2^n in two exact power-of-two factors (subnormal results too).
+/// Within 2 ulp of e^x (tested against f64).
+pub fn exp_mk(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = f32::from_bits(0x3f31_7200); // 0.693145751953125
+    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e); // 1.42860677e-6
+    if x.is_nan() {
+        return x;
+    }
+    if x > 88.72284 {
+        return f32::INFINITY;
+    }
+    if x < -103.97208 {
+        return 0.0;
+    }
+    let n = (x * LOG2E + 0.5).floor();
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0
+        + r * (1.0
+            + r * (0.5
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let n = n as i32;
+    let (n1, n2) = (n / 2, n - n / 2);
+    p * f32::from_bits(((n1 + 127) as u32) << 23) * f32::from_bits(((n2 + 127) as u32) << 23)
+}
+
+/// The uniform draw of the step at position `pos` for a sequence seeded with `seed`: SplitMix64's
+/// (pos + 1)-th output from `seed` (`synth::Rng`), its top 24 bits in [0, 1). A pure function of
+/// (seed, pos), so a GPU step computes the same draw without a host round trip.
+pub fn uniform_at(seed: u64, pos: u64) -> f32 {
+    let mut z = seed.wrapping_add(pos.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 40) as f32 / (1u64 << 24) as f32
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SamplingParams {
     /// 0 means greedy (the argmax, lowest id on ties).
@@ -27,8 +68,10 @@ impl SamplingParams {
     }
 
     pub fn check(&self) -> Result<()> {
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            bail!("sampling: temperature {} must be finite and >= 0", self.temperature);
+        // Above 1e4 a division by the temperature could merge distinct bf16 logits (the GPU's top-k
+        // threshold is taken on the logits' bits); no sampler needs it.
+        if !(self.temperature >= 0.0 && self.temperature <= 1e4) {
+            bail!("sampling: temperature {} must be in [0, 10000]", self.temperature);
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             bail!("sampling: top_p {} must be in (0, 1]", self.top_p);
@@ -62,7 +105,7 @@ pub fn candidates(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f32)> {
         kept.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
         let m = kept.iter().fold(f32::NEG_INFINITY, |a, c| a.max(c.1));
         // ORDER: the softmax denominator and the cumulative sum run in the ascending order.
-        let e: Vec<f32> = kept.iter().map(|c| (c.1 - m).exp()).collect();
+        let e: Vec<f32> = kept.iter().map(|c| exp_mk(c.1 - m)).collect();
         let mut z = 0f32;
         for x in &e {
             z += x;
@@ -95,7 +138,8 @@ pub fn sample(logits: &[f32], p: &SamplingParams, u: f32) -> Result<u32> {
     }
     let kept = candidates(logits, p);
     let m = kept.iter().fold(f32::NEG_INFINITY, |a, c| a.max(c.1));
-    let e: Vec<f32> = kept.iter().map(|c| (c.1 - m).exp()).collect();
+    // ORDER: exponentials and their sum in id order (the GPU's single thread walks the same order).
+    let e: Vec<f32> = kept.iter().map(|c| exp_mk(c.1 - m)).collect();
     let mut z = 0f32;
     for x in &e {
         z += x;
@@ -114,6 +158,35 @@ pub fn sample(logits: &[f32], p: &SamplingParams, u: f32) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exp_mk_is_within_two_ulp_of_e_to_the_x() {
+        let mut worst = 0f64;
+        let mut x = -103.0f32;
+        while x < 88.7 {
+            let want = (x as f64).exp();
+            let got = exp_mk(x) as f64;
+            if want > f32::MIN_POSITIVE as f64 {
+                let ulp = 2f64.powi((want.log2().floor() as i32) - 23);
+                worst = worst.max((got - want).abs() / ulp);
+            }
+            x += 0.000_731;
+        }
+        assert!(worst <= 2.0, "{worst} ulp");
+        assert_eq!(exp_mk(0.0), 1.0);
+        assert_eq!(exp_mk(-200.0), 0.0);
+        assert_eq!(exp_mk(100.0), f32::INFINITY);
+        assert!(exp_mk(f32::NAN).is_nan());
+        assert!(exp_mk(-90.0) > 0.0 && exp_mk(-90.0) < f32::MIN_POSITIVE, "subnormal results");
+    }
+
+    #[test]
+    fn uniform_at_is_the_seeded_streams_draw() {
+        let mut rng = crate::model::synth::Rng::new(42);
+        for pos in 0..5 {
+            assert_eq!(uniform_at(42, pos), rng.uniform());
+        }
+    }
 
     #[test]
     fn top_k_is_a_value_threshold_that_keeps_ties() {
