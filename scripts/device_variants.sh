@@ -6,7 +6,8 @@
 #   MEGA_BLOCKS_PER_SM=2 two megakernel blocks per SM (128 registers: the GDN column spills)
 #   ATTN_UNROLL=8        more K/V loads in flight in the attention passes (timed at 32K by variant_27b)
 # quick_27b also writes the megakernel's timeline (timeline.json for Perfetto, timeline.csv, .png).
-# First the pipelined decode (`Discrete::generate`, soak tiny: tokens must match the synchronised run);
+# First the GPU sampler (`mk gpu sample`: bit-equal choices to the CPU's, with a negative control), the
+# megakernel negative control, the pipelined decode (`Discrete::generate`, soak tiny: tokens must match the synchronised run);
 # then, time permitting, gpu_small: the graph against the CPU reference over 264 small steps.
 # Build here, copy target/release/mk to devbin/mk, run from the repository root with carry ["devbin/mk"].
 set -uo pipefail
@@ -19,6 +20,8 @@ el() { echo $(( $(date +%s) - t0 )); }
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
 echo "== negative control: the megakernel without word 39's wait must DIFFER from the graph" | log
 timeout 60 $MK run experiments/mega_tiny_negative.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|NEGATIVE|error" | log
+echo "== GPU sampler against the CPU sampler (tiny, 5 settings x 32 steps; must be identical)" | log
+timeout 90 $MK gpu sample /tmp/mkcache/tiny-seed0 --steps 32 --cache /tmp/mkcache 2>&1 | tail -8 | log
 echo "== soak tiny 1000: synchronised vs pipelined (one replay in flight ahead), same tokens, no allocation" | log
 timeout 60 $MK gpu soak /tmp/mkcache/tiny-seed0 --steps 1000 --cache /tmp/mkcache 2>&1 | tail -2 | log
 for v in "" "UNIT_LOOP=1" "MEGA_BLOCKS_PER_SM=2" "UNIT_LOOP=1 MEGA_BLOCKS_PER_SM=2"; do

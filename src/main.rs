@@ -144,6 +144,16 @@ enum GpuCmd {
         #[arg(long)]
         resources: bool,
     },
+    /// The GPU sampler against the CPU's: for several (temperature, top-k, top-p) settings, every
+    /// GPU-sampled token must equal `model::sample` on the step's logits with the same draw; a negative
+    /// control (the CPU with another seed) must disagree.
+    Sample {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 32)]
+        steps: u32,
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+    },
     /// Runs `steps` greedy tokens through the graph path, synchronised per step and then pipelined (one
     /// replay in flight ahead): device memory before and after (nothing may allocate after startup),
     /// the time per token of each, and that both produce the same tokens.
@@ -338,6 +348,40 @@ fn run(cli: Cli) -> Result<()> {
             if piped != synced {
                 mk::bail!("gpu soak: the pipelined tokens differ from the synchronised ones");
             }
+        }
+        Cmd::Gpu { cmd: GpuCmd::Sample { dir, steps, cache } } => {
+            use mk::model::sample::{sample, uniform_at, SamplingParams};
+            let ck = Checkpoint::open(&dir)?;
+            let mut t = mk::compiler::h200(1);
+            t.max_context = (steps as usize + 2).div_ceil(256) as u32 * 256;
+            let prog = mk::compiler::compile(&ck.config, "checkpoint", &t)?;
+            let mut d = mk::cuda::discrete::Discrete::new(mk::cuda::Gpu::open()?, &prog, &ck, &cache)?;
+            let settings = [(0.7, 20, 0.8), (1.0, 50, 1.0), (0.6, 2048, 0.95), (1.5, 1, 0.5), (2.0, 200, 0.3)];
+            let (seed, mut bad, mut control_diff, mut total) = (7u64, 0u32, 0u32, 0u32);
+            for (temperature, top_k, top_p) in settings {
+                let p = SamplingParams { temperature, top_k, top_p };
+                d.reset()?;
+                d.set_sampling(&p, seed)?;
+                let (mut tok, mut same) = (9419u32, 0u32);
+                for pos in 0..steps as u64 {
+                    let next = d.step(tok, false, |_, _| Ok(()))?;
+                    let logits = d.logits()?;
+                    let want = sample(&logits, &p, uniform_at(seed, pos))?;
+                    let other = sample(&logits, &p, uniform_at(seed + 1, pos))?;
+                    same += (next == want) as u32;
+                    control_diff += (other != next) as u32;
+                    total += 1;
+                    tok = next;
+                }
+                bad += steps - same;
+                println!("T {temperature} top-k {top_k} top-p {top_p}: {same} of {steps} GPU tokens equal the CPU's");
+            }
+            d.set_sampling(&SamplingParams::greedy(), 0)?;
+            println!("negative control (the CPU drawing with seed + 1): {control_diff} of {total} tokens differ");
+            if bad > 0 || control_diff == 0 {
+                mk::bail!("gpu sample: {bad} tokens differ from the CPU sampler (negative control differed {control_diff} times)");
+            }
+            println!("verdict: ok");
         }
         Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources } } => {
             let t = std::time::Instant::now();

@@ -53,6 +53,8 @@ fn cu<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> 
 }
 
 const ALIGN: usize = 256;
+/// The GPU sampler's candidate capacity (SAMPLE_MAX in sample.cu).
+const SAMPLE_MAX: usize = 2048;
 
 /// Where a buffer lives in the arena and how it is stored there.
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +87,11 @@ pub struct Discrete {
     tl_base: usize,
     tl_off: usize,
     total_units: usize,
+    /// The sampler's parameters (temperature, top_k, top_p, seed) and status word, in the arena.
+    samp_off: usize,
+    sampler: Option<CudaFunction>,
+    /// Sampling (temperature > 0) is on: steps check the sampler's status.
+    sampling: bool,
     /// The persistent kernel, when the module has it.
     mega: Option<CudaFunction>,
     /// The position the next step writes (mirrors the control block; checked before every step).
@@ -211,6 +218,8 @@ impl Discrete {
         let total_units: usize = prog.words.iter().map(|w| w.units as usize).sum();
         let tl_base = take(4 * prog.words.len());
         let tl_off = take(32 * total_units);
+        // The GPU sampler's parameters (SampleParams in sample.cu, 24 bytes) and its sticky status.
+        let samp_off = take(32);
         let total = at;
         let stream = gpu.stream.clone();
         let mut arena = cu(stream.alloc_zeros::<u8>(total), "cuMemAlloc (arena)")?;
@@ -325,6 +334,9 @@ impl Discrete {
             tl_base,
             tl_off,
             total_units,
+            samp_off,
+            sampler: module.load_function("k_sample").ok(),
+            sampling: false,
             mega: module.load_function("megakernel").ok(),
             pos: 0,
             broken: false,
@@ -441,6 +453,9 @@ impl Discrete {
         }
         if eager {
             for i in 0..self.prog.words.len() {
+                if self.prog.words[i].opcode == Opcode::EndStep {
+                    self.launch_sample()?;
+                }
                 self.launch_word(i)?;
                 after_word(self, i)?;
             }
@@ -452,7 +467,13 @@ impl Discrete {
                 )?;
                 let mut err = None;
                 for (first, n) in self.launch_groups() {
-                    if let Err(e) = self.launch_words(first, n) {
+                    // The sampler runs between the argmax and EndStep (it may replace the token).
+                    let r = if self.prog.words[first].opcode == Opcode::EndStep {
+                        self.launch_sample().and_then(|_| self.launch_words(first, n))
+                    } else {
+                        self.launch_words(first, n)
+                    };
+                    if let Err(e) = r {
                         err = Some(e);
                         break;
                     }
@@ -468,7 +489,74 @@ impl Discrete {
             }
         }
         let ctrl = self.read_u32(self.ctrl, 0, CTRL_LEN)?;
+        self.check_sampler()?;
         Ok(ctrl[1])
+    }
+
+    /// The sampler kernel (one block of 1,024 threads; it returns at once when sampling is off). In
+    /// the graph always, so that turning sampling on or off never recaptures it.
+    fn launch_sample(&self) -> Result<()> {
+        let Some(f) = &self.sampler else { return Ok(()) };
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+        let logits = self.base + self.places[self.logits].off as u64;
+        let vocab = self.prog.buffers[self.logits].cols as u32;
+        let ctrl = self.base + self.places[self.ctrl].off as u64;
+        let params = self.base + self.samp_off as u64;
+        let status = params + 24;
+        let mut b = self.gpu.stream.launch_builder(f);
+        b.arg(&logits).arg(&vocab).arg(&ctrl).arg(&params).arg(&status);
+        // SAFETY: (const unsigned short*, unsigned, unsigned*, const SampleParams*, unsigned*) as
+        // k_sample declares; every pointer is in the arena.
+        cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch the sampler")
+    }
+
+    /// Sampling for the following steps of the graph path (greedy when the temperature is 0): the
+    /// CPU's `model::sample` rules and draw (`uniform_at(seed, position)`), so a GPU-sampled token is
+    /// the CPU's choice on the same logits. The GPU takes 1 <= top_k <= 2048 (full-vocabulary
+    /// sampling, top_k 0, is CPU-only).
+    pub fn set_sampling(&mut self, p: &crate::model::sample::SamplingParams, seed: u64) -> Result<()> {
+        p.check()?;
+        if self.sampler.is_none() {
+            crate::bail!("gpu: the module has no sampler kernel");
+        }
+        let on = p.temperature > 0.0;
+        if on && !(1..=SAMPLE_MAX).contains(&p.top_k) {
+            crate::bail!(
+                "gpu sampling: top_k {} (the GPU sampler takes 1..={SAMPLE_MAX}; top_k 0 samples the whole vocabulary, CPU only)",
+                p.top_k
+            );
+        }
+        let mut b = Vec::with_capacity(32);
+        b.extend_from_slice(&p.temperature.to_le_bytes());
+        b.extend_from_slice(&(p.top_k as u32).to_le_bytes());
+        b.extend_from_slice(&p.top_p.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&seed.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes()); // status
+        b.extend_from_slice(&0u32.to_le_bytes());
+        let stream = self.gpu.stream.clone();
+        let mut v = self.arena.slice_mut(self.samp_off..self.samp_off + 32);
+        cu(stream.memcpy_htod(&b, &mut v), "write the sampling parameters")?;
+        cu(stream.synchronize(), "cuStreamSynchronize")?;
+        self.sampling = on;
+        Ok(())
+    }
+
+    /// The sampler's sticky status after steps: more ids tied at the top-k threshold than it holds.
+    fn check_sampler(&self) -> Result<()> {
+        if !self.sampling {
+            return Ok(());
+        }
+        let v = self.arena.slice(self.samp_off + 24..self.samp_off + 28);
+        let mut b = [0u8; 4];
+        cu(self.gpu.stream.memcpy_dtoh(&v, &mut b), "read the sampler status")?;
+        cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")?;
+        if u32::from_le_bytes(b) != 0 {
+            crate::bail!(
+                "gpu sampling: more than {SAMPLE_MAX} ids tie at the top-k threshold (the step kept the argmax)"
+            );
+        }
+        Ok(())
     }
 
     /// Negative control (issue 6): word `wi` of the uploaded program loses its wait, forced past the
@@ -502,7 +590,7 @@ impl Discrete {
                 self.prog.target.max_context
             );
         }
-        let r = self.generate_unchecked(token, n);
+        let r = self.generate_unchecked(token, n).and_then(|v| self.check_sampler().map(|_| v));
         match r {
             Ok(v) => {
                 self.pos += n;
@@ -697,6 +785,7 @@ impl Discrete {
     /// greedy next token. A wait that runs past the time limit is an error naming the first word that hung.
     pub fn step_mega(&mut self, token: u32) -> Result<u32> {
         self.check(token)?;
+
         let r = self.step_mega_unchecked(token, false);
         self.advance(r)
     }
@@ -724,6 +813,9 @@ impl Discrete {
     }
 
     fn step_mega_unchecked(&mut self, token: u32, timeline: bool) -> Result<u32> {
+        if self.sampling {
+            crate::bail!("gpu: sampling runs on the graph path only (the megakernel is greedy)");
+        }
         let f = self.mega.clone().ok_or_else(|| Error::new("gpu: the module has no megakernel"))?;
         let stream = self.gpu.stream.clone();
         let c = self.places[self.ctrl];

@@ -19,7 +19,7 @@ use crate::bail;
 use crate::error::{Context, Error, Result};
 
 /// The CUDA sources, in include order (one translation unit for NVRTC).
-const SOURCES: [(&str, &str); 20] = [
+const SOURCES: [(&str, &str); 21] = [
     ("common.cuh", include_str!("../../megakernel/common.cuh")),
     ("ops/embed.cuh", include_str!("../../megakernel/ops/embed.cuh")),
     ("ops/gemv_norm.cuh", include_str!("../../megakernel/ops/gemv_norm.cuh")),
@@ -39,6 +39,7 @@ const SOURCES: [(&str, &str); 20] = [
     ("ops/end_step.cuh", include_str!("../../megakernel/ops/end_step.cuh")),
     ("discrete.cu", include_str!("../../megakernel/discrete.cu")),
     ("megakernel.cu", include_str!("../../megakernel/megakernel.cu")),
+    ("sample.cu", include_str!("../../megakernel/sample.cu")),
     ("abi.cuh", include_str!("../../megakernel/abi.cuh")),
 ];
 

@@ -1,0 +1,194 @@
+// The GPU sampler (discrete path): temperature, top-k, top-p and the draw, exactly as the CPU's
+// `model::sample` (transformers' warpers in its order, its tie rules, `exp_mk`, `uniform_at`), so a
+// GPU-sampled token equals the CPU's choice on the same logits, bit for bit. One block of 1,024
+// threads between the Argmax and EndStep words; greedy (temperature 0) leaves the argmax's token.
+// Needs 1 <= top_k <= SAMPLE_MAX (the host refuses others: full-vocabulary sampling is CPU-only);
+// more ids tied at the k-th value than SAMPLE_MAX sets *status = 1 (sticky: the host clears it) and
+// leaves the argmax's token.
+
+#define SAMPLE_THREADS 1024
+#define SAMPLE_MAX 2048
+
+struct SampleParams {
+  float temperature;
+  unsigned top_k;
+  float top_p;
+  unsigned pad;
+  unsigned long long seed;
+};
+
+// e^x from IEEE +, -, * only, in the CPU's order (--fmad=false: nothing fuses). See exp_mk in
+// src/model/sample.rs; the constants are the same f32 bits.
+__device__ float exp_mk(float x) {
+  const float LOG2E = __uint_as_float(0x3fb8aa3bu), LN2_HI = __uint_as_float(0x3f317200u), LN2_LO = __uint_as_float(0x35bfbe8eu);
+  if (x != x) return x;
+  if (x > 88.72284f) return __int_as_float(0x7f800000);
+  if (x < -103.97208f) return 0.0f;
+  float n = floorf(x * LOG2E + 0.5f);
+  float r = (x - n * LN2_HI) - n * LN2_LO;
+  float p = 1.0f + r * (1.0f + r * (0.5f + r * (__uint_as_float(0x3e2aaaabu) + r * (__uint_as_float(0x3d2aaaabu) +
+            r * (__uint_as_float(0x3c088889u) + r * (__uint_as_float(0x3ab60b61u) + r * __uint_as_float(0x39500d01u)))))));
+  int ni = (int)n, n1 = ni / 2, n2 = ni - ni / 2;
+  return p * __uint_as_float((unsigned)(n1 + 127) << 23) * __uint_as_float((unsigned)(n2 + 127) << 23);
+}
+
+// SplitMix64's (pos + 1)-th output from seed, top 24 bits in [0, 1) (uniform_at in sample.rs).
+__device__ float uniform_at(unsigned long long seed, unsigned long long pos) {
+  unsigned long long z = seed + (pos + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (float)(z >> 40) / 16777216.0f;
+}
+
+// A bf16 logit's 16-bit key, ascending with its value: NaN lowest, -0 as +0 (top-k is a threshold on
+// values, and -0 == +0).
+__device__ __forceinline__ unsigned logit_key(unsigned short b) {
+  if ((b & 0x7fffu) > 0x7f80u) return 0;
+  if (b == 0x8000u) b = 0;
+  return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
+}
+
+// f32 total order (Rust's total_cmp) as an unsigned key.
+__device__ __forceinline__ unsigned total_key(float f) {
+  unsigned u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Exclusive prefix sum of one unsigned per thread over the block, in thread order (integers: any
+// order is exact). `tot` receives the total. Uses 32 + 1 shared words.
+__device__ unsigned block_exclusive_scan(unsigned v, unsigned* sh, unsigned* tot) {
+  unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, x = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    unsigned y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= (unsigned)o) x += y;
+  }
+  if (lane == 31) sh[warp] = x;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned run = 0;
+    for (int w = 0; w < SAMPLE_THREADS / 32; ++w) { unsigned t = sh[w]; sh[w] = run; run += t; }
+    sh[32] = run;
+  }
+  __syncthreads();
+  unsigned r = sh[warp] + x - v;
+  *tot = sh[32];
+  __syncthreads();
+  return r;
+}
+
+// Sorts n (<= SAMPLE_MAX) (key_hi, key_lo) pairs ascending in shared memory (bitonic, padded to a
+// power of two with the largest keys). Every thread takes part.
+__device__ void bitonic_sort(unsigned* hi, unsigned* lo, unsigned n) {
+  unsigned m = 1;
+  while (m < n) m <<= 1;
+  for (unsigned i = n + threadIdx.x; i < m; i += SAMPLE_THREADS) { hi[i] = 0xffffffffu; lo[i] = 0xffffffffu; }
+  __syncthreads();
+  for (unsigned size = 2; size <= m; size <<= 1)
+    for (unsigned stride = size >> 1; stride > 0; stride >>= 1) {
+      for (unsigned i = threadIdx.x; i < m; i += SAMPLE_THREADS) {
+        unsigned j = i ^ stride;
+        if (j > i) {
+          bool up = (i & size) == 0;
+          bool gt = hi[i] > hi[j] || (hi[i] == hi[j] && lo[i] > lo[j]);
+          if (gt == up) {
+            unsigned a = hi[i], b = lo[i];
+            hi[i] = hi[j]; lo[i] = lo[j]; hi[j] = a; lo[j] = b;
+          }
+        }
+      }
+      __syncthreads();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsigned short* logits, unsigned V, unsigned* ctrl,
+                                                                     const SampleParams* sp, unsigned* status) {
+  __shared__ unsigned hist[256], sh[33], b1_s, need_s, kth_s;
+  __shared__ unsigned key_hi[SAMPLE_MAX], key_lo[SAMPLE_MAX];
+  float T = sp->temperature;
+  if (!(T > 0.0f)) return;  // greedy: the argmax's token stands
+  unsigned k = sp->top_k, t = threadIdx.x;
+  // 1) The k-th largest key by two 8-bit radix passes (integer counts: exact in any order): the high
+  //    byte's bucket holding the k-th largest, then the low byte within it.
+  for (unsigned i = t; i < 256; i += SAMPLE_THREADS) hist[i] = 0;
+  __syncthreads();
+  for (unsigned i = t; i < V; i += SAMPLE_THREADS) atomicAdd(&hist[logit_key(logits[i]) >> 8], 1u);
+  __syncthreads();
+  if (t == 0) {
+    unsigned above = 0, b = 255;
+    while (b > 0 && above + hist[b] < k) above += hist[b--];
+    b1_s = b;
+    need_s = k - above;
+  }
+  __syncthreads();
+  for (unsigned i = t; i < 256; i += SAMPLE_THREADS) hist[i] = 0;
+  __syncthreads();
+  for (unsigned i = t; i < V; i += SAMPLE_THREADS) {
+    unsigned key = logit_key(logits[i]);
+    if ((key >> 8) == b1_s) atomicAdd(&hist[key & 255u], 1u);
+  }
+  __syncthreads();
+  if (t == 0) {
+    unsigned above = 0, b = 255;
+    while (b > 0 && above + hist[b] < need_s) above += hist[b--];
+    kth_s = (b1_s << 8) | b;
+  }
+  __syncthreads();
+  unsigned kth = kth_s;
+  // 2) The ids at or above the threshold, in id order: each thread a contiguous chunk.
+  unsigned chunk = (V + SAMPLE_THREADS - 1) / SAMPLE_THREADS, i0 = min(V, t * chunk), i1 = min(V, i0 + chunk), cnt = 0;
+  for (unsigned i = i0; i < i1; ++i) cnt += logit_key(logits[i]) >= kth;
+  unsigned n;
+  unsigned at = block_exclusive_scan(cnt, sh, &n);
+  if (n > SAMPLE_MAX) {
+    if (t == 0) *status = 1;
+    return;
+  }
+  for (unsigned i = i0; i < i1; ++i)
+    if (logit_key(logits[i]) >= kth) key_lo[at++] = i;
+  __syncthreads();
+  // 3) top-p: ascending (score, id), the ascending prefix with cumulative probability <= 1 - p removed.
+  unsigned first = 0;
+  if (sp->top_p < 1.0f) {
+    for (unsigned i = t; i < n; i += SAMPLE_THREADS) key_hi[i] = total_key(bf2f(logits[key_lo[i]]) / T);
+    __syncthreads();
+    bitonic_sort(key_hi, key_lo, n);
+    if (t == 0) {
+      // ORDER: as the CPU, ascending; scores rebuilt from the keys' ids.
+      float m = __int_as_float(0xff800000);
+      for (unsigned i = 0; i < n; ++i) m = fmaxf(m, bf2f(logits[key_lo[i]]) / T);
+      float z = 0.0f;
+      for (unsigned i = 0; i < n; ++i) z += exp_mk(bf2f(logits[key_lo[i]]) / T - m);
+      float cum = 0.0f, lim = 1.0f - sp->top_p;
+      unsigned cut = 0;
+      for (unsigned i = 0; i < n; ++i) {
+        cum += exp_mk(bf2f(logits[key_lo[i]]) / T - m) / z;
+        if (cum <= lim && i + 1 < n) cut = i + 1;
+        else break;
+      }
+      sh[0] = cut;
+    }
+    __syncthreads();
+    first = sh[0];
+    __syncthreads();
+    // Back to id order: the removed prefix gets the largest key and sorts last.
+    for (unsigned i = t; i < n; i += SAMPLE_THREADS) key_hi[i] = i < first ? 0xffffffffu : key_lo[i];
+    __syncthreads();
+    bitonic_sort(key_hi, key_lo, n);
+    n -= first;
+  }
+  // 4) The draw over the kept ids in id order (key_lo holds them).
+  if (t == 0) {
+    float m = __int_as_float(0xff800000);
+    for (unsigned i = 0; i < n; ++i) m = fmaxf(m, bf2f(logits[key_lo[i]]) / T);
+    float z = 0.0f;
+    for (unsigned i = 0; i < n; ++i) z += exp_mk(bf2f(logits[key_lo[i]]) / T - m);
+    float u = fminf(fmaxf(uniform_at(sp->seed, ctrl[0]), 0.0f), 1.0f), target = u * z, cum = 0.0f;
+    unsigned pick = n ? key_lo[n - 1] : ctrl[2];
+    for (unsigned i = 0; i < n; ++i) {
+      cum += exp_mk(bf2f(logits[key_lo[i]]) / T - m);
+      if (cum > target) { pick = key_lo[i]; break; }
+    }
+    ctrl[2] = pick;
+  }
+}
