@@ -137,7 +137,11 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsi
   unsigned kth = kth_s;
   // 2) The ids at or above the threshold, in id order: each thread a contiguous chunk.
   unsigned chunk = (V + SAMPLE_THREADS - 1) / SAMPLE_THREADS, i0 = min(V, t * chunk), i1 = min(V, i0 + chunk), cnt = 0;
-  for (unsigned i = i0; i < i1; ++i) cnt += logit_key(logits[i]) >= kth;
+  // A NaN (key 0) is never kept, even when the threshold falls among them (the CPU's rule).
+  for (unsigned i = i0; i < i1; ++i) {
+    unsigned key = logit_key(logits[i]);
+    cnt += key >= kth && key != 0;
+  }
   unsigned n;
   unsigned at = block_exclusive_scan(cnt, sh, &n);
   if (n > SAMPLE_MAX) {
@@ -145,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsi
     return;
   }
   for (unsigned i = i0; i < i1; ++i)
-    if (logit_key(logits[i]) >= kth) key_lo[at++] = i;
+    if (logit_key(logits[i]) >= kth && logit_key(logits[i]) != 0) key_lo[at++] = i;
   __syncthreads();
   // 3) top-p: ascending (score, id), the ascending prefix with cumulative probability <= 1 - p removed.
   unsigned first = 0;

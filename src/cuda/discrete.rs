@@ -103,6 +103,9 @@ pub struct Discrete {
     /// Two pinned host words, allocated at startup: the tokens of consecutive pipelined steps (each
     /// copy records its own event, so reading one waits for that copy only, not for the stream).
     pinned: Vec<cudarc::driver::PinnedHostSlice<u8>>,
+    /// One event per pinned slot, recorded after its copy (event tracking is off for graph capture,
+    /// so the slices' own events are never recorded: these are what a read waits for).
+    pinned_ev: Vec<cudarc::driver::CudaEvent>,
 }
 
 /// Dynamic shared memory a word's kernel needs.
@@ -320,6 +323,7 @@ impl Discrete {
         let pinned = (0..2)
             .map(|_| cu(unsafe { gpu.ctx.alloc_pinned::<u8>(4) }, "cuMemHostAlloc"))
             .collect::<Result<Vec<_>>>()?;
+        let pinned_ev = (0..2).map(|_| ev()).collect::<Result<Vec<_>>>()?;
         Ok(Discrete {
             gpu,
             prog: prog.clone(),
@@ -346,6 +350,7 @@ impl Discrete {
             arena_bytes: total,
             events,
             pinned,
+            pinned_ev,
         })
     }
 
@@ -423,6 +428,9 @@ impl Discrete {
                 cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
             }
         }
+        // The sampler's sticky status (its parameters stay).
+        let mut v = self.arena.slice_mut(self.samp_off + 24..self.samp_off + 28);
+        cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
         Ok(())
     }
 
@@ -635,6 +643,7 @@ impl Discrete {
             }
             let v = self.arena.slice(next..next + 4);
             cu(stream.memcpy_dtoh(&v, &mut self.pinned[i % 2]), "token copy")?;
+            cu(self.pinned_ev[i % 2].record(&stream), "cuEventRecord (token copy)")?;
             if i > 0 {
                 out.push(self.pinned_token((i - 1) % 2)?);
             }
@@ -647,7 +656,8 @@ impl Discrete {
 
     /// The token in pinned slot `k`, after waiting for the copy that wrote it (its event only).
     fn pinned_token(&self, k: usize) -> Result<u32> {
-        let b = cu(self.pinned[k].as_slice(), "token event")?;
+        cu(self.pinned_ev[k].synchronize(), "cuEventSynchronize (token copy)")?;
+        let b = cu(self.pinned[k].as_slice(), "token slot")?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
@@ -697,6 +707,9 @@ impl Discrete {
             cu(stream.memcpy_htod(&token.to_le_bytes(), &mut v), "write token")?;
         }
         for i in 0..self.prog.words.len() {
+            if self.prog.words[i].opcode == Opcode::EndStep {
+                self.launch_sample()?; // untimed, as in the graph: between the argmax and EndStep
+            }
             cu(self.events[i].0.record(&stream), "cuEventRecord")?;
             self.launch_word(i)?;
             cu(self.events[i].1.record(&stream), "cuEventRecord")?;

@@ -70,8 +70,10 @@ impl SamplingParams {
     pub fn check(&self) -> Result<()> {
         // Above 1e4 a division by the temperature could merge distinct bf16 logits (the GPU's top-k
         // threshold is taken on the logits' bits); no sampler needs it.
-        if !(self.temperature >= 0.0 && self.temperature <= 1e4) {
-            bail!("sampling: temperature {} must be in [0, 10000]", self.temperature);
+        // Below 1e-3, x / T could overflow to infinity for large logits and merge them (the GPU's
+        // threshold is on the logits' bits): exact for |logit| < 3.4e35 in this range.
+        if !(self.temperature == 0.0 || (self.temperature >= 1e-3 && self.temperature <= 1e4)) {
+            bail!("sampling: temperature {} must be 0 (greedy) or in [0.001, 10000]", self.temperature);
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             bail!("sampling: top_p {} must be in (0, 1]", self.top_p);
@@ -93,8 +95,9 @@ pub fn candidates(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f32)> {
     let t = p.temperature;
     let mut kept: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, x)| (i as u32, x / t)).collect();
     if p.top_k > 0 && p.top_k < kept.len() {
-        let mut vals: Vec<f32> = kept.iter().map(|c| c.1).collect();
-        // The k-th largest value (total order; NaN last).
+        // NaN ranks below every number (as argmax; the GPU's keys do the same) and is never kept.
+        let mut vals: Vec<f32> = kept.iter().map(|c| if c.1.is_nan() { f32::NEG_INFINITY } else { c.1 }).collect();
+        // The k-th largest value (total order).
         let kth = {
             let (_, v, _) = vals.select_nth_unstable_by(p.top_k - 1, |a, b| b.total_cmp(a));
             *v
@@ -197,6 +200,20 @@ mod tests {
         let p = SamplingParams { temperature: 1.0, top_k: 3, top_p: 1.0 };
         let ids: Vec<u32> = candidates(&logits, &p).iter().map(|c| c.0).collect();
         assert_eq!(ids, [1, 2, 3, 4], "k = 3 keeps both ids tied at the third value");
+    }
+
+    #[test]
+    fn nan_ranks_lowest_and_is_never_kept() {
+        let logits = [f32::NAN, 1.0, 2.0, f32::NAN];
+        for k in [2, 3] {
+            let p = SamplingParams { temperature: 1.0, top_k: k, top_p: 1.0 };
+            let ids: Vec<u32> = candidates(&logits, &p).iter().map(|c| c.0).collect();
+            assert_eq!(ids, [1, 2], "k = {k}");
+        }
+        let p = SamplingParams { temperature: 1.0, top_k: 1, top_p: 1.0 };
+        assert_eq!(candidates(&logits, &p).iter().map(|c| c.0).collect::<Vec<_>>(), [2]);
+        assert!(SamplingParams { temperature: 1e-4, top_k: 1, top_p: 1.0 }.check().is_err());
+        assert!(SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0 }.check().is_ok());
     }
 
     #[test]
