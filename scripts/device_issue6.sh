@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Issue 6's bit-identity record on all three presets, one device call (about 6 minutes), after
+# device_variants.sh: tiny over 32,772 steps crossing 1K and 32K (mega_tiny_long), small over 1,032
+# steps with timings (mega_small), 27B over 1,032 steps (mega_27b with contexts [64, 1024] is 80 steps;
+# set MEGA27_LONG=1 to run quick_27b's variant at context 1,024 computed, about 60 s more).
+# Build here, copy target/release/mk to devbin/mk, run from the repository root with carry ["devbin/mk"].
+set -uo pipefail
+MK=${MK:-devbin/mk}
+R=/tmp/mkresults
+mkdir -p "$R"
+log() { tee -a "$OUT/log.txt"; }
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+for xt in mega_tiny_long:200 mega_small:150; do
+  x=${xt%:*}
+  echo "== $x ($(el) s)" | log
+  timeout ${xt#*:} $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|diff:|timeline|results:|error" | log
+done
+if [ -n "${MEGA27_LONG:-}" ] && [ "$(el)" -lt 330 ]; then
+  sed 's/contexts: \[16\]/contexts: [1024]/; s/warmup: 1/warmup: 0/; s/repetitions: 1/repetitions: 0/' experiments/quick_27b.ron > /tmp/mega27_long.ron
+  echo "== 27B over 1,032 steps ($(el) s)" | log
+  timeout 220 $MK run /tmp/mega27_long.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|results:|error" | log
+fi
+tar czf "$OUT/results.tar.gz" -C "$R" .
+echo "== summary ($(el) s)"
+grep -E "^== |identical|differ|ms/token|error" "$OUT/log.txt" | tail -40
