@@ -205,9 +205,7 @@ impl Engine for GraphEngine<'_> {
     }
 
     fn states(&self) -> Vec<Tensor> {
-        let d = self.d.borrow();
-        let pos = d.pos().unwrap_or(0);
-        program_states(d.program(), pos, |b, n| d.read(b, n).ok())
+        device_states(self.d)
     }
 
     fn seek(&mut self, pos: usize) -> Result<()> {
@@ -218,12 +216,24 @@ impl Engine for GraphEngine<'_> {
     /// state on, so the runner calls it only at the end of a repetition, before a fresh engine.
     fn word_ns(&mut self) -> Option<Vec<u64>> {
         let mut d = self.d.borrow_mut();
-        if d.pos().ok()? + 1 >= d.program().target.max_context as usize {
+        if !one_more_step_fits(&d)? {
             return None;
         }
         let ms = d.time_words(0).ok()?;
         Some(ms.iter().map(|m| (*m as f64 * 1e6) as u64).collect())
     }
+}
+
+/// The per-sequence state on a GPU path's device upload (both GPU paths).
+fn device_states(d: &std::cell::RefCell<crate::cuda::discrete::Discrete>) -> Vec<Tensor> {
+    let d = d.borrow();
+    let pos = d.pos().unwrap_or(0);
+    program_states(d.program(), pos, |b, n| d.read(b, n).ok())
+}
+
+/// Whether one more (measurement) step fits the upload's context; None if the position is unreadable.
+fn one_more_step_fits(d: &crate::cuda::discrete::Discrete) -> Option<bool> {
+    Some(d.pos().ok()? + 1 < d.program().target.max_context as usize)
 }
 
 /// The megakernel path: one cooperative launch per step on the same device upload as the graph path
@@ -252,9 +262,7 @@ impl Engine for MegaEngine<'_> {
     }
 
     fn states(&self) -> Vec<Tensor> {
-        let d = self.d.borrow();
-        let pos = d.pos().unwrap_or(0);
-        program_states(d.program(), pos, |b, n| d.read(b, n).ok())
+        device_states(self.d)
     }
 
     fn seek(&mut self, pos: usize) -> Result<()> {
@@ -263,7 +271,7 @@ impl Engine for MegaEngine<'_> {
 
     fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
         let mut d = self.d.borrow_mut();
-        if d.pos().ok()? + 1 >= d.program().target.max_context as usize {
+        if !one_more_step_fits(&d)? {
             return None;
         }
         Some(d.step_mega_timeline(0).map(|(_, raw)| raw))
