@@ -98,6 +98,24 @@ __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned 
   __syncthreads();
 }
 
+// A GEMV's prepared input in shared memory: x = IN0 (bf16, K = its width) as bf16 at smem[0..K), either
+// RMS-normed with the norm weight in slot `norm` or copied as is (norm unused). Recomputed only when
+// `fresh` (a block's first unit of the word): otherwise shared memory still holds it. The floats after
+// it (16-byte aligned) are the caller's (block sums, the tensor-core GEMV's per-warp sums).
+__device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh) {
+  unsigned K = c.cols[w.ops[SLOT_IN0]];
+  unsigned short* xs = (unsigned short*)smem;
+  if (!fresh) return xs;
+  const unsigned short* x = B<unsigned short>(c, w.ops[SLOT_IN0]);
+  if (w.ops[norm_slot] != OPERAND_NONE) {
+    block_rmsnorm(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16));
+  } else {
+    for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
+    __syncthreads();
+  }
+  return xs;
+}
+
 // d = a * b + c on two bf16 lanes, one rounding each (round to nearest even, subnormals kept).
 __device__ __forceinline__ unsigned bf16x2_fma(unsigned a, unsigned b, unsigned c) {
   unsigned d;

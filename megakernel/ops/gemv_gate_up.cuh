@@ -1,9 +1,7 @@
 // op_gemv_gate_up: act[r] = bf(bf(silu(bf(gate_r . n))) * bf(up_r . n)), n = rmsnorm(x) with W2.
 __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  unsigned short* xs = (unsigned short*)smem;
-  float* red = (float*)(smem + ((K * 2 + 15) / 16) * 16);
-  if (fresh) block_rmsnorm(B<unsigned short>(c, w.ops[SLOT_IN0]), B<float>(c, w.ops[SLOT_W2]), K, c.eps, xs, red);
+  unsigned short* xs = prepared_input(c, w, SLOT_W2, smem, fresh);
   unsigned short* out = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;

@@ -1,12 +1,6 @@
 // op_gemv_residual: o_proj / down_proj: h[r] = bf(h[r] + bf(W . x)), or split-K partials.
 __device__ void op_gemv_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
-  unsigned K = c.cols[w.ops[SLOT_IN0]];
-  unsigned short* xs = (unsigned short*)smem;
-  const unsigned short* x = B<unsigned short>(c, w.ops[SLOT_IN0]);
-  if (fresh) {
-    for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
-    __syncthreads();
-  }
+  unsigned short* xs = prepared_input(c, w, SLOT_W1, smem, fresh);  // W1 unused: x as is
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   gemv_rows(c, w, u, w.ops[SLOT_W0], xs, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
 }

@@ -3,9 +3,7 @@
 // below every number, as op_argmax and the CPU's argmax).
 __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  unsigned short* xs = (unsigned short*)smem;
-  float* red = (float*)(smem + ((K * 2 + 15) / 16) * 16);
-  if (fresh) block_rmsnorm(B<unsigned short>(c, w.ops[SLOT_IN0]), B<float>(c, w.ops[SLOT_W1]), K, c.eps, xs, red);
+  unsigned short* xs = prepared_input(c, w, SLOT_W1, smem, fresh);
   unsigned short* logits = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;
