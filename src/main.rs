@@ -34,6 +34,17 @@ enum Cmd {
     Chart { dir: PathBuf },
     /// A/B report of two results folders (table, and a chart in the second).
     Compare { a: PathBuf, b: PathBuf },
+    /// The crossover: path B's speed-up over path A against A's ms/token, across results folders
+    /// (e.g. tiny, small and 27B runs of both GPU paths); table and OUT/crossover.png.
+    Crossover {
+        dirs: Vec<PathBuf>,
+        #[arg(long, default_value = "graph")]
+        a: String,
+        #[arg(long, default_value = "megakernel")]
+        b: String,
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+    },
     /// Write a synthetic checkpoint in the real release format (config.json, shards, index).
     Synth {
         #[arg(long)]
@@ -207,6 +218,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Compare { a, b } => print!("{}", mk::experiment::chart::compare(&a, &b)?),
+        Cmd::Crossover { dirs, a, b, out } => print!("{}", mk::experiment::chart::crossover(&dirs, &a, &b, &out)?),
         Cmd::Synth { preset, seed, out } => {
             let cfg = ModelConfig::preset(&preset)?;
             let t = std::time::Instant::now();

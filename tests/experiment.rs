@@ -162,3 +162,19 @@ fn repetitions_zero_is_a_diff_only_run() {
 fn drop_wait_needs_the_megakernel() {
     assert!(err(&OK.replacen('(', "(drop_wait: Some(3), ", 1)).contains("drop_wait"));
 }
+
+#[test]
+fn crossover_charts_a_speed_up_per_folder_and_context() {
+    let text = r#"(name: "xo", model: Preset(name: "tiny", seed: 0), paths: [Reference, Interpreter],
+        workload: (prompt: Ids([5, 6]), decode_steps: 1, contexts: [2]), warmup: 0, repetitions: 1)"#;
+    let mut e = Experiment::parse(text).unwrap();
+    e.model = ModelSpec::Checkpoint { path: common::tiny().display().to_string() };
+    let dir = run(&e, &opts("xo")).unwrap();
+    let out = common::scratch().join("xo-chart");
+    std::fs::create_dir_all(&out).unwrap();
+    let s = mk::experiment::chart::crossover(&[dir.clone()], "reference", "interpreter", &out).unwrap();
+    assert!(s.contains("checkpoint") && s.lines().count() >= 3, "{s}");
+    assert!(out.join("crossover.png").exists());
+    // No folder with both paths timed: an error, not an empty chart.
+    assert!(mk::experiment::chart::crossover(&[dir], "graph", "megakernel", &out).is_err());
+}

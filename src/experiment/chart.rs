@@ -255,3 +255,63 @@ pub fn compare(a: &Path, b: &Path) -> Result<String> {
     s += &format!("chart: {}\n", f.display());
     Ok(s)
 }
+
+/// The crossover (issue 6): for each results folder and each context where both paths were timed, the
+/// speed-up of path `b` over path `a` (a's ms / b's ms, medians) against a's ms/token, one series per
+/// model, as a table and `out/crossover.png`: when does the second path pay, by the size of the step?
+pub fn crossover(dirs: &[PathBuf], a: &str, b: &str, out: &Path) -> Result<String> {
+    fonts()?;
+    let mut pts: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut s = format!("{:40} {:>8} {:>12} {:>12} {:>8}\n", "model", "context", &format!("{a} ms"), &format!("{b} ms"), "speed-up");
+    for d in dirs {
+        let rec = Record::load(d)?;
+        let model = rec.model.split(':').next().unwrap_or("?").to_string();
+        let m = medians(&read_steps(d)?);
+        let (Some(ma), Some(mb)) = (m.get(a), m.get(b)) else {
+            s += &format!("{:40} (no {a} and {b} timings in {})\n", model, d.display());
+            continue;
+        };
+        for (c, va) in ma {
+            if let Some(vb) = mb.get(c) {
+                s += &format!("{model:40} {c:>8} {va:>12.4} {vb:>12.4} {:>8.3}\n", va / vb);
+                pts.entry(model.clone()).or_default().push((*va, va / vb));
+            }
+        }
+    }
+    if pts.is_empty() {
+        crate::bail!("crossover: no folder has both {a} and {b} timed at one context");
+    }
+    let all: Vec<(f64, f64)> = pts.values().flatten().copied().collect();
+    let (x0, x1) = all.iter().fold((f64::MAX, f64::MIN), |r, p| (r.0.min(p.0), r.1.max(p.0)));
+    let (y0, y1) = all.iter().fold((1f64, 1f64), |r, p| (r.0.min(p.1), r.1.max(p.1)));
+    let f = out.join("crossover.png");
+    let e = err("crossover");
+    let root = BitMapBackend::new(&f, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(&e)?;
+    let mut ch = ChartBuilder::on(&root)
+        .caption(format!("{b} over {a}: speed-up against {a} ms/token"), (FONT, 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d((x0 * 0.8).log10()..(x1 * 1.25).log10(), (y0 * 0.9)..(y1 * 1.1))
+        .map_err(&e)?;
+    ch.configure_mesh()
+        .x_desc(format!("log10 {a} ms/token"))
+        .y_desc(format!("{a} ms / {b} ms (above 1: {b} faster)"))
+        .draw()
+        .map_err(&e)?;
+    ch.draw_series(LineSeries::new([((x0 * 0.8).log10(), 1.0), ((x1 * 1.25).log10(), 1.0)], BLACK.mix(0.4)))
+        .map_err(&e)?;
+    let palette = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189)];
+    for (i, (model, p)) in pts.iter().enumerate() {
+        let col = palette[i % palette.len()];
+        ch.draw_series(p.iter().map(|(x, y)| Circle::new((x.log10(), *y), 5, col.filled())))
+            .map_err(&e)?
+            .label(model.as_str())
+            .legend(move |(x, y)| Circle::new((x, y), 5, col.filled()));
+    }
+    ch.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(&e)?;
+    root.present().map_err(&e)?;
+    s += &format!("chart: {}\n", f.display());
+    Ok(s)
+}
