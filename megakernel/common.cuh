@@ -18,6 +18,12 @@
 #ifndef MEGA_BLOCKS_PER_SM
 #define MEGA_BLOCKS_PER_SM 1  // megakernel blocks per SM (its launch bounds; the host launches as many)
 #endif
+#ifndef GEMV_TMA
+#define GEMV_TMA 0         // GEMV weights streamed into a shared-memory ring by bulk copies (TMA)
+#endif
+#ifndef TMA_DEPTH
+#define TMA_DEPTH 2        // k-groups of a unit in flight in the ring
+#endif
 #ifndef GEMV_MMA
 #define GEMV_MMA 0         // fp8 GEMV on tensor cores (mma_unit_fp8) instead of the CUDA-core dot_rows
 #endif
@@ -422,6 +428,123 @@ __device__ __forceinline__ bool mma_path(const DevCtx& c, unsigned short wid, co
   return GEMV_MMA && (wb == 1 || wb == 3) && c.cols[wid] % 64 == 0 && w.unit_rows == 16;
 }
 
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// ---- GEMV weights through a shared-memory ring (GEMV_TMA) -------------------------------------------
+// A unit's rows are streamed k-group by k-group (16 rows x 1,024 columns per weight, one bulk copy
+// per row: rows are K apart in memory) into TMA_DEPTH slots, each with an mbarrier that completes when
+// its bytes have landed; the warps compute a group from shared memory exactly as dot_rows does from
+// global memory (same chunks, same order: the same bits), then the slot is refilled with the group
+// TMA_DEPTH ahead. Bytes in flight cost no registers. (As HazyResearch's megakernels and the H200
+// probe 5 stream weights; no code of theirs is used.)
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(unsigned long long* b) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_inval(unsigned long long* b) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_to_shared(void* dst, const void* src, unsigned bytes, unsigned long long* b) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(unsigned long long* b, unsigned parity) {
+  unsigned ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+               : "=r"(ok) : "r"(smem_addr(b)), "r"(parity) : "memory");
+  return ok;
+}
+// Waits for the slot's phase; a copy that never lands (a bug) traps after 2 s instead of hanging.
+__device__ __forceinline__ void mbar_wait(unsigned long long* b, unsigned parity) {
+  if (mbar_try(b, parity)) return;
+  unsigned long long t0 = global_ns();
+  while (!mbar_try(b, parity))
+    if (global_ns() - t0 > 2000000000ull) __trap();
+}
+
+// Byte offset of the ring in a GEMV's shared memory (after x and the sums; the host's smem_bytes adds
+// TMA_DEPTH slots of NW x 16 x 1,024 elements and TMA_DEPTH 8-byte barriers after it).
+__device__ __forceinline__ unsigned tma_ring_off(unsigned K, unsigned nw) {
+  unsigned red = nw * ((K + KGROUP - 1) / KGROUP) * WARPS * 16;
+  return (((K * 2 + 15) / 16) * 16 + 4 * ((red > 8 ? red : 8) + 16) + 127) / 128 * 128;
+}
+
+// The unit's rows [r0, r1) (at most 16) of NW weights (all fp8 or all bf16, width K) times xs over
+// groups [g0, g1) through the ring. `part(i, j, g, v)`: weight i, row r0 + j, group g, the group's
+// partial v (every lane of the warp that owns row j: warp w owns rows w and w + 8).
+template <int NW, typename Part>
+__device__ void tma_unit(const DevCtx& c, const unsigned short* wid, unsigned r0, unsigned r1, const unsigned short* xs, unsigned g0, unsigned g1, char* smem, Part part) {
+  unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned char wb = c.wbytes[wid[0]];
+  bool fp8 = wb == 1 || wb == 3;
+  unsigned eb = fp8 ? 1 : 2, nrows = min(16u, r1 - r0), slot_bytes = NW * 16 * KGROUP * eb;
+  char* ring = smem + tma_ring_off(K, NW);
+  unsigned long long* bar = (unsigned long long*)(ring + TMA_DEPTH * slot_bytes);
+  if (threadIdx.x == 0) {
+    for (int d = 0; d < TMA_DEPTH; ++d) mbar_init(&bar[d]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  // Earlier generic writes to this shared memory (other ops, earlier units) before the async copies.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  auto issue = [&](unsigned g) {  // thread 0
+    unsigned slot = (g - g0) % TMA_DEPTH, k0 = g * KGROUP, width = min(K, k0 + KGROUP) - k0;
+    mbar_expect_tx(&bar[slot], NW * nrows * width * eb);
+    for (int i = 0; i < NW; ++i)
+      for (unsigned j = 0; j < nrows; ++j)
+        bulk_to_shared(ring + slot * slot_bytes + (i * 16 + j) * KGROUP * eb,
+                       (const char*)c.bufs[wid[i]] + ((size_t)(r0 + j) * K + k0) * eb, width * eb, &bar[slot]);
+  };
+  if (threadIdx.x == 0)
+    for (unsigned g = g0; g < min(g1, g0 + TMA_DEPTH); ++g) issue(g);
+  const float* sc[NW];
+  bool bs[NW];
+  for (int i = 0; i < NW; ++i) {
+    sc[i] = fp8 ? c.scales[wid[i]] + (size_t)(r0 / 128) * ((K + 127) / 128) : nullptr;
+    bs[i] = c.wbytes[wid[i]] == 1;
+  }
+  for (unsigned g = g0; g < g1; ++g) {
+    unsigned q = g - g0, slot = q % TMA_DEPTH, k0 = g * KGROUP, k1 = min(K, k0 + KGROUP);
+    mbar_wait(&bar[slot], (q / TMA_DEPTH) & 1);
+    const char* base = ring + slot * slot_bytes;
+    for (unsigned j = warp; j < nrows; j += WARPS)
+#pragma unroll
+      for (int i = 0; i < NW; ++i) {
+        const char* row = base + (i * 16 + j) * KGROUP * eb;
+        float acc = 0.f;
+        if (fp8) {
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj) {
+            unsigned k = k0 + lane * 16 + jj * 512;
+            if (k < k1) acc = chunk_fp8(*(const uint4*)(row + (k - k0)), xs + k, sc[i][k / 128], bs[i], acc);
+          }
+        } else {
+#pragma unroll
+          for (int jj = 0; jj < 4; ++jj) {
+            unsigned k = k0 + lane * 8 + jj * 256;
+            if (k < k1) acc = chunk_bf16(*(const uint4*)(row + 2 * (k - k0)), xs + k, acc);
+          }
+        }
+        part(i, j, g, warp_sum(acc));
+      }
+    __syncthreads();  // every warp is done with the slot
+    if (threadIdx.x == 0 && g + TMA_DEPTH < g1) issue(g + TMA_DEPTH);
+  }
+  if (threadIdx.x == 0)
+    for (int d = 0; d < TMA_DEPTH; ++d) mbar_inval(&bar[d]);
+  __syncthreads();
+}
+
+// Whether a GEMV unit streams its weights through the ring.
+__device__ __forceinline__ bool tma_path(const Word& w) { return GEMV_TMA && w.unit_rows == 16; }
+
 // For each row of the span (a warp per row, two rows at a time): the per-group sums, either stored as
 // split-K partials [g][rows] (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value)`
 // by lane 0.
@@ -433,6 +556,19 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   bool partial = w.flags & FLAG_PARTIAL;
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
   unsigned short wids[2] = {wid, wid};
+  if (tma_path(w)) {
+    float total[2] = {0.f, 0.f};  // the warp's rows warp and warp + 8
+    tma_unit<1>(c, wids, s.r0, s.r1, xs, s.g0, s.g1, (char*)xs, [&](int, unsigned j, unsigned g, float v) {
+      if (partial) {
+        if (lane == 0) out[(size_t)g * w.rows + s.r0 + j] = v;
+      } else {
+        total[j >= WARPS] += v;  // ORDER: k-groups in order
+      }
+    });
+    if (!partial && lane == 0)
+      for (unsigned j = threadIdx.x >> 5; j < s.r1 - s.r0; j += WARPS) epilogue(s.r0 + j, total[j >= WARPS]);
+    return;
+  }
   if (mma_path(c, wid, w)) {
     float* red = (float*)((char*)xs + ((K * 2 + 15) / 16) * 16);
     float total = 0.f;

@@ -23,11 +23,6 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   return v;
 }
 
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
 
 __device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   switch (w.opcode) {

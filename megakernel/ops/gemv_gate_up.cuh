@@ -6,6 +6,16 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;
   unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W1]};
+  if (tma_path(w)) {
+    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [gate, up][rows warp, warp + 8]
+    tma_unit<2>(c, wids, r0, r1, xs, 0, groups, smem, [&](int i, unsigned j, unsigned, float v) {
+      acc[i][j >= WARPS] += v;  // ORDER: k-groups in order
+    });
+    if ((threadIdx.x & 31) == 0)
+      for (unsigned j = threadIdx.x >> 5; j < r1 - r0; j += WARPS)
+        out[r0 + j] = f2bf(bf(silu(bf(acc[0][j >= WARPS]))) * bf(acc[1][j >= WARPS]));
+    return;
+  }
   if (mma_path(c, wids[0], w) && mma_path(c, wids[1], w)) {
     // Gate (i = 0) and up (i = 1) of the unit's rows together; thread 16 + row has up and takes the
     // gate's total from the shared slot its partner (thread row) left.

@@ -116,7 +116,21 @@ fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let gemv_nw = |k: usize, nw: usize| (k * 2).div_ceil(16) * 16 + 4 * (nw * k.div_ceil(KGROUP) * 8 * 16).max(8);
     let gemv = |k: usize| gemv_nw(k, 1);
     let group = w.arg1 as usize;
+    // GEMV_TMA: the weight ring after everything else (tma_ring_off in common.cuh: 128-aligned), its
+    // TMA_DEPTH slots of nw x 16 rows x 1,024 elements and one 8-byte mbarrier per slot.
+    let tma = |k: usize, nw: usize| {
+        let off =
+            ((k * 2).div_ceil(16) * 16 + 4 * ((nw * k.div_ceil(KGROUP) * 8 * 16).max(8) + 16)).div_ceil(128) * 128;
+        let eb = w.op(crate::isa::slot::W0).map_or(1, |b| if p.buffers[b].elem_bytes == 2 { 2 } else { 1 });
+        let depth = super::cuda_define("TMA_DEPTH").unwrap_or(2) as usize;
+        off + depth * (nw * 16 * KGROUP * eb + 8)
+    };
+    let tma_on = super::cuda_define("GEMV_TMA").unwrap_or(0) != 0 && w.unit_rows == 16;
     (match w.opcode {
+        Opcode::GemvGateUp if tma_on => tma(k(crate::isa::slot::IN0), 2),
+        Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead if tma_on => {
+            tma(k(crate::isa::slot::IN0), 1)
+        }
         Opcode::GemvGateUp => gemv_nw(k(crate::isa::slot::IN0), 2) + 16 * 4,
         Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead => {
             gemv(k(crate::isa::slot::IN0))
@@ -146,13 +160,19 @@ impl Discrete {
                 cfg.n_heads / cfg.n_kv_heads
             );
         }
-        // 48 KiB of dynamic shared memory without opt-in, less the megakernel's own static 8 bytes
-        // (unit_s, ok_s) and 8 of slack, so that a word that fits one kernel also fits the other.
-        if let Some(w) = prog.words.iter().find(|w| smem_bytes(prog, w) > 48 * 1024 - 16) {
+        // The opt-in limit of dynamic shared memory per block (227 KiB on the H200), less the
+        // megakernel's own static bytes and some slack, so that a word that fits one kernel also fits
+        // the other.
+        let optin = gpu
+            .ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .unwrap_or(48 * 1024) as u32;
+        if let Some(w) = prog.words.iter().find(|w| smem_bytes(prog, w) > optin - 64) {
             crate::bail!(
-                "gpu: {:?} needs {} bytes of shared memory (48 KiB without opt-in)",
+                "gpu: {:?} needs {} bytes of shared memory (the device allows {} per block)",
                 w.opcode,
-                smem_bytes(prog, w)
+                smem_bytes(prog, w),
+                optin
             );
         }
         // The kernels do not decode NaN codes: refuse them here, with the tensor's name.
@@ -308,8 +328,22 @@ impl Discrete {
         };
         let (module, module_hash) = gpu.module(&super::source(), cache)?;
         let mut funcs = HashMap::new();
+        // Dynamic shared memory above the 48 KiB default is opted into per kernel.
+        let opt_in = |f: &CudaFunction, bytes: u32| -> Result<()> {
+            if bytes > 48 * 1024 {
+                cu(
+                    f.set_attribute(
+                        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        bytes as i32,
+                    ),
+                    "cuFuncSetAttribute (dynamic shared memory)",
+                )?;
+            }
+            Ok(())
+        };
         for op in Opcode::ALL {
             let f = cu(module.load_function(&format!("k_{}", op.snake())), "cuModuleGetFunction")?;
+            opt_in(&f, prog.words.iter().filter(|w| w.opcode == op).map(|w| smem_bytes(prog, w)).max().unwrap_or(0))?;
             funcs.insert(op, f);
         }
         let find = |name: &str| {
@@ -341,7 +375,13 @@ impl Discrete {
             samp_off,
             sampler: module.load_function("k_sample").ok(),
             sampling: false,
-            mega: module.load_function("megakernel").ok(),
+            mega: match module.load_function("megakernel") {
+                Ok(f) => {
+                    opt_in(&f, prog.words.iter().map(|w| smem_bytes(prog, w)).max().unwrap_or(0))?;
+                    Some(f)
+                }
+                Err(_) => None,
+            },
             pos: 0,
             broken: false,
             ctrl,

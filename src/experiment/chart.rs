@@ -262,7 +262,14 @@ pub fn compare(a: &Path, b: &Path) -> Result<String> {
 pub fn crossover(dirs: &[PathBuf], a: &str, b: &str, out: &Path) -> Result<String> {
     fonts()?;
     let mut pts: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    let mut s = format!("{:40} {:>8} {:>12} {:>12} {:>8}\n", "model", "context", &format!("{a} ms"), &format!("{b} ms"), "speed-up");
+    let mut s = format!(
+        "{:40} {:>8} {:>12} {:>12} {:>8}\n",
+        "model",
+        "context",
+        &format!("{a} ms"),
+        &format!("{b} ms"),
+        "speed-up"
+    );
     for d in dirs {
         let rec = Record::load(d)?;
         let model = rec.model.split(':').next().unwrap_or("?").to_string();
