@@ -22,8 +22,9 @@
 #define GEMV_TMA 0         // GEMV weights streamed into a shared-memory ring by bulk copies (TMA)
 #endif
 #ifndef TMA_DEPTH
-#define TMA_DEPTH 2        // k-groups of a unit in flight in the ring
+#define TMA_DEPTH 3        // ring slots (k-groups); TMA_DEPTH - 1 in flight while one is computed
 #endif
+static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #ifndef GEMV_MMA
 #define GEMV_MMA 0         // fp8 GEMV on tensor cores (mma_unit_fp8) instead of the CUDA-core dot_rows
 #endif
@@ -542,7 +543,8 @@ __device__ void tma_unit(const DevCtx& c, const unsigned short* wid, unsigned r0
   __syncthreads();
 }
 
-// Whether a GEMV unit streams its weights through the ring.
+// Whether a GEMV unit streams its weights through the ring: the 16-row words (not the lm_head's
+// 64-row units: a group of them would not fit the ring; bf16, it reaches 90 % with direct loads).
 __device__ __forceinline__ bool tma_path(const Word& w) { return GEMV_TMA && w.unit_rows == 16; }
 
 // For each row of the span (a warp per row, two rows at a time): the per-group sums, either stored as
@@ -557,16 +559,18 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
   unsigned short wids[2] = {wid, wid};
   if (tma_path(w)) {
-    float total[2] = {0.f, 0.f};  // the warp's rows warp and warp + 8
+    float t0 = 0.f, t1 = 0.f;  // the warp's rows warp and warp + 8 (scalars: no local memory)
     tma_unit<1>(c, wids, s.r0, s.r1, xs, s.g0, s.g1, (char*)xs, [&](int, unsigned j, unsigned g, float v) {
       if (partial) {
         if (lane == 0) out[(size_t)g * w.rows + s.r0 + j] = v;
+      } else if (j < WARPS) {
+        t0 += v;  // ORDER: k-groups in order
       } else {
-        total[j >= WARPS] += v;  // ORDER: k-groups in order
+        t1 += v;
       }
     });
     if (!partial && lane == 0)
-      for (unsigned j = threadIdx.x >> 5; j < s.r1 - s.r0; j += WARPS) epilogue(s.r0 + j, total[j >= WARPS]);
+      for (unsigned j = threadIdx.x >> 5; j < s.r1 - s.r0; j += WARPS) epilogue(s.r0 + j, j < WARPS ? t0 : t1);
     return;
   }
   if (mma_path(c, wid, w)) {

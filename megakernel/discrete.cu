@@ -18,6 +18,15 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
 #define K_OP(name)                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
+    unsigned u;                                                                                      \
+    Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                              \
+    op_##name(c, w, u, smem, true);                                                                  \
+  }
+// The GEMV kernels: with UNIT_LOOP a block runs units b, b + grid, .. (only they loop: the others'
+// code, the GDN step's register column above all, stays as without it).
+#define K_GEMV(name)                                                                                 \
+  extern "C" __global__ void __launch_bounds__(THREADS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
+    extern __shared__ __align__(16) char smem[];                                                     \
     if (!UNIT_LOOP) {                                                                                \
       unsigned u;                                                                                    \
       Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                            \
@@ -36,10 +45,10 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
     }                                                                                                \
   }
 K_OP(embed)
-K_OP(gemv_norm)
-K_OP(gemv_gate_up)
-K_OP(gemv_gated_norm_residual)
-K_OP(gemv_residual)
+K_GEMV(gemv_norm)
+K_GEMV(gemv_gate_up)
+K_GEMV(gemv_gated_norm_residual)
+K_GEMV(gemv_residual)
 K_OP(reduce_store)
 K_OP(reduce_residual)
 K_OP(gdn_conv)
@@ -48,6 +57,6 @@ K_OP(attn_kv)
 K_OP(attn_scores)
 K_OP(attn_pv)
 K_OP(attn_reduce_gate)
-K_OP(lm_head)
+K_GEMV(lm_head)
 K_OP(argmax)
 K_OP(end_step)

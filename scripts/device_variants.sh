@@ -11,7 +11,8 @@
 #       the megakernel's timeline written).
 #     Variants: default, GEMV_TMA=1 (weights streamed through a shared-memory ring by bulk copies),
 #     UNIT_LOOP=1 (the normed input once per block and word), GEMV_TMA=1 UNIT_LOOP=1.
-#   PART=b: MEGA_BLOCKS_PER_SM=2 (alone and with the winner of part a: set WINNER="..."), attention at
+#   PART=b: MEGA_BLOCKS_PER_SM=2 (alone and with the winner of part a: set WINNER="..."), the ring's
+#     depth (GEMV_TMA=1 with TMA_DEPTH 2 and 4; 3 is the default), attention at
 #     32K with ATTN_UNROLL=8 against the default (variant_27b jumped to 32K), and gpu_small (the graph
 #     against the CPU reference over 264 small steps, diff only).
 # VARIANTS="A;B;.." overrides the part's variant list. Build here, copy target/release/mk to
@@ -53,7 +54,7 @@ if [ "$PART" = a ]; then
   timeout 60 $MK gpu soak /tmp/mkcache/tiny-seed0 --steps 1000 --cache /tmp/mkcache 2>&1 | tail -2 | log
   list=${VARIANTS:-";GEMV_TMA=1;UNIT_LOOP=1;GEMV_TMA=1 UNIT_LOOP=1"}
 else
-  list=${VARIANTS:-";MEGA_BLOCKS_PER_SM=2${WINNER:+;$WINNER MEGA_BLOCKS_PER_SM=2}"}
+  list=${VARIANTS:-";MEGA_BLOCKS_PER_SM=2;GEMV_TMA=1 TMA_DEPTH=2;GEMV_TMA=1 TMA_DEPTH=4${WINNER:+;$WINNER MEGA_BLOCKS_PER_SM=2}"}
 fi
 IFS=';' read -r -a vs <<< "$list"
 [ "${list:0:1}" = ";" ] && vs=("" "${vs[@]:1}")

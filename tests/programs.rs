@@ -82,8 +82,11 @@ fn every_opcode_has_its_op_file_and_kernel() {
             file.contains(&format!("__device__ void op_{snake}(")),
             "megakernel/ops/{snake}.cuh defines no op_{snake}"
         );
-        // K_OP(x) defines k_x, which runs op_x on the block's unit.
-        assert!(discrete.contains(&format!("\nK_OP({snake})\n")), "no k_{snake}");
+        // K_OP(x) / K_GEMV(x) define k_x, which runs op_x on the block's unit(s).
+        assert!(
+            discrete.contains(&format!("\nK_OP({snake})\n")) || discrete.contains(&format!("\nK_GEMV({snake})\n")),
+            "no k_{snake}"
+        );
         assert!(
             src.contains(&format!("#define OP_{} {}", snake.to_uppercase(), op as u16)),
             "OP_{} missing",
@@ -125,4 +128,13 @@ fn streamed_bytes_count_kv_rows_and_recurrent_state() {
     assert_eq!(extra(mk::isa::Opcode::GdnRecur), 2 * 48 * 128 * 128 * 4);
     let g = find(mk::isa::Opcode::GemvGateUp);
     assert_eq!(streamed_bytes(&prog, g, 1024), weight_bytes(&prog, g));
+}
+
+#[test]
+fn host_tunable_defaults_match_the_kernels() {
+    // The host sizes shared memory and grids by these; common.cuh's defaults must be the same.
+    let common = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("megakernel/common.cuh")).unwrap();
+    for (name, value) in mk::cuda::HOST_TUNABLES {
+        assert!(common.contains(&format!("#define {name} {value} ")), "#define {name} {value} in common.cuh");
+    }
 }

@@ -7,13 +7,14 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
   unsigned groups = (K + KGROUP - 1) / KGROUP;
   unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W1]};
   if (tma_path(w)) {
-    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // [gate, up][rows warp, warp + 8]
+    float g0 = 0.f, u0 = 0.f, g1 = 0.f, u1 = 0.f;  // gate, up of rows warp and warp + 8 (scalars)
     tma_unit<2>(c, wids, r0, r1, xs, 0, groups, smem, [&](int i, unsigned j, unsigned, float v) {
-      acc[i][j >= WARPS] += v;  // ORDER: k-groups in order
+      float& a = j < WARPS ? (i == 0 ? g0 : u0) : (i == 0 ? g1 : u1);
+      a += v;  // ORDER: k-groups in order
     });
     if ((threadIdx.x & 31) == 0)
       for (unsigned j = threadIdx.x >> 5; j < r1 - r0; j += WARPS)
-        out[r0 + j] = f2bf(bf(silu(bf(acc[0][j >= WARPS]))) * bf(acc[1][j >= WARPS]));
+        out[r0 + j] = f2bf(bf(silu(bf(j < WARPS ? g0 : g1))) * bf(j < WARPS ? u0 : u1));
     return;
   }
   if (mma_path(c, wids[0], w) && mma_path(c, wids[1], w)) {

@@ -8,23 +8,14 @@ __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* sme
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;
   unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W0]};
-  if (tma_path(w)) {
+  warp_row_pairs(r0, r1, [&](const unsigned* rows, int n) {
     float v[2] = {0.f, 0.f};
-    tma_unit<1>(c, wids, r0, r1, xs, 0, groups, smem, [&](int, unsigned j, unsigned, float p) {
-      v[j >= WARPS] += p;  // ORDER: k-groups in order
-    });
+    auto part = [&](int i, unsigned, float p) { v[i] += p; };  // ORDER: k-groups in order
+    if (n == 2) dot_rows<2>(c, wids, rows, xs, 0, groups, part);
+    else dot_rows<1>(c, wids, rows, xs, 0, groups, part);
     if ((threadIdx.x & 31) == 0)
-      for (unsigned j = threadIdx.x >> 5; j < r1 - r0; j += WARPS) logits[r0 + j] = f2bf(v[j >= WARPS]);
-  } else {
-    warp_row_pairs(r0, r1, [&](const unsigned* rows, int n) {
-      float v[2] = {0.f, 0.f};
-      auto part = [&](int i, unsigned, float p) { v[i] += p; };  // ORDER: k-groups in order
-      if (n == 2) dot_rows<2>(c, wids, rows, xs, 0, groups, part);
-      else dot_rows<1>(c, wids, rows, xs, 0, groups, part);
-      if ((threadIdx.x & 31) == 0)
-        for (int i = 0; i < n; ++i) logits[rows[i]] = f2bf(v[i]);
-    });
-  }
+      for (int i = 0; i < n; ++i) logits[rows[i]] = f2bf(v[i]);
+  });
   __syncthreads();
   if (threadIdx.x == 0) {
     float best = bf2f(logits[r0]);

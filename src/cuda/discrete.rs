@@ -122,7 +122,7 @@ fn smem_bytes(p: &Program, w: &Word) -> u32 {
         let off =
             ((k * 2).div_ceil(16) * 16 + 4 * ((nw * k.div_ceil(KGROUP) * 8 * 16).max(8) + 16)).div_ceil(128) * 128;
         let eb = w.op(crate::isa::slot::W0).map_or(1, |b| if p.buffers[b].elem_bytes == 2 { 2 } else { 1 });
-        let depth = super::cuda_define("TMA_DEPTH").unwrap_or(2) as usize;
+        let depth = super::cuda_define("TMA_DEPTH").unwrap_or(3) as usize;
         off + depth * (nw * 16 * KGROUP * eb + 8)
     };
     let tma_on = super::cuda_define("GEMV_TMA").unwrap_or(0) != 0 && w.unit_rows == 16;
@@ -150,6 +150,7 @@ impl Discrete {
     /// Uploads everything the program needs and compiles the kernels. The only device allocation.
     pub fn new(gpu: Gpu, prog: &Program, ck: &Checkpoint, cache: &std::path::Path) -> Result<Discrete> {
         let cfg = &ck.config;
+        super::check_defines()?;
         if prog.target.m_rows != 1 {
             crate::bail!("gpu: M = {} rows (the discrete path runs M = 1)", prog.target.m_rows);
         }

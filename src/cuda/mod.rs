@@ -58,9 +58,50 @@ pub fn cuda_defines() -> Vec<String> {
     std::env::var("MK_CUDA_DEFINES").unwrap_or_default().split_whitespace().map(str::to_string).collect()
 }
 
-/// The integer value of tunable `name` in MK_CUDA_DEFINES, if set (the host sizes launches by some).
+/// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
+/// of megakernel/common.cuh (a test checks they agree).
+pub const HOST_TUNABLES: [(&str, u32); 4] =
+    [("GEMV_TMA", 0), ("TMA_DEPTH", 3), ("UNIT_LOOP", 0), ("MEGA_BLOCKS_PER_SM", 1)];
+
+/// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.
 pub fn cuda_define(name: &str) -> Option<u32> {
-    cuda_defines().iter().find_map(|d| d.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+    cuda_defines()
+        .iter()
+        .find_map(|d| d.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+        .or_else(|| HOST_TUNABLES.iter().find(|t| t.0 == name).map(|t| t.1))
+}
+
+/// Refuses a host-read tunable the host would read differently from NVRTC (a bare name, a value
+/// that is not a decimal number): host and kernels must agree on shared-memory layouts.
+pub fn check_defines() -> Result<()> {
+    check_define_list(&cuda_defines())
+}
+
+fn check_define_list(defs: &[String]) -> Result<()> {
+    for d in defs {
+        let (name, value) = d.split_once('=').unwrap_or((d.as_str(), ""));
+        if HOST_TUNABLES.iter().any(|t| t.0 == name) && value.parse::<u32>().is_err() {
+            bail!("MK_CUDA_DEFINES: {d}: {name} needs a decimal value (NAME=N): the host reads it too");
+        }
+        if name == "TMA_DEPTH" && value == "0" {
+            bail!("MK_CUDA_DEFINES: TMA_DEPTH must be at least 1");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_read_tunables_must_be_decimal() {
+        let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(check_define_list(&l(&["GEMV_TMA=1", "TMA_DEPTH=4", "ATTN_UNROLL=8", "MK_BREAK_GEMV"])).is_ok());
+        for bad in ["GEMV_TMA", "TMA_DEPTH=(3)", "UNIT_LOOP=0x1", "TMA_DEPTH=0"] {
+            assert!(check_define_list(&l(&[bad])).is_err(), "{bad}");
+        }
+    }
 }
 
 /// The NVRTC options, in one place, recorded in every result. fmad is off: elementwise ops round
