@@ -5,12 +5,7 @@
 # set MEGA27_LONG=1 to run quick_27b's variant at context 1,024 computed, about 60 s more).
 # Build here, copy target/release/mk to devbin/mk, run from the repository root with carry ["devbin/mk"].
 set -uo pipefail
-MK=${MK:-devbin/mk}
-R=/tmp/mkresults
-mkdir -p "$R"
-log() { tee -a "$OUT/log.txt"; }
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
+source "$(dirname "$0")/device_lib.sh"
 for xt in mega_tiny_long:200 mega_small:150; do
   x=${xt%:*}
   echo "== $x ($(el) s)" | log

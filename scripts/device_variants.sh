@@ -6,7 +6,7 @@
 #     - mega_tiny_negative: the megakernel with one wait removed must DIFFER from the graph;
 #     - `mk gpu soak`: pipelined decode (one replay in flight ahead) gives the synchronised tokens, and
 #       nothing allocates;
-#     - per variant: `mk gpu ops` tiny (verdict; for variants that change no arithmetic the op table must
+#     - per variant: `mk gpu ops` tiny (verdict; for variants that change no arithmetic the op statistics must
 #       equal the default's line for line), then quick_27b (graph vs megakernel bit for bit, both timed,
 #       the megakernel's timeline written).
 #     Variants: default, GEMV_TMA=1 (weights streamed through a shared-memory ring by bulk copies),
@@ -18,13 +18,8 @@
 # VARIANTS="A;B;.." overrides the part's variant list. Build here, copy target/release/mk to
 # devbin/mk, run from the repository root with carry ["devbin/mk"]; results come back as one tar.
 set -uo pipefail
-MK=${MK:-devbin/mk}
 PART=${PART:-a}
-R=/tmp/mkresults
-mkdir -p "$R/gpu_ops"
-log() { tee -a "$OUT/log.txt"; }
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
+source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
 ops_default=""
 variant() {  # $1: MK_CUDA_DEFINES; ops check, then quick_27b
@@ -37,9 +32,9 @@ variant() {  # $1: MK_CUDA_DEFINES; ops check, then quick_27b
   if [ -z "$v" ]; then ops_default="$R/gpu_ops/tiny_$tag.txt"; fi
   if [ -n "$ops_default" ] && [ -n "$v" ]; then
     if diff -q "$ops_default" "$R/gpu_ops/tiny_$tag.txt" > /dev/null; then
-      echo "   op table identical to the default's" | log
+      echo "   op statistics identical to the default's (a proxy for same bits, not a bit comparison)" | log
     else
-      echo "   op table DIFFERS from the default's" | log
+      echo "   op statistics DIFFER from the default's: not the same bits" | log
     fi
   fi
   MK_CUDA_DEFINES="$v" timeout 120 $MK run experiments/quick_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
