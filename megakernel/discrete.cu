@@ -12,7 +12,7 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
   }
   return prog[wi];
 }
-// UNIT_LOOP (a tunable, off by default): the host launches fewer blocks than units (every block the
+// UNIT_LOOP (a tunable, on by default): the host launches fewer blocks than units (every block the
 // same number of units, all co-resident) and a block runs units b, b + grid, ..; a GEMV's prepared
 // input (normed x in shared memory) is then computed once per block and word, not once per unit.
 #define K_OP(name)                                                                                   \
@@ -25,7 +25,7 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
 // The GEMV kernels: with UNIT_LOOP a block runs units b, b + grid, .. (only they loop: the others'
 // code, the GDN step's register column above all, stays as without it).
 #define K_GEMV(name)                                                                                 \
-  extern "C" __global__ void __launch_bounds__(THREADS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
+  extern "C" __global__ void __launch_bounds__(THREADS, GEMV_MIN_BLOCKS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
     if (!UNIT_LOOP) {                                                                                \
       unsigned u;                                                                                    \

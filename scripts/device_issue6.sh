@@ -3,7 +3,8 @@
 # device_variants.sh: tiny over 32,772 steps crossing 1K and 32K (mega_tiny_long), small over 1,032
 # steps with timings (mega_small), 27B over 1,032 steps (mega_27b with contexts [64, 1024] is 80 steps;
 # set MEGA27_LONG=1 to run quick_27b's variant at context 1,024 computed, about 60 s more).
-# Build here, copy target/release/mk to devbin/mk, run from the repository root with carry ["devbin/mk"].
+# ATTN32=1 adds attention at 32K (default against ATTN_UNROLL=8), SMALL_CHECK=1 the graph against
+# the CPU reference over 264 small steps (diff only). Build here, copy target/release/mk to devbin/mk, run from the repository root with carry ["devbin/mk"].
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 for xt in mega_tiny_long:200 mega_small:150; do
@@ -16,6 +17,19 @@ if [ -n "${MEGA27_LONG:-}" ] && [ "$(el)" -lt 330 ]; then
   echo "== 27B over 1,032 steps ($(el) s)" | log
   timeout 220 $MK run /tmp/mega27_long.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|results:|error" | log
 fi
-tar czf "$OUT/results.tar.gz" -C "$R" .
+if [ -n "${ATTN32:-}" ]; then
+  for v in "" "ATTN_UNROLL=8"; do
+    [ "$(el)" -gt 420 ] && { echo "== 32K variant '$v' skipped (time)" | log; continue; }
+    echo "== variant_27b at 32K '$v' ($(el) s)" | log
+    sed 's/contexts: \[1024\]/contexts: [32768]/' experiments/variant_27b.ron > /tmp/variant_32k.ron
+    MK_CUDA_DEFINES="$v" timeout 80 $MK run /tmp/variant_32k.ron --cache /tmp/mkcache --results "$R" 2>&1 \
+      | grep -E "ms/token|kernel Attn|results:|error" | log
+  done
+fi
+if [ -n "${SMALL_CHECK:-}" ] && [ "$(el)" -lt 420 ]; then
+  echo "== gpu_small: graph vs CPU reference over 264 steps, diff pass only ($(el) s)" | log
+  timeout 150 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|status|results:|error" | log
+fi
+pack
 echo "== summary ($(el) s)"
 grep -E "^== |identical|differ|ms/token|error" "$OUT/log.txt" | tail -40

@@ -53,8 +53,10 @@ fn cu<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> 
 }
 
 const ALIGN: usize = 256;
-/// The GPU sampler's candidate capacity (SAMPLE_MAX in sample.cu).
+/// The GPU sampler's largest top_k (SAMPLE_MAX in sample.cu).
 const SAMPLE_MAX: usize = 2048;
+/// The GPU sampler's room for candidates, ties at the k-th value included (SAMPLE_CAP in sample.cu).
+const SAMPLE_CAP: usize = 4096;
 
 /// Where a buffer lives in the arena and how it is stored there.
 #[derive(Clone, Copy, Debug)]
@@ -602,7 +604,7 @@ impl Discrete {
         cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")?;
         if u32::from_le_bytes(b) != 0 {
             crate::bail!(
-                "gpu sampling: more than {SAMPLE_MAX} ids tie at the top-k threshold (the step kept the argmax)"
+                "gpu sampling: more than {SAMPLE_CAP} ids at or above the top-k threshold (ties at the k-th value; the step kept the argmax)"
             );
         }
         Ok(())
