@@ -61,7 +61,7 @@ pub fn cuda_defines() -> Vec<String> {
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
 pub const HOST_TUNABLES: [(&str, u32); 4] =
-    [("GEMV_TMA", 0), ("TMA_DEPTH", 3), ("UNIT_LOOP", 1), ("MEGA_BLOCKS_PER_SM", 1)];
+    [("GEMV_TMA", 0), ("TMA_DEPTH", 3), ("UNIT_LOOP", 1), ("MEGA_BLOCKS_PER_SM", 3)];
 
 /// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.
 pub fn cuda_define(name: &str) -> Option<u32> {
