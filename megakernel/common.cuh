@@ -49,9 +49,15 @@ struct DevCtx {
   const unsigned* cols;           // per buffer id: cols
   const unsigned char* wbytes;    // per buffer id: storage (1 fp8 + bf16 scales, 2 bf16, 3 fp8 + other scales, 4 f32)
   const float* rope;              // [max_ctx][2][rotary_dim]: cos then sin, bf16 values (from the CPU tables)
+  unsigned* stop;                 // the device-side stop: [0] stop token + 1 (0: none), [1] stopped (set by EndStep)
   unsigned rotary_dim, head_dim, gdn_dim, n_heads, n_kv_heads, gdn_k_heads, gdn_v_heads, max_ctx;
   float eps;
 };
+static_assert(sizeof(DevCtx) == 96, "DevCtx as src/cuda/discrete.rs lays it out");
+
+// The sequence stopped (an earlier step produced the stop token): every later kernel of the graph
+// returns at once, so replays queued past the stop change nothing. The host clears it (reset).
+__device__ __forceinline__ bool stopped(const DevCtx& c) { return ((volatile const unsigned*)c.stop)[1] != 0; }
 
 __device__ __forceinline__ float bf2f(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
 

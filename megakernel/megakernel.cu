@@ -1,10 +1,15 @@
-// The megakernel: one cooperatively launched persistent kernel (a block per SM) that executes the
-// whole program of one step. Blocks walk the words in program order; the units of a word are handed
-// out dynamically (an integer atomic per word), so which block runs a unit never changes its bits: a
-// unit is a fixed piece of work and calls the same op_* as the discrete path's k_* kernels. Before a
-// unit runs, its word's counter must reach the word's target (acquire load by one thread, bounded
-// by a wall-clock limit: a hang becomes an error naming the first word that hung); after it, its counter is incremented (release). Integer
-// atomics only. The host zeroes the counters and unit tickets before every launch.
+// The megakernel: one cooperatively launched persistent kernel (MEGA_BLOCKS_PER_SM blocks per SM) that
+// executes the whole program of one step, or of n_steps steps (the in-kernel token loop: EndStep
+// advances the control block on the device, a grid join separates steps). Blocks walk the words in
+// program order; the units of a word are handed out dynamically (an integer atomic per word), so which
+// block runs a unit never changes its bits: a unit is a fixed piece of work and calls the same op_* as
+// the discrete path's k_* kernels. Before a unit runs, its word's counter must reach the word's target
+// (acquire load by one thread, bounded by a wall-clock limit: a hang becomes an error naming the first
+// word that hung); after it, its counter is incremented (release). Integer atomics only. The host
+// zeroes the counters, unit tickets and the step count before every launch; within a launch they only
+// grow: in step s a word's tickets are s * (units + gridDim.x) onwards (every block takes each word's
+// units plus one ticket past the end, per step) and its wait target is wait_target + s * wait_stride
+// (its counter's increments per step).
 
 struct MkCtl {
   unsigned* counters;  // [n_counters]
@@ -15,7 +20,12 @@ struct MkCtl {
   // block << 32 | unit, then %globaltimer at the ticket, when the wait was over, and when done.
   unsigned long long* stamps;
   const unsigned* unit_base;
+  const unsigned* wait_stride;  // [n_words]: increments per step of the counter the word waits on
+  unsigned* step_done;          // blocks that finished a step (the grid join between steps)
+  unsigned* tokens;             // [n_steps]: each step's token, written by the block that ran EndStep
+  unsigned n_steps;             // steps in this launch (>= 1; the timeline needs 1)
 };
+static_assert(sizeof(MkCtl) == 80, "MkCtl as src/cuda/discrete.rs lays it out");
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
@@ -46,53 +56,80 @@ __device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem,
   }
 }
 
+// Thread 0 waits until *p >= target (acquire), bounded by the time limit and stopping at once when
+// another block already stopped; on a timeout `code` (1 + the word, or n_words + 1 for the join
+// between steps) is recorded, the first one kept. Returns to every thread whether the wait succeeded.
+__device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, unsigned code, unsigned* ok_s) {
+  if (threadIdx.x == 0) {
+    *ok_s = 1;
+    unsigned long long t0 = global_ns();
+    while (ld_acquire(p) < target) {
+      if (global_ns() - t0 > k.timeout_ns || *(volatile unsigned*)k.error != 0) {
+        atomicCAS(k.error, 0u, code);
+        *ok_s = 0;
+        break;
+      }
+      __nanosleep(64);
+    }
+  }
+  __syncthreads();
+  bool ok = *ok_s != 0;
+  __syncthreads();
+  return ok;
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
   extern __shared__ __align__(16) char smem[];
-  __shared__ unsigned unit_s, ok_s;
-  unsigned prepared = 0xffffffffu;  // the word whose GEMV input shared memory holds (UNIT_LOOP)
-  for (unsigned wi = 0; wi < n_words; ++wi) {
-    Word w = prog[wi];
-    for (;;) {
-      if (threadIdx.x == 0) unit_s = atomicAdd(&k.next[wi], 1u);
+  __shared__ unsigned unit_s, ok_s, stop_s;
+  const unsigned G = gridDim.x;
+  for (unsigned s = 0; s < k.n_steps; ++s) {
+    if (s > 0) {
+      // The join between steps: every block finished step s - 1 (so no unit of it still reads a buffer
+      // this step overwrites). Then the device-side stop (DevCtx::stop, set by EndStep): every block
+      // reads the same flag, written before the EndStep block's release of step_done.
+      if (!block_wait(k, k.step_done, s * G, n_words + 1, &ok_s)) return;
+      if (threadIdx.x == 0) stop_s = stopped(c);
       __syncthreads();
-      unsigned u = unit_s;
-      __syncthreads();
-      if (u >= w.units) break;
-      unsigned long long t_ticket = k.stamps && threadIdx.x == 0 ? global_ns() : 0, t_ready = t_ticket;
-      if (w.wait != NO_COUNTER) {
+      if (stop_s) return;
+    }
+    unsigned prepared = 0xffffffffu;  // the word whose GEMV input shared memory holds (UNIT_LOOP); none at a step's start
+    for (unsigned wi = 0; wi < n_words; ++wi) {
+      Word w = prog[wi];
+      const unsigned first_ticket = s * (w.units + G);
+      for (;;) {
+        if (threadIdx.x == 0) unit_s = atomicAdd(&k.next[wi], 1u) - first_ticket;
+        __syncthreads();
+        unsigned u = unit_s;
+        __syncthreads();
+        if (u >= w.units) break;
+        const bool stamp = k.stamps && s == 0 && threadIdx.x == 0;
+        unsigned long long t_ticket = stamp ? global_ns() : 0, t_ready = t_ticket;
+        if (w.wait != NO_COUNTER) {
+          if (!block_wait(k, &k.counters[w.wait], w.wait_target + s * k.wait_stride[wi], wi + 1, &ok_s)) return;
+          if (stamp) t_ready = global_ns();
+          // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
+        }
+        dispatch(c, w, u, smem, !UNIT_LOOP || wi != prepared);
+        prepared = wi;
+        __syncthreads();
         if (threadIdx.x == 0) {
-          ok_s = 1;
-          unsigned long long t0 = global_ns();
-          while (ld_acquire(&k.counters[w.wait]) < w.wait_target) {
-            // Stop on our own timeout, or at once when another block has already stopped (its
-            // word, the first to hang, is the one reported: atomicCAS keeps the first).
-            if (global_ns() - t0 > k.timeout_ns || *(volatile unsigned*)k.error != 0) {
-              atomicCAS(k.error, 0u, wi + 1);
-              ok_s = 0;
-              break;
-            }
-            __nanosleep(64);
+          // EndStep (one unit) just moved the token into the control block: keep it for the host.
+          if (w.opcode == OP_END_STEP) k.tokens[s] = B<unsigned>(c, w.ops[SLOT_IN0])[1];
+          __threadfence();
+          atomicAdd(&k.counters[w.signal], 1u);
+          if (stamp) {
+            unsigned long long* e = k.stamps + 4 * (size_t)(k.unit_base[wi] + u);
+            e[0] = ((unsigned long long)wi << 48) | ((unsigned long long)blockIdx.x << 32) | u;
+            e[1] = t_ticket;
+            e[2] = t_ready;
+            e[3] = global_ns();
           }
         }
-        __syncthreads();
-        if (!ok_s) return;
-        if (k.stamps && threadIdx.x == 0) t_ready = global_ns();
-        // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
       }
-      dispatch(c, w, u, smem, !UNIT_LOOP || wi != prepared);
-      prepared = wi;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(&k.counters[w.signal], 1u);
-        if (k.stamps) {
-          unsigned long long* e = k.stamps + 4 * (size_t)(k.unit_base[wi] + u);
-          e[0] = ((unsigned long long)wi << 48) | ((unsigned long long)blockIdx.x << 32) | u;
-          e[1] = t_ticket;
-          e[2] = t_ready;
-          e[3] = global_ns();
-        }
-      }
+    }
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(k.step_done, 1u);
     }
   }
 }

@@ -104,11 +104,12 @@ __device__ void bitonic_sort(unsigned* hi, unsigned* lo, unsigned n) {
 }
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsigned short* logits, unsigned V, unsigned* ctrl,
-                                                                     const SampleParams* sp, unsigned* status) {
+                                                                     const SampleParams* sp, unsigned* status, const unsigned* stop) {
   __shared__ unsigned hist[256], sh[33], b1_s, need_s, kth_s;
   __shared__ unsigned key_hi[SAMPLE_CAP], key_lo[SAMPLE_CAP];
   float T = sp->temperature;
   if (!(T > 0.0f)) return;  // greedy: the argmax's token stands
+  if (((volatile const unsigned*)stop)[1] != 0) return;  // the sequence stopped (DevCtx::stop)
   unsigned k = sp->top_k, t = threadIdx.x;
   // 1) The k-th largest key by two 8-bit radix passes (integer counts: exact in any order): the high
   //    byte's bucket holding the k-th largest, then the low byte within it.

@@ -175,6 +175,20 @@ enum GpuCmd {
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
     },
+    /// The megakernel's in-kernel token loop: `steps` greedy tokens through the graph (one replay per
+    /// step), then through the megakernel with `per_launch` steps per cooperative launch; tokens and
+    /// every non-weight buffer must be the same bits. Then the device-side stop (the launch must end
+    /// at the step that produced the stop token) and ms/token of the graph, the megakernel at one step
+    /// per launch and at `per_launch`.
+    Multistep {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 64)]
+        steps: u32,
+        #[arg(long, default_value_t = 16)]
+        per_launch: u32,
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+    },
     /// Every op on the GPU against the CPU op on the same inputs (the CPU interpreter), per opcode.
     Ops {
         /// Checkpoint folder.
@@ -361,6 +375,9 @@ fn run(cli: Cli) -> Result<()> {
                 mk::bail!("gpu soak: the pipelined tokens differ from the synchronised ones");
             }
         }
+        Cmd::Gpu { cmd: GpuCmd::Multistep { dir, steps, per_launch, cache } } => {
+            multistep(&dir, steps as usize, per_launch as usize, &cache)?
+        }
         Cmd::Gpu { cmd: GpuCmd::Sample { dir, steps, cache } } => {
             use mk::model::sample::{sample, uniform_at, SamplingParams};
             let ck = Checkpoint::open(&dir)?;
@@ -462,4 +479,122 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `mk gpu multistep`: see the command's help.
+fn multistep(dir: &std::path::Path, steps: usize, per_launch: usize, cache: &std::path::Path) -> mk::error::Result<()> {
+    use mk::isa::BufKind;
+    if steps == 0 || per_launch == 0 {
+        mk::bail!("gpu multistep: --steps and --per-launch must be at least 1");
+    }
+    let ck = Checkpoint::open(dir)?;
+    let mut t = mk::compiler::h200(1);
+    t.max_context = (steps + 2).div_ceil(256) as u32 * 256;
+    let prog = mk::compiler::compile(&ck.config, "checkpoint", &t)?;
+    let mut d = mk::cuda::discrete::Discrete::new(mk::cuda::Gpu::open()?, &prog, &ck, cache)?;
+    let state = |d: &mk::cuda::discrete::Discrete| -> mk::error::Result<Vec<(usize, Vec<u32>)>> {
+        let mut v = Vec::new();
+        for (i, b) in prog.buffers.iter().enumerate() {
+            if b.kind != BufKind::Weight {
+                v.push((i, d.read(i, b.elems() as usize)?.iter().map(|x| x.to_bits()).collect()));
+            }
+        }
+        Ok(v)
+    };
+    // The graph, one replay per step.
+    d.reset()?;
+    let (mut tok, mut graph) = (9419u32, Vec::with_capacity(steps));
+    d.sync()?;
+    let t0 = std::time::Instant::now();
+    for _ in 0..steps {
+        tok = d.step(tok, false, |_, _| Ok(()))?;
+        graph.push(tok);
+    }
+    d.sync()?;
+    let ms_graph = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let want = state(&d)?;
+    // The megakernel, one step per launch (timed) and `per_launch` steps per launch (compared).
+    d.reset()?;
+    let t1 = std::time::Instant::now();
+    let mut tok = 9419u32;
+    for _ in 0..steps {
+        tok = d.step_mega(tok)?;
+    }
+    let ms_one = t1.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    d.reset()?;
+    let t2 = std::time::Instant::now();
+    let (mut tok, mut mega) = (9419u32, Vec::with_capacity(steps));
+    while mega.len() < steps {
+        let got = d.step_mega_n(tok, per_launch.min(steps - mega.len()))?;
+        tok = *got.last().unwrap_or(&tok);
+        mega.extend(got);
+    }
+    let ms_multi = t2.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let got = state(&d)?;
+    let same_tokens = graph.iter().zip(&mega).filter(|(a, b)| a == b).count();
+    println!(
+        "tokens: {same_tokens} of {steps} equal (graph one replay per step, megakernel {per_launch} steps per launch)"
+    );
+    let mut differ = 0usize;
+    for ((i, a), (_, b)) in want.iter().zip(&got) {
+        if let Some(e) = a.iter().zip(b).position(|(x, y)| x != y) {
+            differ += 1;
+            if differ <= 5 {
+                println!(
+                    "  buffer {} differs first at element {e}: {} vs {}",
+                    prog.buffers[*i].name,
+                    f32::from_bits(a[e]),
+                    f32::from_bits(b[e])
+                );
+            }
+        }
+    }
+    let elems: usize = want.iter().map(|(_, v)| v.len()).sum();
+    println!(
+        "state after {steps} steps: {} of {} non-weight buffers differ ({elems} elements compared)",
+        differ,
+        want.len()
+    );
+    // The device-side stop: stop at the first step whose token first appears at index j >= 1.
+    let j = (1..steps).find(|&j| !graph[..j].contains(&graph[j]));
+    let stop_ok = match j {
+        Some(j) => {
+            // The megakernel (one launch of `steps`) and the pipelined graph (replays queued one
+            // ahead) both stop after step j; their states must be the same bits.
+            d.set_stop(Some(graph[j]))?;
+            d.reset()?;
+            let ran = d.step_mega_n(9419, steps)?;
+            let mega_state = state(&d)?;
+            let refused = d.step_mega(ran[ran.len() - 1]).is_err();
+            d.reset()?;
+            let piped = d.generate(9419, steps)?;
+            let pos = d.pos()?;
+            let same = state(&d)? == mega_state;
+            d.set_stop(None)?;
+            let ok = ran == graph[..=j] && piped == graph[..=j] && pos == j + 1 && same && refused;
+            println!(
+                "device-side stop at token {} (step {j}): megakernel ran {} of {steps} steps, pipelined graph {} \
+                 (device position {pos}), states {}, a step after the stop {} ({})",
+                graph[j],
+                ran.len(),
+                piped.len(),
+                if same { "identical" } else { "DIFFER" },
+                if refused { "refused" } else { "NOT refused" },
+                if ok { "ok" } else { "WRONG" }
+            );
+            ok
+        }
+        None => {
+            println!("device-side stop: no step with a new token to stop at (not checked)");
+            true
+        }
+    };
+    println!(
+        "ms/token: graph {ms_graph:.3} (synchronised per step), megakernel {ms_one:.3} at one step per launch, {ms_multi:.3} at {per_launch} per launch"
+    );
+    if same_tokens != steps || differ != 0 || !stop_ok {
+        mk::bail!("gpu multistep: the megakernel's multi-step launches differ from the graph");
+    }
+    println!("verdict: ok (bit-identical tokens and state)");
+    Ok(())
 }

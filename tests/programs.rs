@@ -138,3 +138,135 @@ fn host_tunable_defaults_match_the_kernels() {
         assert!(common.contains(&format!("#define {name} {value} ")), "#define {name} {value} in common.cuh");
     }
 }
+
+/// The megakernel's multi-step launch (megakernel.cu) keeps counters and unit tickets growing across
+/// the steps of one launch: in step s a word's tickets start at s * (units + blocks) and its wait
+/// target is wait_target + s * stride. A CPU model of the kernel's block loop (blocks interleaved at
+/// random, one action at a time, the join between steps included) must run every unit of
+/// every step exactly once, never deadlock, and let a unit run only when its counter holds exactly the
+/// increments the single-step program requires (the step's own producers, all done). Negative
+/// control: without the stride (targets as in one step) a unit runs early, and the model says so.
+#[test]
+fn multi_step_launch_protocol_runs_every_unit_once() {
+    for p in PRESETS {
+        let prog = compile(&ModelConfig::preset(p).unwrap(), p, &h200(1)).unwrap();
+        let st = mk::cuda::discrete::wait_strides(&prog);
+        for (w, s) in prog.words.iter().zip(&st) {
+            if w.wait != mk::isa::NO_COUNTER {
+                assert!(w.wait_target >= 1 && w.wait_target <= *s, "{p}: target {} stride {s}", w.wait_target);
+            }
+        }
+    }
+    let prog = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &h200(1)).unwrap();
+    let stride = mk::cuda::discrete::wait_strides(&prog);
+    for (blocks, seed) in [(1, 1), (3, 2), (7, 3), (16, 4)] {
+        simulate_multi_step(&prog, &stride, 3, blocks, seed).unwrap();
+    }
+    let err = simulate_multi_step(&prog, &vec![0; stride.len()], 3, 7, 5).unwrap_err();
+    assert!(err.contains("ran early"), "{err}");
+}
+
+/// The model of megakernel.cu's block loop over `n_steps` steps with `blocks` blocks.
+fn simulate_multi_step(prog: &Program, stride: &[u32], n_steps: u32, blocks: u32, seed: u64) -> Result<(), String> {
+    let nw = prog.words.len();
+    let mut counters = vec![0u32; prog.n_counters as usize];
+    let mut own = vec![vec![0u32; prog.n_counters as usize]; n_steps as usize];
+    let mut next = vec![0u32; nw];
+    let mut ran = vec![vec![0u32; nw]; n_steps as usize];
+    let mut step_done = 0u32;
+    // Per block: its step, its word, the unit in hand (u32::MAX at the end of a step: counted), done.
+    #[derive(Clone, Copy)]
+    struct B {
+        s: u32,
+        wi: usize,
+        unit: Option<u32>,
+        done: bool,
+    }
+    let mut bs = vec![B { s: 0, wi: 0, unit: None, done: false }; blocks as usize];
+    // One action of a block picked at random (xorshift64) per turn: any block may lag any other.
+    let mut x = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    let mut stalled = 0u32;
+    while bs.iter().any(|b| !b.done) {
+        let mut progressed = false;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        {
+            let b = &mut bs[(x % blocks as u64) as usize];
+            if b.done {
+                continue;
+            }
+            if b.wi == nw {
+                if b.unit.is_none() {
+                    step_done += 1;
+                    b.unit = Some(u32::MAX);
+                    progressed = true;
+                } else if b.s + 1 == n_steps {
+                    b.done = true;
+                    progressed = true;
+                } else if step_done >= (b.s + 1) * blocks {
+                    *b = B { s: b.s + 1, wi: 0, unit: None, done: false };
+                    progressed = true;
+                }
+                continue;
+            }
+            let w = &prog.words[b.wi];
+            match b.unit {
+                None => {
+                    let t = next[b.wi];
+                    next[b.wi] += 1;
+                    let u = t.wrapping_sub(b.s * (w.units + blocks));
+                    if u >= w.units {
+                        b.wi += 1;
+                    } else {
+                        b.unit = Some(u);
+                    }
+                    progressed = true;
+                }
+                Some(_) => {
+                    let c = w.wait as usize;
+                    let ready = w.wait == mk::isa::NO_COUNTER || counters[c] >= w.wait_target + b.s * stride[b.wi];
+                    if !ready {
+                        stalled += 1;
+                        if stalled > 100_000 {
+                            return Err("deadlock".into());
+                        }
+                        continue;
+                    }
+                    if w.wait != mk::isa::NO_COUNTER && own[b.s as usize][c] < w.wait_target {
+                        return Err(format!(
+                            "step {} word {} ran early: its counter holds {} of this step's {} increments",
+                            b.s, b.wi, own[b.s as usize][c], w.wait_target
+                        ));
+                    }
+                    ran[b.s as usize][b.wi] += 1;
+                    counters[w.signal as usize] += 1;
+                    own[b.s as usize][w.signal as usize] += 1;
+                    b.unit = None;
+                    progressed = true;
+                }
+            }
+        }
+        if progressed {
+            stalled = 0;
+        } else {
+            stalled += 1;
+            if stalled > 100_000 {
+                return Err("deadlock".into());
+            }
+        }
+    }
+    for (s, r) in ran.iter().enumerate() {
+        for (wi, w) in prog.words.iter().enumerate() {
+            if r[wi] != w.units {
+                return Err(format!("step {s} word {wi}: {} units ran of {}", r[wi], w.units));
+            }
+        }
+    }
+    for (wi, w) in prog.words.iter().enumerate() {
+        if next[wi] != n_steps * (w.units + blocks) {
+            return Err(format!("word {wi}: {} tickets", next[wi]));
+        }
+    }
+    Ok(())
+}

@@ -7,4 +7,6 @@ __device__ void op_end_step(const DevCtx& c, const Word& w, unsigned, char*, boo
   unsigned* ctrl = B<unsigned>(c, w.ops[SLOT_IN0]);
   ctrl[1] = ctrl[2];
   ctrl[0] += 1;
+  // The device-side stop: this step produced the stop token, so it is the last.
+  if (c.stop[0] != 0 && ctrl[1] == c.stop[0] - 1) c.stop[1] = 1;
 }

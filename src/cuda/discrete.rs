@@ -29,6 +29,7 @@ pub struct DevCtx {
     cols: u64,
     wbytes: u64,
     rope: u64,
+    stop: u64,
     rotary_dim: u32,
     head_dim: u32,
     gdn_dim: u32,
@@ -40,7 +41,7 @@ pub struct DevCtx {
     eps: f32,
     _pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<DevCtx>() == 88);
+const _: () = assert!(std::mem::size_of::<DevCtx>() == 96);
 
 /// A megakernel wait longer than this is a hang (derived: a whole 27B step takes about 25 ms on
 /// the graph path, so no legitimate wait comes near 2 s).
@@ -85,12 +86,19 @@ pub struct Discrete {
     pub arena_bytes: usize,
     /// Offset of the megakernel's control words in the arena.
     mk_off: usize,
+    mk_stride: usize,
+    mk_tokens: usize,
     /// The megakernel timeline: per-word first unit slots, the stamps, the units of a step.
     tl_base: usize,
     tl_off: usize,
     total_units: usize,
     /// The sampler's parameters (temperature, top_k, top_p, seed) and status word, in the arena.
     samp_off: usize,
+    /// The device-side stop (DevCtx::stop): two words in the arena, the token it stops at (set_stop)
+    /// and whether the host saw the sequence stop (then steps are refused until reset).
+    stop_off: usize,
+    stop_token: Option<u32>,
+    stopped: bool,
     sampler: Option<CudaFunction>,
     /// Sampling (temperature > 0) is on: steps check the sampler's status.
     sampling: bool,
@@ -238,14 +246,20 @@ impl Discrete {
         let t_rope = take(max_ctx * 2 * rot * 4);
         let words = prog.encode_words();
         let prog_off = take(words.len());
-        // The megakernel's counters, unit tickets and error flag (zeroed before every launch).
-        let mk_off = take(4 * (prog.n_counters as usize + prog.words.len() + 1));
+        // The megakernel's counters, unit tickets, error flag and finished-step count (zeroed before
+        // every launch), each word's wait stride (its counter's increments per step) and the tokens of
+        // one launch (at most a context's worth).
+        let mk_off = take(4 * (prog.n_counters as usize + prog.words.len() + 2));
+        let mk_stride = take(4 * prog.words.len());
+        let mk_tokens = take(4 * prog.target.max_context as usize);
         // The megakernel's timeline: each word's first unit slot, then four u64 per unit of a step.
         let total_units: usize = prog.words.iter().map(|w| w.units as usize).sum();
         let tl_base = take(4 * prog.words.len());
         let tl_off = take(32 * total_units);
         // The GPU sampler's parameters (SampleParams in sample.cu, 24 bytes) and its sticky status.
         let samp_off = take(32);
+        // The device-side stop: the stop token + 1 (0: none) and the stopped flag EndStep sets.
+        let stop_off = take(8);
         let total = at;
         let stream = gpu.stream.clone();
         let mut arena = cu(stream.alloc_zeros::<u8>(total), "cuMemAlloc (arena)")?;
@@ -311,6 +325,7 @@ impl Discrete {
             })
             .collect();
         put(&mut arena, tl_base, &bases)?;
+        put(&mut arena, mk_stride, &le32(wait_strides(prog)))?;
         let ctx = DevCtx {
             bufs: base + t_bufs as u64,
             scales: base + t_scales as u64,
@@ -318,6 +333,7 @@ impl Discrete {
             cols: base + t_cols as u64,
             wbytes: base + t_wbytes as u64,
             rope: base + t_rope as u64,
+            stop: base + stop_off as u64,
             rotary_dim: rot as u32,
             head_dim: cfg.head_dim as u32,
             gdn_dim: cfg.gdn_v_dim as u32,
@@ -372,10 +388,15 @@ impl Discrete {
             funcs,
             graph: None,
             mk_off,
+            mk_stride,
+            mk_tokens,
             tl_base,
             tl_off,
             total_units,
             samp_off,
+            stop_off,
+            stop_token: None,
+            stopped: false,
             sampler: module.load_function("k_sample").ok(),
             sampling: false,
             mega: match module.load_function("megakernel") {
@@ -471,9 +492,12 @@ impl Discrete {
                 cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
             }
         }
-        // The sampler's sticky status (its parameters stay).
+        // The sampler's sticky status (its parameters stay), the stopped flag (the stop token stays).
         let mut v = self.arena.slice_mut(self.samp_off + 24..self.samp_off + 28);
         cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
+        let mut v = self.arena.slice_mut(self.stop_off + 4..self.stop_off + 8);
+        cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
+        self.stopped = false;
         Ok(())
     }
 
@@ -487,7 +511,27 @@ impl Discrete {
     ) -> Result<u32> {
         self.check(token)?;
         let r = self.step_unchecked(token, eager, after_word);
-        self.advance(r)
+        let t = self.advance(r)?;
+        self.stopped = Some(t) == self.stop_token;
+        Ok(t)
+    }
+
+    /// The device-side stop: the step that produces `stop` is the sequence's last (EndStep sets the
+    /// stopped flag, every later kernel returns at once, so a replay queued past it changes nothing;
+    /// the host then refuses steps until `reset`). None: no stop token.
+    pub fn set_stop(&mut self, stop: Option<u32>) -> Result<()> {
+        let vocab = self.prog.buffers[self.logits].cols as u32;
+        if let Some(t) = stop.filter(|&t| t >= vocab) {
+            crate::bail!("stop token id {t} is out of range (vocabulary {vocab})");
+        }
+        let w: Vec<u8> = [stop.map_or(0, |t| t + 1), 0].iter().flat_map(|x: &u32| x.to_le_bytes()).collect();
+        let stream = self.gpu.stream.clone();
+        let mut v = self.arena.slice_mut(self.stop_off..self.stop_off + 8);
+        cu(stream.memcpy_htod(&w, &mut v), "write the stop token")?;
+        cu(stream.synchronize(), "cuStreamSynchronize")?;
+        self.stop_token = stop;
+        self.stopped = false;
+        Ok(())
     }
 
     fn step_unchecked(
@@ -554,10 +598,11 @@ impl Discrete {
         let ctrl = self.base + self.places[self.ctrl].off as u64;
         let params = self.base + self.samp_off as u64;
         let status = params + 24;
+        let stop = self.base + self.stop_off as u64;
         let mut b = self.gpu.stream.launch_builder(f);
-        b.arg(&logits).arg(&vocab).arg(&ctrl).arg(&params).arg(&status);
-        // SAFETY: (const unsigned short*, unsigned, unsigned*, const SampleParams*, unsigned*) as
-        // k_sample declares; every pointer is in the arena.
+        b.arg(&logits).arg(&vocab).arg(&ctrl).arg(&params).arg(&status).arg(&stop);
+        // SAFETY: (const unsigned short*, unsigned, unsigned*, const SampleParams*, unsigned*, const
+        // unsigned*) as k_sample declares; every pointer is in the arena.
         cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch the sampler")
     }
 
@@ -644,7 +689,8 @@ impl Discrete {
         let r = self.generate_unchecked(token, n).and_then(|v| self.check_sampler().map(|_| v));
         match r {
             Ok(v) => {
-                self.pos += n;
+                self.pos += v.len();
+                self.stopped = self.stop_token.is_some() && v.last().copied() == self.stop_token;
                 Ok(v)
             }
             Err(e) => {
@@ -661,6 +707,9 @@ impl Discrete {
         if self.graph.is_none() {
             // The first step captures the graph (and synchronises once).
             let t = self.step_unchecked(token, false, |_, _| Ok(()))?;
+            if Some(t) == self.stop_token {
+                return Ok(vec![t]);
+            }
             let mut rest = self.generate_queued(n - 1)?;
             rest.insert(0, t);
             return Ok(rest);
@@ -688,7 +737,13 @@ impl Discrete {
             cu(stream.memcpy_dtoh(&v, &mut self.pinned[i % 2]), "token copy")?;
             cu(self.pinned_ev[i % 2].record(&stream), "cuEventRecord (token copy)")?;
             if i > 0 {
-                out.push(self.pinned_token((i - 1) % 2)?);
+                let t = self.pinned_token((i - 1) % 2)?;
+                out.push(t);
+                // The stop: replay i is already queued; it finds the stopped flag and changes nothing.
+                if Some(t) == self.stop_token {
+                    cu(stream.synchronize(), "cuStreamSynchronize")?;
+                    return Ok(out);
+                }
             }
         }
         if n > 0 {
@@ -708,6 +763,9 @@ impl Discrete {
     fn check(&self, token: u32) -> Result<()> {
         if self.broken {
             crate::bail!("gpu: an earlier step failed part way; reset the sequence before stepping again");
+        }
+        if self.stopped {
+            crate::bail!("gpu: the sequence stopped at its stop token; reset it before stepping again");
         }
         let vocab = self.prog.buffers[self.logits].cols as u32;
         if token >= vocab {
@@ -841,9 +899,26 @@ impl Discrete {
     /// greedy next token. A wait that runs past the time limit is an error naming the first word that hung.
     pub fn step_mega(&mut self, token: u32) -> Result<u32> {
         self.check(token)?;
+        let r = self.step_mega_unchecked(token, 1, false);
+        Ok(self.advance_by(r)?[0])
+    }
 
-        let r = self.step_mega_unchecked(token, false);
-        self.advance(r)
+    /// Up to `n` greedy decode steps in ONE cooperative launch (the in-kernel token loop: EndStep
+    /// advances the control block on the device, a grid join separates steps). The step that produces
+    /// the stop token (`set_stop`) is the last (the device-side stop). Returns the tokens of the steps
+    /// run, in order; the position moves on by their count.
+    pub fn step_mega_n(&mut self, token: u32, n: usize) -> Result<Vec<u32>> {
+        self.check(token)?;
+        let room = self.prog.target.max_context as usize - self.pos;
+        if n == 0 || n > room {
+            crate::bail!(
+                "megakernel: {n} steps in one launch from position {} (1..={room} fit the max context {})",
+                self.pos,
+                self.prog.target.max_context
+            );
+        }
+        let r = self.step_mega_unchecked(token, n as u32, false);
+        self.advance_by(r)
     }
 
     /// One megakernel step that also records its timeline: the raw stamps, four u64 per unit of the
@@ -855,8 +930,8 @@ impl Discrete {
             let mut v = self.arena.slice_mut(self.tl_off..self.tl_off + 32 * self.total_units);
             cu(stream.memset_zeros(&mut v), "zero the timeline")?;
         }
-        let r = self.step_mega_unchecked(token, true);
-        let t = self.advance(r)?;
+        let r = self.step_mega_unchecked(token, 1, true);
+        let t = self.advance_by(r)?[0];
         let p = self.arena.slice(self.tl_off..self.tl_off + 32 * self.total_units);
         let mut host = vec![0u8; 32 * self.total_units];
         cu(self.gpu.stream.memcpy_dtoh(&p, &mut host), "read the timeline")?;
@@ -868,7 +943,27 @@ impl Discrete {
         Ok((t, stamps))
     }
 
-    fn step_mega_unchecked(&mut self, token: u32, timeline: bool) -> Result<u32> {
+    /// After a checked megakernel launch: the position moves on by the steps it ran; a failure marks
+    /// the sequence broken (as `advance`).
+    fn advance_by(&mut self, r: Result<Vec<u32>>) -> Result<Vec<u32>> {
+        match r {
+            Ok(v) => {
+                self.pos += v.len();
+                self.stopped = self.stop_token.is_some() && v.last().copied() == self.stop_token;
+                Ok(v)
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// One launch of `n_steps` steps (1 with the timeline); returns the tokens of the steps it ran.
+    fn step_mega_unchecked(&mut self, token: u32, n_steps: u32, timeline: bool) -> Result<Vec<u32>> {
+        if timeline && n_steps != 1 {
+            crate::bail!("megakernel: the timeline records one step per launch");
+        }
         if self.sampling {
             crate::bail!("gpu: sampling runs on the graph path only (the megakernel is greedy)");
         }
@@ -879,7 +974,9 @@ impl Discrete {
             let mut v = self.arena.slice_mut(c.off + 4..c.off + 8);
             cu(stream.memcpy_htod(&token.to_le_bytes(), &mut v), "write token")?;
         }
-        let n_ctl = self.prog.n_counters as usize + self.prog.words.len() + 1;
+        let pos0 = self.read_u32(self.ctrl, 0, 1)?[0];
+        // counters, tickets, the error flag, the finished-step count
+        let n_ctl = self.prog.n_counters as usize + self.prog.words.len() + 2;
         {
             let mut v = self.arena.slice_mut(self.mk_off..self.mk_off + 4 * n_ctl);
             cu(stream.memset_zeros(&mut v), "zero the megakernel counters")?;
@@ -893,17 +990,26 @@ impl Discrete {
             timeout_ns: u64,
             stamps: u64,
             unit_base: u64,
+            wait_stride: u64,
+            step_done: u64,
+            tokens: u64,
+            n_steps: u32,
         }
         // SAFETY: plain old data with the layout of MkCtl in megakernel.cu.
         unsafe impl DeviceRepr for MkCtl {}
+        const _: () = assert!(std::mem::size_of::<MkCtl>() == 80);
         let base = self.base + self.mk_off as u64;
         let ctl = MkCtl {
             counters: base,
             next: base + 4 * self.prog.n_counters as u64,
-            error: base + 4 * (n_ctl as u64 - 1),
+            error: base + 4 * (n_ctl as u64 - 2),
             timeout_ns: MEGA_WAIT_TIMEOUT_NS,
             stamps: if timeline { self.base + self.tl_off as u64 } else { 0 },
             unit_base: self.base + self.tl_base as u64,
+            wait_stride: self.base + self.mk_stride as u64,
+            step_done: base + 4 * (n_ctl as u64 - 1),
+            tokens: self.base + self.mk_tokens as u64,
+            n_steps,
         };
         let smem = self.prog.words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
         // MEGA_BLOCKS_PER_SM blocks per SM (its launch bounds in megakernel.cu); the cooperative launch
@@ -920,11 +1026,17 @@ impl Discrete {
         cu(unsafe { b.launch_cooperative(cfg) }.map(|_| ()), "cooperative launch of the megakernel")?;
         let mut err = [0u8; 4];
         {
-            let v = self.arena.slice(self.mk_off + 4 * (n_ctl - 1)..self.mk_off + 4 * n_ctl);
+            let v = self.arena.slice(self.mk_off + 4 * (n_ctl - 2)..self.mk_off + 4 * (n_ctl - 1));
             cu(stream.memcpy_dtoh(&v, &mut err), "read the megakernel error flag")?;
         }
         cu(stream.synchronize(), "cuStreamSynchronize (megakernel)")?;
         let e = u32::from_le_bytes(err);
+        if e as usize == self.prog.words.len() + 1 {
+            crate::bail!(
+                "megakernel: the join between steps waited more than {} s (a hang, stopped)",
+                MEGA_WAIT_TIMEOUT_NS / 1_000_000_000
+            );
+        }
         if e != 0 {
             let w = &self.prog.words[e as usize - 1];
             crate::bail!(
@@ -936,7 +1048,16 @@ impl Discrete {
                 w.wait_target
             );
         }
-        Ok(self.read_u32(self.ctrl, 0, CTRL_LEN)?[1])
+        // The steps run: the position EndStep advanced (fewer than n_steps after a stop).
+        let ran = self.read_u32(self.ctrl, 0, 1)?[0].wrapping_sub(pos0) as usize;
+        if ran == 0 || ran > n_steps as usize {
+            crate::bail!("megakernel: the launch of {n_steps} steps moved the position by {ran}");
+        }
+        let t = self.arena.slice(self.mk_tokens..self.mk_tokens + 4 * ran);
+        let mut b = vec![0u8; 4 * ran];
+        cu(stream.memcpy_dtoh(&t, &mut b), "read the megakernel's tokens")?;
+        cu(stream.synchronize(), "cuStreamSynchronize")?;
+        Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
     /// Free and total device memory (bytes), to show that nothing allocates after startup.
@@ -948,4 +1069,28 @@ impl Discrete {
     pub fn sync(&self) -> Result<()> {
         cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")
     }
+}
+
+/// Per word: how much its wait counter grows in one step (the units of every word signalling it), so
+/// that step s of a multi-step launch waits for wait_target + s * stride (counters are not reset
+/// between the steps of one launch). 0 for a word that waits on nothing.
+pub fn wait_strides(prog: &Program) -> Vec<u32> {
+    let mut per_counter = vec![0u32; prog.n_counters as usize];
+    for w in &prog.words {
+        if let Some(c) = per_counter.get_mut(w.signal as usize) {
+            *c += w.units;
+        }
+    }
+    prog.words
+        .iter()
+        .map(
+            |w| {
+                if w.wait == crate::isa::NO_COUNTER {
+                    0
+                } else {
+                    per_counter.get(w.wait as usize).copied().unwrap_or(0)
+                }
+            },
+        )
+        .collect()
 }
