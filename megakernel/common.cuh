@@ -24,6 +24,9 @@
 #ifndef GEMV_MIN_BLOCKS
 #define GEMV_MIN_BLOCKS 4  // the discrete GEMV kernels' launch bounds: blocks per SM ptxas must fit (registers)
 #endif
+#ifndef DEVICE_STOP
+#define DEVICE_STOP 1      // graph kernels return at once after the stop token (0: timing the check's cost only)
+#endif
 #ifndef GEMV_TMA
 #define GEMV_TMA 0         // GEMV weights streamed into a shared-memory ring by bulk copies (TMA)
 #endif

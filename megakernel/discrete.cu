@@ -18,7 +18,7 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
 #define K_OP(name)                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
-    if (stopped(c)) return;                                                                          \
+    if (DEVICE_STOP && stopped(c)) return;                                                           \
     unsigned u;                                                                                      \
     Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                              \
     op_##name(c, w, u, smem, true);                                                                  \
@@ -28,7 +28,7 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
 #define K_GEMV(name)                                                                                 \
   extern "C" __global__ void __launch_bounds__(THREADS, GEMV_MIN_BLOCKS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
-    if (stopped(c)) return;                                                                          \
+    if (DEVICE_STOP && stopped(c)) return;                                                           \
     if (!UNIT_LOOP) {                                                                                \
       unsigned u;                                                                                    \
       Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                            \

@@ -14,7 +14,7 @@
 struct MkCtl {
   unsigned* counters;  // [n_counters]
   unsigned* next;      // [n_words]: the next unit of each word to hand out
-  unsigned* error;     // 0, or 1 + the first word whose wait ran past the time limit
+  unsigned* error;     // [0]: 0, or 1 + the first word whose wait ran past the time limit; [1]: its step
   unsigned long long timeout_ns;  // a wait longer than this (wall clock) is a hang: stop
   // The timeline (null: off): per executed unit, at unit_base[word] + unit, four u64: word << 48 |
   // block << 32 | unit, then %globaltimer at the ticket, when the wait was over, and when done.
@@ -58,14 +58,15 @@ __device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem,
 
 // Thread 0 waits until *p >= target (acquire), bounded by the time limit and stopping at once when
 // another block already stopped; on a timeout `code` (1 + the word, or n_words + 1 for the join
-// between steps) is recorded, the first one kept. Returns to every thread whether the wait succeeded.
-__device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, unsigned code, unsigned* ok_s) {
+// between steps) and the step `s` are recorded, the first hang kept. Returns to every thread whether
+// the wait succeeded.
+__device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, unsigned code, unsigned s, unsigned* ok_s) {
   if (threadIdx.x == 0) {
     *ok_s = 1;
     unsigned long long t0 = global_ns();
     while (ld_acquire(p) < target) {
       if (global_ns() - t0 > k.timeout_ns || *(volatile unsigned*)k.error != 0) {
-        atomicCAS(k.error, 0u, code);
+        if (atomicCAS(k.error, 0u, code) == 0u) k.error[1] = s;
         *ok_s = 0;
         break;
       }
@@ -85,10 +86,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
   for (unsigned s = 0; s < k.n_steps; ++s) {
     if (s > 0) {
       // The join between steps: every block finished step s - 1 (so no unit of it still reads a buffer
-      // this step overwrites). Then the device-side stop (DevCtx::stop, set by EndStep): every block
-      // reads the same flag, written before the EndStep block's release of step_done.
-      if (!block_wait(k, k.step_done, s * G, n_words + 1, &ok_s)) return;
-      if (threadIdx.x == 0) stop_s = stopped(c);
+      // this step overwrites). Then the device-side stop: did step s - 1 produce the stop token? Decided
+      // from the step's token (fixed once the join is passed, written before the EndStep block's release
+      // of step_done), not from the stopped flag, which step s's EndStep may set while a slow block
+      // has yet to read it (that block would return without joining, and the others hang).
+      if (!block_wait(k, k.step_done, s * G, n_words + 1, s, &ok_s)) return;
+      if (threadIdx.x == 0) stop_s = c.stop[0] != 0 && ((volatile unsigned*)k.tokens)[s - 1] == c.stop[0] - 1;
       __syncthreads();
       if (stop_s) return;
     }
@@ -105,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
         const bool stamp = k.stamps && s == 0 && threadIdx.x == 0;
         unsigned long long t_ticket = stamp ? global_ns() : 0, t_ready = t_ticket;
         if (w.wait != NO_COUNTER) {
-          if (!block_wait(k, &k.counters[w.wait], w.wait_target + s * k.wait_stride[wi], wi + 1, &ok_s)) return;
+          if (!block_wait(k, &k.counters[w.wait], w.wait_target + s * k.wait_stride[wi], wi + 1, s, &ok_s)) return;
           if (stamp) t_ready = global_ns();
           // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
         }

@@ -484,8 +484,8 @@ fn main() -> ExitCode {
 /// `mk gpu multistep`: see the command's help.
 fn multistep(dir: &std::path::Path, steps: usize, per_launch: usize, cache: &std::path::Path) -> mk::error::Result<()> {
     use mk::isa::BufKind;
-    if steps == 0 || per_launch == 0 {
-        mk::bail!("gpu multistep: --steps and --per-launch must be at least 1");
+    if steps < 2 || per_launch == 0 {
+        mk::bail!("gpu multistep: --steps must be at least 2 (the stop is checked before the last) and --per-launch at least 1");
     }
     let ck = Checkpoint::open(dir)?;
     let mut t = mk::compiler::h200(1);
@@ -513,14 +513,22 @@ fn multistep(dir: &std::path::Path, steps: usize, per_launch: usize, cache: &std
     d.sync()?;
     let ms_graph = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
     let want = state(&d)?;
-    // The megakernel, one step per launch (timed) and `per_launch` steps per launch (compared).
+    // The megakernel, one step per launch and `per_launch` steps per launch: both timed and compared.
     d.reset()?;
     let t1 = std::time::Instant::now();
-    let mut tok = 9419u32;
+    let (mut tok, mut one) = (9419u32, Vec::with_capacity(steps));
     for _ in 0..steps {
         tok = d.step_mega(tok)?;
+        one.push(tok);
     }
     let ms_one = t1.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let one_state = state(&d)?;
+    let one_ok = one == graph && one_state == want;
+    println!(
+        "one step per launch: tokens {}, state {}",
+        if one == graph { "equal" } else { "DIFFER" },
+        if one_state == want { "identical" } else { "DIFFERS" }
+    );
     d.reset()?;
     let t2 = std::time::Instant::now();
     let (mut tok, mut mega) = (9419u32, Vec::with_capacity(steps));
@@ -555,44 +563,41 @@ fn multistep(dir: &std::path::Path, steps: usize, per_launch: usize, cache: &std
         differ,
         want.len()
     );
-    // The device-side stop: stop at the first step whose token first appears at index j >= 1.
-    let j = (1..steps).find(|&j| !graph[..j].contains(&graph[j]));
-    let stop_ok = match j {
-        Some(j) => {
-            // The megakernel (one launch of `steps`) and the pipelined graph (replays queued one
-            // ahead) both stop after step j; their states must be the same bits.
-            d.set_stop(Some(graph[j]))?;
-            d.reset()?;
-            let ran = d.step_mega_n(9419, steps)?;
-            let mega_state = state(&d)?;
-            let refused = d.step_mega(ran[ran.len() - 1]).is_err();
-            d.reset()?;
-            let piped = d.generate(9419, steps)?;
-            let pos = d.pos()?;
-            let same = state(&d)? == mega_state;
-            d.set_stop(None)?;
-            let ok = ran == graph[..=j] && piped == graph[..=j] && pos == j + 1 && same && refused;
-            println!(
-                "device-side stop at token {} (step {j}): megakernel ran {} of {steps} steps, pipelined graph {} \
-                 (device position {pos}), states {}, a step after the stop {} ({})",
-                graph[j],
-                ran.len(),
-                piped.len(),
-                if same { "identical" } else { "DIFFER" },
-                if refused { "refused" } else { "NOT refused" },
-                if ok { "ok" } else { "WRONG" }
-            );
-            ok
-        }
-        None => {
-            println!("device-side stop: no step with a new token to stop at (not checked)");
-            true
-        }
+    // The device-side stop at step j: the latest step before the last whose token is new (so that the
+    // sequence really ends there; j = 0 always qualifies): the launch must end early and the
+    // pipelined graph's queued replay must change nothing.
+    let j = (0..steps - 1).rev().find(|&j| !graph[..j].contains(&graph[j])).unwrap_or(0);
+    let stop_ok = {
+        // The megakernel (one launch of `steps`) and the pipelined graph (replays queued one
+        // ahead) both stop after step j; their states must be the same bits.
+        d.set_stop(Some(graph[j]))?;
+        d.reset()?;
+        let ran = d.step_mega_n(9419, steps)?;
+        let mega_state = state(&d)?;
+        let refused = d.step_mega(*ran.last().unwrap_or(&0)).is_err_and(|e| e.to_string().contains("stopped"));
+        d.reset()?;
+        let piped = d.generate(9419, steps)?;
+        let pos = d.pos()?;
+        let same = state(&d)? == mega_state;
+        d.reset()?;
+        d.set_stop(None)?;
+        let ok = ran == graph[..=j] && piped == graph[..=j] && pos == j + 1 && same && refused;
+        println!(
+            "device-side stop at token {} (step {j}): megakernel ran {} of {steps} steps, pipelined graph {} \
+             (device position {pos}), states {}, a step after the stop {} ({})",
+            graph[j],
+            ran.len(),
+            piped.len(),
+            if same { "identical" } else { "DIFFER" },
+            if refused { "refused" } else { "NOT refused" },
+            if ok { "ok" } else { "WRONG" }
+        );
+        ok
     };
     println!(
         "ms/token: graph {ms_graph:.3} (synchronised per step), megakernel {ms_one:.3} at one step per launch, {ms_multi:.3} at {per_launch} per launch"
     );
-    if same_tokens != steps || differ != 0 || !stop_ok {
+    if same_tokens != steps || differ != 0 || !stop_ok || !one_ok {
         mk::bail!("gpu multistep: the megakernel's multi-step launches differ from the graph");
     }
     println!("verdict: ok (bit-identical tokens and state)");

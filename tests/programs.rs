@@ -146,6 +146,8 @@ fn host_tunable_defaults_match_the_kernels() {
 /// every step exactly once, never deadlock, and let a unit run only when its counter holds exactly the
 /// increments the single-step program requires (the step's own producers, all done). Negative
 /// control: without the stride (targets as in one step) a unit runs early, and the model says so.
+/// (The device-side stop is not modelled: the kernel decides it from the previous step's token, which
+/// no block can change after the join.)
 #[test]
 fn multi_step_launch_protocol_runs_every_unit_once() {
     for p in PRESETS {
@@ -207,6 +209,10 @@ fn simulate_multi_step(prog: &Program, stride: &[u32], n_steps: u32, blocks: u32
                 } else if step_done >= (b.s + 1) * blocks {
                     *b = B { s: b.s + 1, wi: 0, unit: None, done: false };
                     progressed = true;
+                }
+                stalled = if progressed { 0 } else { stalled + 1 };
+                if stalled > 100_000 {
+                    return Err("deadlock at the join between steps".into());
                 }
                 continue;
             }

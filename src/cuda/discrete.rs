@@ -249,7 +249,7 @@ impl Discrete {
         // The megakernel's counters, unit tickets, error flag and finished-step count (zeroed before
         // every launch), each word's wait stride (its counter's increments per step) and the tokens of
         // one launch (at most a context's worth).
-        let mk_off = take(4 * (prog.n_counters as usize + prog.words.len() + 2));
+        let mk_off = take(4 * (prog.n_counters as usize + prog.words.len() + 3));
         let mk_stride = take(4 * prog.words.len());
         let mk_tokens = take(4 * prog.target.max_context as usize);
         // The megakernel's timeline: each word's first unit slot, then four u64 per unit of a step.
@@ -520,6 +520,9 @@ impl Discrete {
     /// stopped flag, every later kernel returns at once, so a replay queued past it changes nothing;
     /// the host then refuses steps until `reset`). None: no stop token.
     pub fn set_stop(&mut self, stop: Option<u32>) -> Result<()> {
+        if self.stopped {
+            crate::bail!("gpu: the sequence stopped at its stop token; reset it before setting another");
+        }
         let vocab = self.prog.buffers[self.logits].cols as u32;
         if let Some(t) = stop.filter(|&t| t >= vocab) {
             crate::bail!("stop token id {t} is out of range (vocabulary {vocab})");
@@ -974,9 +977,9 @@ impl Discrete {
             let mut v = self.arena.slice_mut(c.off + 4..c.off + 8);
             cu(stream.memcpy_htod(&token.to_le_bytes(), &mut v), "write token")?;
         }
-        let pos0 = self.read_u32(self.ctrl, 0, 1)?[0];
-        // counters, tickets, the error flag, the finished-step count
-        let n_ctl = self.prog.n_counters as usize + self.prog.words.len() + 2;
+        let pos0 = self.pos as u32; // the host's mirror of the control block's position (check, seek, reset)
+                                    // counters, tickets, the error word and its step, the finished-step count
+        let n_ctl = self.prog.n_counters as usize + self.prog.words.len() + 3;
         {
             let mut v = self.arena.slice_mut(self.mk_off..self.mk_off + 4 * n_ctl);
             cu(stream.memset_zeros(&mut v), "zero the megakernel counters")?;
@@ -1002,7 +1005,7 @@ impl Discrete {
         let ctl = MkCtl {
             counters: base,
             next: base + 4 * self.prog.n_counters as u64,
-            error: base + 4 * (n_ctl as u64 - 2),
+            error: base + 4 * (n_ctl as u64 - 3),
             timeout_ns: MEGA_WAIT_TIMEOUT_NS,
             stamps: if timeline { self.base + self.tl_off as u64 } else { 0 },
             unit_base: self.base + self.tl_base as u64,
@@ -1024,40 +1027,43 @@ impl Discrete {
         // SAFETY: (const Word*, unsigned, DevCtx, MkCtl) as the kernel declares; every pointer is in
         // the arena. Cooperative: the launch fails instead of hanging if the blocks cannot co-reside.
         cu(unsafe { b.launch_cooperative(cfg) }.map(|_| ()), "cooperative launch of the megakernel")?;
-        let mut err = [0u8; 4];
+        // One synchronisation: the error word and its step, the position, the launch's tokens.
+        let (mut err, mut pos, mut toks) = ([0u8; 8], [0u8; 4], vec![0u8; 4 * n_steps as usize]);
         {
-            let v = self.arena.slice(self.mk_off + 4 * (n_ctl - 2)..self.mk_off + 4 * (n_ctl - 1));
-            cu(stream.memcpy_dtoh(&v, &mut err), "read the megakernel error flag")?;
+            let v = self.arena.slice(self.mk_off + 4 * (n_ctl - 3)..self.mk_off + 4 * (n_ctl - 1));
+            cu(stream.memcpy_dtoh(&v, &mut err), "read the megakernel error word")?;
+            let v = self.arena.slice(c.off..c.off + 4);
+            cu(stream.memcpy_dtoh(&v, &mut pos), "read the position")?;
+            let v = self.arena.slice(self.mk_tokens..self.mk_tokens + 4 * n_steps as usize);
+            cu(stream.memcpy_dtoh(&v, &mut toks), "read the megakernel's tokens")?;
         }
         cu(stream.synchronize(), "cuStreamSynchronize (megakernel)")?;
-        let e = u32::from_le_bytes(err);
+        let e = u32::from_le_bytes([err[0], err[1], err[2], err[3]]);
+        let step = u32::from_le_bytes([err[4], err[5], err[6], err[7]]);
         if e as usize == self.prog.words.len() + 1 {
             crate::bail!(
-                "megakernel: the join between steps waited more than {} s (a hang, stopped)",
+                "megakernel: the join before step {step} of the launch waited more than {} s (a hang, stopped)",
                 MEGA_WAIT_TIMEOUT_NS / 1_000_000_000
             );
         }
         if e != 0 {
             let w = &self.prog.words[e as usize - 1];
+            let stride = wait_strides(&self.prog)[e as usize - 1];
             crate::bail!(
-                "megakernel: word {} ({:?}) waited more than {} s for counter {} to reach {} (a hang, stopped)",
+                "megakernel: word {} ({:?}) in step {step} of the launch waited more than {} s for counter {} to reach {} (a hang, stopped)",
                 e - 1,
                 w.opcode,
                 MEGA_WAIT_TIMEOUT_NS / 1_000_000_000,
                 w.wait,
-                w.wait_target
+                w.wait_target + step * stride
             );
         }
         // The steps run: the position EndStep advanced (fewer than n_steps after a stop).
-        let ran = self.read_u32(self.ctrl, 0, 1)?[0].wrapping_sub(pos0) as usize;
+        let ran = u32::from_le_bytes(pos).wrapping_sub(pos0) as usize;
         if ran == 0 || ran > n_steps as usize {
             crate::bail!("megakernel: the launch of {n_steps} steps moved the position by {ran}");
         }
-        let t = self.arena.slice(self.mk_tokens..self.mk_tokens + 4 * ran);
-        let mut b = vec![0u8; 4 * ran];
-        cu(stream.memcpy_dtoh(&t, &mut b), "read the megakernel's tokens")?;
-        cu(stream.synchronize(), "cuStreamSynchronize")?;
-        Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(toks[..4 * ran].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
     /// Free and total device memory (bytes), to show that nothing allocates after startup.
