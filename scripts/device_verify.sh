@@ -2,7 +2,8 @@
 # What was written but not yet run on the GPU, in one device call (about 8 minutes):
 #   1. gpu_small in the background (the graph against the CPU reference over 264 small steps; CPU-bound);
 #   2. `mk gpu multistep` on tiny and small: N steps per megakernel launch and the device-side stop,
-#      bit for bit against the graph;
+#      bit for bit against the graph; the megakernel's per-instruction debug capture (mega_tiny_debug
+#      must be identical instruction by instruction, mega_tiny_debug_negative must name an instruction);
 #   3. the tensor-core GEMV at the new occupancy (GEMV_MMA=1, alone and with GEMV_MIN_BLOCKS=2): ops
 #      verdict, then quick_27b (graph vs megakernel bits, both timed) against the default;
 #   4. the 27B over 1,032 computed steps, graph vs megakernel bit for bit (if time is left).
@@ -16,6 +17,10 @@ for pl in tiny:1100:128 small:1100:256; do
   IFS=: read -r p n k <<< "$pl"
   echo "== multistep $p: $n steps, $k per launch ($(el) s)" | log
   timeout 150 $MK gpu multistep /tmp/mkcache/$p-seed0 --steps $n --per-launch $k --cache /tmp/mkcache 2>&1 | tee "$R/multistep_$p.txt" | tail -6 | log
+done
+for x in mega_tiny_debug mega_tiny_debug_negative; do
+  echo "== $x: per-instruction outputs of the megakernel (prefix launches) against the graph's ($(el) s)" | log
+  timeout 120 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|NEGATIVE|results:|error" | log
 done
 for v in ${VERIFY_VARIANTS-"" "DEVICE_STOP=0" "GEMV_MMA=1" "GEMV_MMA=1 GEMV_MIN_BLOCKS=2"}; do
   [ "$(el)" -gt 330 ] && { echo "== variant '$v' skipped (time)" | log; continue; }

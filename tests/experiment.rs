@@ -178,3 +178,20 @@ fn crossover_charts_a_speed_up_per_folder_and_context() {
     // No folder with both paths timed: an error, not an empty chart.
     assert!(mk::experiment::chart::crossover(&[dir], "graph", "megakernel", &out).is_err());
 }
+
+#[test]
+fn a_gpu_only_experiment_without_a_gpu_says_so() {
+    if mk::experiment::paths::unavailable(PathName::Graph).is_none() {
+        eprintln!("skipped: a GPU is present (this checks the no-GPU record)");
+        return;
+    }
+    let text = r#"(name: "nogpu", model: Preset(name: "tiny", seed: 0), paths: [Graph, Megakernel],
+        workload: (prompt: Ids([5, 6]), decode_steps: 1, contexts: [2]), warmup: 0, repetitions: 0,
+        diffs: [(a: Graph, b: Megakernel)], debug: true)"#;
+    let mut e = Experiment::parse(text).unwrap();
+    e.model = ModelSpec::Checkpoint { path: common::tiny().display().to_string() };
+    let dir = run(&e, &opts("nogpu")).unwrap();
+    let s = summary(&dir).unwrap();
+    assert!(s.contains("no path could run here"), "{s}");
+    assert!(s.contains("skipped"), "{s}");
+}

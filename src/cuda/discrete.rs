@@ -831,6 +831,54 @@ impl Discrete {
         Ok(host)
     }
 
+    /// The bytes of every non-weight buffer (activations, scratch, state, control): a snapshot that
+    /// `load_state` puts back bit for bit (the megakernel's per-instruction debug capture).
+    pub fn save_state(&self) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        for (i, b) in self.prog.buffers.iter().enumerate() {
+            out.push(if b.kind == BufKind::Weight { Vec::new() } else { self.read_bytes(i, 0, self.places[i].bytes)? });
+        }
+        Ok(out)
+    }
+
+    /// Puts a `save_state` snapshot back (the host's position mirror from the control block).
+    pub fn load_state(&mut self, s: &[Vec<u8>]) -> Result<()> {
+        if s.len() != self.prog.buffers.len() {
+            crate::bail!("gpu: a state snapshot of {} buffers for a program of {}", s.len(), self.prog.buffers.len());
+        }
+        let stream = self.gpu.stream.clone();
+        for (i, bytes) in s.iter().enumerate() {
+            if self.prog.buffers[i].kind == BufKind::Weight {
+                continue;
+            }
+            let p = self.places[i];
+            if bytes.len() != p.bytes {
+                crate::bail!(
+                    "gpu: the snapshot of buffer {} has {} bytes, not {}",
+                    self.prog.buffers[i].name,
+                    bytes.len(),
+                    p.bytes
+                );
+            }
+            let mut v = self.arena.slice_mut(p.off..p.off + p.bytes);
+            cu(stream.memcpy_htod(bytes, &mut v), "cuMemcpyHtoD")?;
+        }
+        cu(stream.synchronize(), "cuStreamSynchronize")?;
+        self.pos = self.read_u32(self.ctrl, 0, 1)?[0] as usize;
+        self.broken = false;
+        Ok(())
+    }
+
+    /// Debug (issue 6): the first `words` words of a step on `token` as one megakernel launch (the
+    /// position does not move unless the prefix reaches EndStep); the caller reads what they wrote.
+    pub fn step_mega_prefix(&mut self, token: u32, words: usize) -> Result<()> {
+        self.check(token)?;
+        if words == 0 || words >= self.prog.words.len() {
+            crate::bail!("megakernel prefix: {words} words of {} (a whole step is step_mega)", self.prog.words.len());
+        }
+        self.step_mega_unchecked(token, 1, false, words as u32).map(|_| ())
+    }
+
     fn read_u32(&self, buf: usize, from: usize, n: usize) -> Result<Vec<u32>> {
         let b = self.read_bytes(buf, from * 4, (from + n) * 4)?;
         Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
@@ -902,7 +950,7 @@ impl Discrete {
     /// greedy next token. A wait that runs past the time limit is an error naming the first word that hung.
     pub fn step_mega(&mut self, token: u32) -> Result<u32> {
         self.check(token)?;
-        let r = self.step_mega_unchecked(token, 1, false);
+        let r = self.step_mega_unchecked(token, 1, false, self.prog.words.len() as u32);
         Ok(self.advance_by(r)?[0])
     }
 
@@ -920,7 +968,7 @@ impl Discrete {
                 self.prog.target.max_context
             );
         }
-        let r = self.step_mega_unchecked(token, n as u32, false);
+        let r = self.step_mega_unchecked(token, n as u32, false, self.prog.words.len() as u32);
         self.advance_by(r)
     }
 
@@ -933,7 +981,7 @@ impl Discrete {
             let mut v = self.arena.slice_mut(self.tl_off..self.tl_off + 32 * self.total_units);
             cu(stream.memset_zeros(&mut v), "zero the timeline")?;
         }
-        let r = self.step_mega_unchecked(token, 1, true);
+        let r = self.step_mega_unchecked(token, 1, true, self.prog.words.len() as u32);
         let t = self.advance_by(r)?[0];
         let p = self.arena.slice(self.tl_off..self.tl_off + 32 * self.total_units);
         let mut host = vec![0u8; 32 * self.total_units];
@@ -963,7 +1011,9 @@ impl Discrete {
     }
 
     /// One launch of `n_steps` steps (1 with the timeline); returns the tokens of the steps it ran.
-    fn step_mega_unchecked(&mut self, token: u32, n_steps: u32, timeline: bool) -> Result<Vec<u32>> {
+    /// One launch of `n_steps` steps (1 with the timeline) over the first `words` words of the program
+    /// (all of them but for the debug prefix); returns the tokens of the steps it ran.
+    fn step_mega_unchecked(&mut self, token: u32, n_steps: u32, timeline: bool, words: u32) -> Result<Vec<u32>> {
         if timeline && n_steps != 1 {
             crate::bail!("megakernel: the timeline records one step per launch");
         }
@@ -1021,7 +1071,7 @@ impl Discrete {
         let cfg =
             LaunchConfig { grid_dim: (self.gpu.sms * per_sm, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: smem };
         let prog_ptr = self.base + self.prog_off as u64;
-        let n_words = self.prog.words.len() as u32;
+        let n_words = words;
         let mut b = stream.launch_builder(&f);
         b.arg(&prog_ptr).arg(&n_words).arg(&self.ctx).arg(&ctl);
         // SAFETY: (const Word*, unsigned, DevCtx, MkCtl) as the kernel declares; every pointer is in
@@ -1057,6 +1107,9 @@ impl Discrete {
                 w.wait,
                 w.wait_target + step * stride
             );
+        }
+        if (words as usize) < self.prog.words.len() {
+            return Ok(Vec::new()); // a debug prefix: no EndStep, no token
         }
         // The steps run: the position EndStep advanced (fewer than n_steps after a stop).
         let ran = u32::from_le_bytes(pos).wrapping_sub(pos0) as usize;

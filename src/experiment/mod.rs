@@ -80,7 +80,7 @@ fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn
         (PathName::Reference, _, _) => Box::new(ReferenceEngine::new(s.w, s.prog.target.max_context as usize)),
         (PathName::Interpreter, _, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed, e.debug)?),
         (PathName::Graph, Some(d), _) => Box::new(paths::GraphEngine::new(d, e.debug)?),
-        (PathName::Megakernel, _, Some(d)) => Box::new(paths::MegaEngine::new(d)?),
+        (PathName::Megakernel, _, Some(d)) => Box::new(paths::MegaEngine::new(d, e.debug)?),
         _ => bail!("path {} is not available", p.label()),
     })
 }
@@ -444,7 +444,12 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     rec.notes.extend(dropped);
     let ctx = RunCtx { e, shared: &shared, runnable: &runnable, contexts: &contexts, steps, total: need, bar: &bar };
     // A failure part-way still leaves everything measured so far on disk, with the reason.
-    let outcome = if e.workload.seek {
+    let outcome = if runnable.is_empty() {
+        // Every path was skipped (no GPU for a GPU-only experiment): a record that says so, no panic.
+        rec.notes.push("no path could run here (every path was skipped): nothing compared or timed".into());
+        bar.println("no path could run here: nothing compared or timed");
+        Ok(())
+    } else if e.workload.seek {
         // Timing only: no diff pass; the prompt's tokens are the tokens fed.
         rec.notes.push("workload.seek: each context is jumped to (its KV cache zero), not computed: times only".into());
         timing_pass(&ctx, &e.prompt_ids(), &runnable, &mut rec, &mut res)

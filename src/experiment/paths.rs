@@ -237,28 +237,43 @@ fn one_more_step_fits(d: &crate::cuda::discrete::Discrete) -> Option<bool> {
 }
 
 /// The megakernel path: one cooperative launch per step on the same device upload as the graph path
-/// (each engine resets the state). Instruction outputs are not observable inside one kernel: captures
-/// are the logits and the token; states are compared at the end.
+/// (each engine resets the state). Captures are the logits and the token; states are compared at the
+/// end. Debug captures also give every instruction's output, which one launch cannot show: from a
+/// snapshot of the state before the step, word k's output is what a launch of the step's first k + 1
+/// words wrote (the snapshot put back before each), then the whole step runs from the snapshot.
 pub struct MegaEngine<'a> {
     d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>,
+    debug: bool,
 }
 
 impl<'a> MegaEngine<'a> {
-    pub fn new(d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>) -> Result<MegaEngine<'a>> {
+    pub fn new(d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>, debug: bool) -> Result<MegaEngine<'a>> {
         d.borrow_mut().reset()?;
-        Ok(MegaEngine { d })
+        Ok(MegaEngine { d, debug })
     }
 }
 
 impl Engine for MegaEngine<'_> {
     fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
         let mut d = self.d.borrow_mut();
+        let mut outputs = Vec::new();
+        if capture && self.debug {
+            let before = d.save_state()?;
+            let n = d.program().words.len();
+            for k in 0..n - 1 {
+                let Some(b) = Interp::output_of(&d.program().words[k]) else { continue };
+                d.load_state(&before)?;
+                d.step_mega_prefix(token, k + 1)?;
+                outputs.push((k, d.read(b, d.program().buffers[b].elems() as usize)?));
+            }
+            d.load_state(&before)?;
+        }
         let next = d.step_mega(token)?;
         if !capture {
             return Ok((next, None));
         }
         let logits = d.logits()?;
-        Ok((next, Some(program_capture(d.program(), Vec::new(), logits, next))))
+        Ok((next, Some(program_capture(d.program(), outputs, logits, next))))
     }
 
     fn states(&self) -> Vec<Tensor> {
