@@ -690,17 +690,7 @@ impl Discrete {
             );
         }
         let r = self.generate_unchecked(token, n).and_then(|v| self.check_sampler().map(|_| v));
-        match r {
-            Ok(v) => {
-                self.pos += v.len();
-                self.stopped = self.stop_token.is_some() && v.last().copied() == self.stop_token;
-                Ok(v)
-            }
-            Err(e) => {
-                self.broken = true;
-                Err(e)
-            }
-        }
+        self.advance_by(r)
     }
 
     fn generate_unchecked(&mut self, token: u32, n: usize) -> Result<Vec<u32>> {
@@ -994,8 +984,8 @@ impl Discrete {
         Ok((t, stamps))
     }
 
-    /// After a checked megakernel launch: the position moves on by the steps it ran; a failure marks
-    /// the sequence broken (as `advance`).
+    /// After checked steps (a megakernel launch, a pipelined decode): the position moves on by the
+    /// steps run, the sequence is stopped when the last was the stop token; a failure marks it broken.
     fn advance_by(&mut self, r: Result<Vec<u32>>) -> Result<Vec<u32>> {
         match r {
             Ok(v) => {
