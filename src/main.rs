@@ -29,6 +29,9 @@ enum Cmd {
         /// Where synthetic checkpoints of presets are generated on first use.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
+        /// GEMV unit shapes of the compiled program: balanced or fixed (an A/B knob; bits are the same).
+        #[arg(long, default_value = "balanced")]
+        units: mk::isa::UnitPolicy,
     },
     /// Re-render the charts of a results folder from its files.
     Chart { dir: PathBuf },
@@ -100,6 +103,9 @@ enum Cmd {
         rows: u32,
         #[arg(long, default_value_t = 32768)]
         max_context: u32,
+        /// GEMV unit shapes: balanced (makespan-chosen split-K and row slices) or fixed (the first).
+        #[arg(long, default_value = "balanced")]
+        units: mk::isa::UnitPolicy,
         #[arg(long)]
         out: PathBuf,
     },
@@ -215,11 +221,12 @@ enum ProgramCmd {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Run { file, results, cache } => {
+        Cmd::Run { file, results, cache, units } => {
             let e = mk::experiment::spec::Experiment::load(&file)?;
             let opts = mk::experiment::RunOptions {
                 results_root: results,
                 cache_root: cache,
+                units,
                 spec_file: file.display().to_string(),
                 command: std::env::args().collect(),
             };
@@ -293,13 +300,13 @@ fn run(cli: Cli) -> Result<()> {
             let w = forward::Weights::from_checkpoint(&ck);
             mk::trace::print(&mk::trace::compare(&w, &trace)?);
         }
-        Cmd::Compile { preset, config, sms, threads, rows, max_context, out } => {
+        Cmd::Compile { preset, config, sms, threads, rows, max_context, units, out } => {
             let (cfg, name) = match (preset, config) {
                 (Some(p), _) => (ModelConfig::preset(&p)?, p),
                 (None, Some(c)) => (ModelConfig::from_file(&c)?, "checkpoint".to_string()),
                 (None, None) => mk::bail!("compile: give --preset or --config"),
             };
-            let target = mk::isa::Target { sms, threads, m_rows: rows, max_context };
+            let target = mk::isa::Target { sms, threads, m_rows: rows, max_context, units };
             let prog = mk::compiler::compile(&cfg, &name, &target)?;
             let summary = mk::isa::validate::validate(&prog)?;
             std::fs::write(&out, prog.to_ron()?)

@@ -54,6 +54,7 @@ fn opts(tag: &str) -> RunOptions {
         cache_root: common::scratch().join("cache"),
         spec_file: "test".into(),
         command: vec!["mk".into(), "run".into()],
+        units: Default::default(),
     }
 }
 

@@ -28,10 +28,21 @@ fn committed_programs_are_fresh_and_valid() {
 }
 
 #[test]
-fn the_27b_program_has_724_words() {
-    // 48 GDN layers x 11 + 16 attention layers x 12 + embed, lm_head, argmax, end-of-step (README).
+fn the_27b_program_has_660_words() {
+    // 48 GDN layers x 10 + 16 attention layers x 11 + embed, lm_head, argmax, end-of-step (README):
+    // the balanced unit shapes split only the down projection (one reduce per layer).
     let prog = Program::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/qwen3.5-27b.ron")).unwrap();
-    assert_eq!(prog.words.len(), 48 * 11 + 16 * 12 + 4);
+    assert_eq!(prog.words.len(), 48 * 10 + 16 * 11 + 4);
+    let down = prog.words.iter().find(|w| w.opcode == mk::isa::Opcode::GemvResidual && w.k_parts > 1).unwrap();
+    assert_eq!((down.rows, down.k_parts), (5120, 17));
+    let gate_up = prog.words.iter().find(|w| w.opcode == mk::isa::Opcode::GemvGateUp).unwrap();
+    assert_eq!(gate_up.unit_rows, 8);
+    // The first shapes (kept as `--units fixed`): 11 and 12 words per layer, down split in two.
+    let cfg = mk::model::config::ModelConfig::preset("qwen3.5-27b").unwrap();
+    let mut t = mk::compiler::h200(1);
+    t.units = mk::isa::UnitPolicy::Fixed;
+    let fixed = mk::compiler::compile(&cfg, "qwen3.5-27b", &t).unwrap();
+    assert_eq!(fixed.words.len(), 48 * 11 + 16 * 12 + 4);
     // Every weight byte of the step is streamed once (26.9 GB, seed Part 1).
     let bytes: u64 = prog.words.iter().map(|w| mk::isa::report::weight_bytes(&prog, w)).sum();
     assert!((26.8e9..27.0e9).contains(&(bytes as f64)), "{bytes}");
@@ -50,11 +61,11 @@ fn the_binary_image_decodes_back_to_the_program() {
 #[test]
 fn other_targets_compile_and_validate() {
     for (sms, m) in [(1, 1), (16, 4), (188, 8)] {
-        let t = mk::isa::Target { sms, threads: 512, m_rows: m, max_context: 4096 };
+        let t = mk::isa::Target { sms, threads: 512, m_rows: m, max_context: 4096, units: Default::default() };
         let prog = compile(&ModelConfig::preset("small").unwrap(), "small", &t).unwrap();
         validate(&prog).unwrap();
     }
-    let bad = mk::isa::Target { sms: 132, threads: 512, m_rows: 9, max_context: 4096 };
+    let bad = mk::isa::Target { sms: 132, threads: 512, m_rows: 9, max_context: 4096, units: Default::default() };
     assert!(compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &bad).unwrap_err().to_string().contains("M = 9"));
     assert!(Program::from_ron("(format: 1, words: [").unwrap_err().to_string().starts_with("program:"));
 }
@@ -128,6 +139,25 @@ fn streamed_bytes_count_kv_rows_and_recurrent_state() {
     assert_eq!(extra(mk::isa::Opcode::GdnRecur), 2 * 48 * 128 * 128 * 4);
     let g = find(mk::isa::Opcode::GemvGateUp);
     assert_eq!(streamed_bytes(&prog, g, 1024), weight_bytes(&prog, g));
+}
+
+#[test]
+fn split_parts_fill_the_last_round() {
+    use mk::compiler::split_parts;
+    // The examples of its doc comment (27B, 528 resident GEMV blocks).
+    assert_eq!(split_parts(320, 0, 17, 528), 17);
+    assert_eq!(split_parts(320, 0, 6, 528), 1);
+    // A stage already busy with other words' units does not split.
+    assert_eq!(split_parts(640, 390, 5, 528), 1);
+    // One k-group: nothing to split.
+    assert_eq!(split_parts(3, 0, 1, 528), 1);
+}
+
+#[test]
+fn gemv_blocks_per_sm_matches_the_kernels_launch_bounds() {
+    let common = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("megakernel/common.cuh")).unwrap();
+    let want = format!("#define GEMV_MIN_BLOCKS {} ", mk::compiler::GEMV_BLOCKS_PER_SM);
+    assert!(common.contains(&want), "{want} in common.cuh");
 }
 
 #[test]

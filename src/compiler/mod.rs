@@ -14,7 +14,7 @@
 use crate::bail;
 use crate::error::Result;
 use crate::isa::access::{ATTN_HEAD_DIM, CTRL_LEN, GDN_HEAD_DIM, KGROUP};
-use crate::isa::{slot, BufKind, Buffer, Opcode, Program, Target, Word, FLAG_PARTIAL, FORMAT, NO_COUNTER};
+use crate::isa::{slot, BufKind, Buffer, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FORMAT, NO_COUNTER};
 use crate::model::config::{LayerKind, ModelConfig};
 use crate::model::forward::ATTN_PART;
 use crate::model::tensors::{expected_tensors, Dt, TensorSpec};
@@ -23,6 +23,13 @@ use crate::model::tensors::{expected_tensors, Dt, TensorSpec};
 pub const GEMV_UNIT_ROWS: u32 = 16;
 /// Split a GEMV's reduction axis when it has fewer row slices than this many per SM.
 pub const SPLIT_BELOW_UNITS_PER_SM: u32 = 4;
+/// Blocks per SM a GEMV launch keeps resident (the kernels' launch bounds, `GEMV_MIN_BLOCKS` in
+/// megakernel/common.cuh): a launch's units run in rounds of this many per SM.
+pub const GEMV_BLOCKS_PER_SM: u32 = 4;
+/// What a split costs (its reduce stage: one more launch and a pass over the partials), in rounds of
+/// one 16-row k-group unit per resident block (estimated: a reduce launch measured about 5 us on the
+/// 27B, a round of 16 KB units on 528 blocks is 1.9 us at 4.62 TB/s).
+pub const SPLIT_COST_ROUNDS: u32 = 2;
 /// Vocabulary rows per lm_head unit.
 pub const LM_UNIT_ROWS: u32 = 64;
 /// Conv channels per GdnConv unit; hidden elements per Embed unit; rows per split-K reduce unit.
@@ -32,7 +39,7 @@ pub const REDUCE_UNIT: u32 = 128;
 
 /// The default target: one H200 (the kernels run 256 threads per block).
 pub fn h200(m_rows: u32) -> Target {
-    Target { sms: 132, threads: 256, m_rows, max_context: 32768 }
+    Target { sms: 132, threads: 256, m_rows, max_context: 32768, units: UnitPolicy::Balanced }
 }
 
 struct Builder<'a> {
@@ -101,14 +108,39 @@ impl Builder<'_> {
     /// stage's GEMVs: a small GEMV beside big ones needs no split, the big ones keep the SMs busy). A
     /// split word writes partials to the `which`-th partial buffer, else it writes `out`.
     fn gemv(&mut self, op: Opcode, rows: usize, k: usize, out: u16, which: usize, stage_rows: usize) -> (Word, bool) {
-        let mut w = self.word(op, rows as u32, GEMV_UNIT_ROWS);
+        let groups = k.div_ceil(KGROUP) as u32;
+        let slots = GEMV_BLOCKS_PER_SM * self.t.sms;
+        // Gate/up cannot split (its epilogue needs both whole sums): it takes 8-row units instead of
+        // 16 when that fills the last round better (each row is one warp's either way).
+        let unit_rows = match (self.t.units, op) {
+            (UnitPolicy::Balanced, Opcode::GemvGateUp) => {
+                let rounds = |ur: u32| (rows as u32).div_ceil(ur).div_ceil(slots) * ur;
+                if rounds(GEMV_UNIT_ROWS / 2) < rounds(GEMV_UNIT_ROWS) {
+                    GEMV_UNIT_ROWS / 2
+                } else {
+                    GEMV_UNIT_ROWS
+                }
+            }
+            _ => GEMV_UNIT_ROWS,
+        };
+        let mut w = self.word(op, rows as u32, unit_rows);
         let row_units = w.row_units();
         let stage_units = (stage_rows as u32).div_ceil(GEMV_UNIT_ROWS).max(row_units);
-        let groups = k.div_ceil(KGROUP) as u32;
-        let want = SPLIT_BELOW_UNITS_PER_SM * self.t.sms;
-        let split = op != Opcode::GemvGateUp && groups >= 2 && stage_units < want;
+        let k_parts = match self.t.units {
+            _ if op == Opcode::GemvGateUp || groups < 2 => 1,
+            UnitPolicy::Balanced => split_parts(row_units, stage_units - row_units, groups, slots),
+            UnitPolicy::Fixed => {
+                let want = SPLIT_BELOW_UNITS_PER_SM * self.t.sms;
+                if stage_units < want {
+                    groups.min(want.div_ceil(stage_units))
+                } else {
+                    1
+                }
+            }
+        };
+        let split = k_parts > 1;
         if split {
-            w.k_parts = groups.min(want.div_ceil(stage_units));
+            w.k_parts = k_parts;
             w.units = row_units * w.k_parts;
             w.flags |= FLAG_PARTIAL;
             w.arg0 = groups;
@@ -171,6 +203,23 @@ impl Builder<'_> {
         r.ops[slot::OUT0] = out;
         r
     }
+}
+
+/// Split-K parts for a GEMV word of `row_units` 16-row slices over `groups` k-groups, beside `other`
+/// unsplit units of the same stage (same input width, so `groups` groups each), on `slots` resident
+/// blocks. Blocks run a launch's units strided, so its makespan is about ceil(units / slots) rounds
+/// of the largest unit; in k-group rounds, with the other words' units counted as that many units of
+/// this word's size: cost(k) = ceil((row_units k + other groups / ceil(groups / k)) / slots)
+/// x ceil(groups / k), plus `SPLIT_COST_ROUNDS` when k > 1. The cheapest k wins (ties: fewer parts).
+/// E.g. the 27B's down projection (320 slices, 17 groups, 528 slots): k = 1 costs 17, k = 2 18 + 2,
+/// k = 17 11 + 2 (chosen); the GDN out_proj (320 slices, 6 groups): k = 1 costs 6, k = 6 4 + 2 (k = 1).
+pub fn split_parts(row_units: u32, other: u32, groups: u32, slots: u32) -> u32 {
+    let cost = |k: u32| {
+        let per_unit = groups.div_ceil(k);
+        let units = row_units * k + (other * groups).div_ceil(per_unit);
+        units.div_ceil(slots) * per_unit + if k > 1 { SPLIT_COST_ROUNDS } else { 0 }
+    };
+    (1..=groups).min_by_key(|&k| (cost(k), k)).unwrap_or(1)
 }
 
 /// Lowers `cfg` for `t` into the program of one decode step.

@@ -91,6 +91,10 @@ pub struct BufferStats {
     pub differing: u64,
     pub max_ulps: u64,
     pub max_abs: f32,
+    /// The largest |value| among the elements that differ in bits (0 when none do): sets max_abs
+    /// against the buffer's scale (a logit of 30 differs by 0.25 at one bf16 ulp).
+    #[serde(default)]
+    pub max_magnitude: f32,
 }
 
 /// |a - b| in units in the last place of max(|a|, |b|), on the bf16 or fp32 grid (0 for equal bits,
@@ -162,6 +166,7 @@ impl DiffResult {
                 st.differing += bad as u64;
                 st.max_ulps = st.max_ulps.max(u);
                 st.max_abs = st.max_abs.max((x - y).abs());
+                st.max_magnitude = st.max_magnitude.max(x.abs().max(y.abs()));
             }
             if bad {
                 self.differing += 1;

@@ -39,6 +39,8 @@ pub struct RunOptions {
     pub cache_root: PathBuf,
     pub spec_file: String,
     pub command: Vec<String>,
+    /// GEMV unit shapes of the program compiled for the run.
+    pub units: crate::isa::UnitPolicy,
 }
 
 /// The checkpoint folder a model spec names, generating a preset's synthetic checkpoint on first use.
@@ -69,6 +71,8 @@ pub fn resolve_model(m: &ModelSpec, cache: &Path, progress: &indicatif::Progress
 /// What the engines of one run share: the model, its program, and the GPU upload.
 struct Shared<'a> {
     w: &'a Weights<'a>,
+    /// The noise twin's weights (`SumOrder::Reversed`), when a path asks for them.
+    w_reordered: Option<&'a Weights<'a>>,
     prog: &'a Program,
     ck: &'a Checkpoint,
     graph: Option<&'a std::cell::RefCell<crate::cuda::discrete::Discrete>>,
@@ -78,6 +82,10 @@ struct Shared<'a> {
 fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn Engine + 'a>> {
     Ok(match (p, s.graph, s.mega) {
         (PathName::Reference, _, _) => Box::new(ReferenceEngine::new(s.w, s.prog.target.max_context as usize)),
+        (PathName::ReferenceReordered, _, _) => match s.w_reordered {
+            Some(w) => Box::new(ReferenceEngine::new(w, s.prog.target.max_context as usize)),
+            None => bail!("path reference-reordered: its weights were not built"),
+        },
         (PathName::Interpreter, _, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed, e.debug)?),
         (PathName::Graph, Some(d), _) => Box::new(paths::GraphEngine::new(d, e.debug)?),
         (PathName::Megakernel, _, Some(d)) => Box::new(paths::MegaEngine::new(d, e.debug)?),
@@ -347,6 +355,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let steps = e.workload.decode_steps as usize;
     let need = *contexts.iter().max().unwrap_or(&1) as usize + steps;
     let mut target = h200(1);
+    target.units = opts.units;
     target.max_context = target.max_context.max((need.div_ceil(ATTN_PART) * ATTN_PART) as u32);
     let name = match model_spec {
         ModelSpec::Preset { name, .. } => name.clone(),
@@ -433,7 +442,18 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         gpu_paths.push((*p, std::cell::RefCell::new(d)));
     }
     let dev = |want: PathName| gpu_paths.iter().find(|(p, _)| *p == want).map(|(_, d)| d);
-    let shared = Shared { w: &w, prog: &prog, ck: &ck, graph: dev(PathName::Graph), mega: dev(PathName::Megakernel) };
+    let w_reordered = e
+        .paths
+        .contains(&PathName::ReferenceReordered)
+        .then(|| Weights::with_order(&ck, crate::model::ops::SumOrder::Reversed));
+    let shared = Shared {
+        w: &w,
+        w_reordered: w_reordered.as_ref(),
+        prog: &prog,
+        ck: &ck,
+        graph: dev(PathName::Graph),
+        mega: dev(PathName::Megakernel),
+    };
     res.save(&rec)?;
     let dropped: Vec<String> = e
         .diffs

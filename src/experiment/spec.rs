@@ -13,6 +13,10 @@ use crate::error::{Context, Result};
 pub enum PathName {
     /// The direct CPU reference forward.
     Reference,
+    /// The CPU reference with every linear summed in another valid order (`SumOrder::Reversed`): the
+    /// noise twin. Diffed against `Reference`, it measures how far rounding alone moves the outputs,
+    /// which is what a tolerance between paths with different summation orders must cover.
+    ReferenceReordered,
     /// The CPU interpreter of the compiled program.
     Interpreter,
     /// The discrete-kernel CUDA graph (GPU).
@@ -28,6 +32,7 @@ impl PathName {
     pub fn label(self) -> &'static str {
         match self {
             PathName::Reference => "reference",
+            PathName::ReferenceReordered => "reference-reordered",
             PathName::Interpreter => "interpreter",
             PathName::Graph => "graph",
             PathName::Megakernel => "megakernel",

@@ -288,6 +288,35 @@ pub struct Target {
     pub m_rows: u32,
     /// KV cache positions the program's attention words cover.
     pub max_context: u32,
+    /// How GEMV words are cut into units (row slices and split-K parts).
+    #[serde(default)]
+    pub units: UnitPolicy,
+}
+
+/// How the compiler shapes GEMV units. Bits never depend on it (a row is one warp's fixed-order dot
+/// product over k-groups in order, whether the groups' partials meet in registers or through a split-K
+/// reduce); only the time does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum UnitPolicy {
+    /// Shapes that minimise each launch's estimated makespan: blocks run units strided, so a launch
+    /// lasts ceil(units / resident blocks) rounds of a unit; split-K parts and gate/up row slices are
+    /// chosen to keep the last round full (see `compiler::split_parts`).
+    #[default]
+    Balanced,
+    /// The first shapes: 16-row units, split-K only below 4 row slices per SM, into at most
+    /// ceil(4 x SMs / row slices) parts (kept to measure against).
+    Fixed,
+}
+
+impl std::str::FromStr for UnitPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "balanced" => Ok(UnitPolicy::Balanced),
+            "fixed" => Ok(UnitPolicy::Fixed),
+            _ => Err(format!("unit policy '{s}': expected balanced or fixed")),
+        }
+    }
 }
 
 /// The program of one decode step.

@@ -30,6 +30,30 @@ pub struct Linear<'a> {
     pub rows: usize,
     pub cols: usize,
     pub w: LinearW<'a>,
+    pub order: SumOrder,
+}
+
+/// The order a linear's fp32 dot products are summed in. `Canonical` is the program contract (the
+/// interpreter and both GPU paths follow it); `Reversed` is an equally valid order (k-groups and the
+/// tiles within a group summed last to first) that exists only to measure how far a legitimate
+/// reordering moves the outputs: the noise twin (`reference-reordered`) that calibrates tolerances
+/// between paths that do not promise identical bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SumOrder {
+    #[default]
+    Canonical,
+    Reversed,
+}
+
+impl SumOrder {
+    /// The index of the `i`-th of `n` terms to add.
+    #[inline(always)]
+    fn nth(self, i: usize, n: usize) -> usize {
+        match self {
+            SumOrder::Canonical => i,
+            SumOrder::Reversed => n - 1 - i,
+        }
+    }
 }
 
 /// ORDER: the dot product of one 128-wide tile: 16 lanes, lane l sums elements l, l+16, ... in
@@ -57,11 +81,13 @@ impl Linear<'_> {
     pub fn group_partial(&self, x: &[f32], r: usize, g: usize) -> f32 {
         let k0 = g * KGROUP;
         let k1 = (k0 + KGROUP).min(self.cols);
+        let n_tiles = (k1 - k0).div_ceil(TILE);
+        let tiles = (0..n_tiles).map(|i| k0 + TILE * self.order.nth(i, n_tiles));
         let mut acc = 0f32;
         match &self.w {
             LinearW::Bf16(w) => {
                 let row = &w[r * self.cols..(r + 1) * self.cols];
-                for t in (k0..k1).step_by(TILE) {
+                for t in tiles {
                     acc += tile_dot(|i| bf16_to_f32(row[t + i]), &x[t..t + TILE]);
                 }
             }
@@ -69,7 +95,7 @@ impl Linear<'_> {
                 let lut = e4m3_table();
                 let row = &w[r * self.cols..(r + 1) * self.cols];
                 let srow = &scales[(r / TILE) * self.cols.div_ceil(TILE)..];
-                for t in (k0..k1).step_by(TILE) {
+                for t in tiles {
                     // The block scale multiplies the fp32 tile sum once (seed 4.3), not each weight.
                     // The oracle's weights: W = bf16(fp8 * scale), one rounding per weight (the
                     // checkpoint dequantised to bf16 up front). On the GPU this is the multiply that
@@ -90,8 +116,9 @@ impl Linear<'_> {
     #[inline]
     pub fn row_dot(&self, x: &[f32], r: usize) -> f32 {
         let mut y = 0f32;
-        for g in 0..self.n_groups() {
-            y += self.group_partial(x, r, g);
+        let n = self.n_groups();
+        for i in 0..n {
+            y += self.group_partial(x, r, self.order.nth(i, n));
         }
         y
     }
@@ -298,7 +325,7 @@ mod tests {
         let w: Vec<u8> = (0..rows * cols).map(|_| (rng.next_u64() as u8) & 0x7E | 0x30).collect();
         let scales: Vec<f32> = (0..(rows / 128) * (cols / 128)).map(|i| 0.01 * (1 + i % 5) as f32).collect();
         let x: Vec<f32> = (0..cols).map(|_| bf(rng.normal())).collect();
-        let lin = Linear { rows, cols, w: LinearW::Fp8 { w: &w, scales: scales.clone() } };
+        let lin = Linear { rows, cols, w: LinearW::Fp8 { w: &w, scales: scales.clone() }, order: SumOrder::Canonical };
         let y = lin.gemv(&x);
         let lut = e4m3_table();
         for r in 0..rows {
@@ -317,6 +344,30 @@ mod tests {
             s += p;
         }
         assert_eq!(bf(s).to_bits(), y[r].to_bits());
+    }
+
+    /// The noise twin's order is a different order (some fp32 sums change) and an equally valid one
+    /// (every row stays within a few bf16 ulps of the canonical row).
+    #[test]
+    fn reversed_sum_order_moves_some_rows_by_rounding_only() {
+        let (rows, cols) = (512, 3072);
+        let mut rng = crate::model::synth::Rng::new(5);
+        let w: Vec<u8> = (0..rows * cols).map(|_| (rng.next_u64() as u8) & 0x7E | 0x30).collect();
+        let scales: Vec<f32> = (0..(rows / 128) * (cols / 128)).map(|i| 0.01 * (1 + i % 5) as f32).collect();
+        let x: Vec<f32> = (0..cols).map(|_| bf(rng.normal())).collect();
+        let fp8 = || LinearW::Fp8 { w: &w, scales: scales.clone() };
+        let (canon, rev) = (
+            Linear { rows, cols, w: fp8(), order: SumOrder::Canonical },
+            Linear { rows, cols, w: fp8(), order: SumOrder::Reversed },
+        );
+        // In fp32 most rows move (by a few fp32 ulps: 3 groups of 8 tiles added in another order)...
+        let moved = (0..rows).filter(|&r| canon.row_dot(&x, r).to_bits() != rev.row_dot(&x, r).to_bits()).count();
+        assert!(moved > rows / 4, "only {moved} of {rows} rows changed: not a different order");
+        // ...and after the output rounding to bf16 almost none does, by at most one bf16 ulp.
+        let (y, y_rev) = (canon.gemv(&x), rev.gemv(&x));
+        for (a, b) in y.iter().zip(&y_rev) {
+            assert!((a - b).abs() <= a.abs().max(b.abs()) / 128.0, "{a} vs {b}");
+        }
     }
 
     #[test]

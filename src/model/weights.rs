@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use super::checkpoint::Checkpoint;
 use super::config::{LayerKind, ModelConfig};
-use super::ops::{Linear, LinearW};
+use super::ops::{Linear, LinearW, SumOrder};
 
 pub struct GdnWeights<'a> {
     pub in_proj_qkv: Linear<'a>,
@@ -62,12 +62,18 @@ pub fn linear<'a>(ck: &'a Checkpoint, module: &str) -> Linear<'a> {
     } else {
         LinearW::Bf16(ck.bf16(&name))
     };
-    Linear { rows, cols, w }
+    Linear { rows, cols, w, order: SumOrder::Canonical }
 }
 
 impl<'a> Weights<'a> {
     /// Views of a validated checkpoint (small vectors are widened to f32, exactly).
     pub fn from_checkpoint(ck: &'a Checkpoint) -> Weights<'a> {
+        Self::with_order(ck, SumOrder::Canonical)
+    }
+
+    /// As `from_checkpoint`, every linear summed in `order` (the noise twin uses `Reversed`).
+    pub fn with_order(ck: &'a Checkpoint, order: SumOrder) -> Weights<'a> {
+        let linear = |module: &str| Linear { order, ..linear(ck, module) };
         let cfg = ck.config.clone();
         let p = cfg.prefix.clone();
         let layers = cfg
@@ -80,24 +86,24 @@ impl<'a> Weights<'a> {
                     LayerKind::Gdn => {
                         let la = format!("{lp}linear_attn.");
                         Mixer::Gdn(GdnWeights {
-                            in_proj_qkv: linear(ck, &format!("{la}in_proj_qkv")),
-                            in_proj_z: linear(ck, &format!("{la}in_proj_z")),
-                            in_proj_b: linear(ck, &format!("{la}in_proj_b")),
-                            in_proj_a: linear(ck, &format!("{la}in_proj_a")),
+                            in_proj_qkv: linear(&format!("{la}in_proj_qkv")),
+                            in_proj_z: linear(&format!("{la}in_proj_z")),
+                            in_proj_b: linear(&format!("{la}in_proj_b")),
+                            in_proj_a: linear(&format!("{la}in_proj_a")),
                             conv1d: ck.f32_vec(&format!("{la}conv1d.weight")),
                             a_log: ck.f32_vec(&format!("{la}A_log")),
                             dt_bias: ck.f32_vec(&format!("{la}dt_bias")),
                             norm: ck.f32_vec(&format!("{la}norm.weight")),
-                            out_proj: linear(ck, &format!("{la}out_proj")),
+                            out_proj: linear(&format!("{la}out_proj")),
                         })
                     }
                     LayerKind::Attention => {
                         let sa = format!("{lp}self_attn.");
                         Mixer::Attn(AttnWeights {
-                            q_proj: linear(ck, &format!("{sa}q_proj")),
-                            k_proj: linear(ck, &format!("{sa}k_proj")),
-                            v_proj: linear(ck, &format!("{sa}v_proj")),
-                            o_proj: linear(ck, &format!("{sa}o_proj")),
+                            q_proj: linear(&format!("{sa}q_proj")),
+                            k_proj: linear(&format!("{sa}k_proj")),
+                            v_proj: linear(&format!("{sa}v_proj")),
+                            o_proj: linear(&format!("{sa}o_proj")),
                             q_norm: ck.f32_vec(&format!("{sa}q_norm.weight")),
                             k_norm: ck.f32_vec(&format!("{sa}k_norm.weight")),
                         })
@@ -107,16 +113,16 @@ impl<'a> Weights<'a> {
                     input_norm: ck.f32_vec(&format!("{lp}input_layernorm.weight")),
                     post_norm: ck.f32_vec(&format!("{lp}post_attention_layernorm.weight")),
                     mixer,
-                    gate: linear(ck, &format!("{lp}mlp.gate_proj")),
-                    up: linear(ck, &format!("{lp}mlp.up_proj")),
-                    down: linear(ck, &format!("{lp}mlp.down_proj")),
+                    gate: linear(&format!("{lp}mlp.gate_proj")),
+                    up: linear(&format!("{lp}mlp.up_proj")),
+                    down: linear(&format!("{lp}mlp.down_proj")),
                 }
             })
             .collect();
         Weights {
             embed: ck.bf16(&format!("{p}embed_tokens.weight")),
             final_norm: ck.f32_vec(&format!("{p}norm.weight")),
-            lm_head: linear(ck, "lm_head"),
+            lm_head: linear("lm_head"),
             layers,
             cfg,
         }
