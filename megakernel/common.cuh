@@ -17,6 +17,11 @@
 #define UNIT_LOOP 1        // a block runs several units of a word and prepares a GEMV's input once
                            // (measured: megakernel 34.8 -> 25.4 ms/token on the 27B, graph 16.4 -> 16.0)
 #endif
+#ifndef UNIT_SYNC
+#define UNIT_SYNC 0        // 1: a discrete GEMV block joins its warps after every unit; 0: only before a unit
+                           // of another word (whose prepared input overwrites shared memory), so warps
+                           // run on into the next unit of the same word with their loads in flight
+#endif
 #ifndef MEGA_BLOCKS_PER_SM
 #define MEGA_BLOCKS_PER_SM 3  // megakernel blocks per SM (its launch bounds; the host launches as many);
                               // 3 measured 0.74x the ms/token of 1 on the 27B (results/occupancy_62eb875)

@@ -15,6 +15,8 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
 // UNIT_LOOP (a tunable, on by default): the host launches fewer blocks than units (every block the
 // same number of units, all co-resident) and a block runs units b, b + grid, ..; a GEMV's prepared
 // input (normed x in shared memory) is then computed once per block and word, not once per unit.
+// Between units of one word the warps do not join (UNIT_SYNC 0): a GEMV unit's rows are each one
+// warp's, reading only the prepared input, so a warp done with its rows starts the next unit's.
 #define K_OP(name)                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
@@ -41,9 +43,10 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
       unsigned u;                                                                                    \
       Word w = launch_word(prog, wi, nw, &u, i);                                                     \
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
+      /* A unit of another word prepares its input over the shared memory the warps still read. */   \
+      if (UNIT_SYNC || (here != last && last != 0xffffffffu)) __syncthreads();                       \
       op_##name(c, w, u, smem, here != last);                                                        \
       last = here;                                                                                   \
-      __syncthreads();                                                                               \
     }                                                                                                \
   }
 K_OP(embed)

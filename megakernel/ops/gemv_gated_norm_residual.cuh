@@ -20,8 +20,8 @@ __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsi
         xs[hh * d + i] = f2bf(weighted * silu(bf2f(z[hh * d + i])));
       }
     }
+    __syncthreads();  // fresh is the same for the whole block
   }
-  __syncthreads();
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   gemv_rows(c, w, u, w.ops[SLOT_W0], xs, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
 }

@@ -30,6 +30,10 @@ pub const GEMV_BLOCKS_PER_SM: u32 = 4;
 /// one 16-row k-group unit per resident block (estimated: a reduce launch measured about 5 us on the
 /// 27B, a round of 16 KB units on 528 blocks is 1.9 us at 4.62 TB/s).
 pub const SPLIT_COST_ROUNDS: u32 = 2;
+/// What starting a unit costs beyond its k-groups, in the same rounds (fitted to one measurement:
+/// the 27B's down projection took 58.7 us per layer as 640 units of 8-9 groups and 67.1 us as 5,440
+/// units of one group, results/balanced_0b2f3f9; a fit of 1.1).
+pub const UNIT_OVERHEAD_ROUNDS: u32 = 1;
 /// Vocabulary rows per lm_head unit.
 pub const LM_UNIT_ROWS: u32 = 64;
 /// Conv channels per GdnConv unit; hidden elements per Embed unit; rows per split-K reduce unit.
@@ -39,7 +43,7 @@ pub const REDUCE_UNIT: u32 = 128;
 
 /// The default target: one H200 (the kernels run 256 threads per block).
 pub fn h200(m_rows: u32) -> Target {
-    Target { sms: 132, threads: 256, m_rows, max_context: 32768, units: UnitPolicy::Balanced }
+    Target { sms: 132, threads: 256, m_rows, max_context: 32768, units: UnitPolicy::Fixed }
 }
 
 struct Builder<'a> {
@@ -110,20 +114,7 @@ impl Builder<'_> {
     fn gemv(&mut self, op: Opcode, rows: usize, k: usize, out: u16, which: usize, stage_rows: usize) -> (Word, bool) {
         let groups = k.div_ceil(KGROUP) as u32;
         let slots = GEMV_BLOCKS_PER_SM * self.t.sms;
-        // Gate/up cannot split (its epilogue needs both whole sums): it takes 8-row units instead of
-        // 16 when that fills the last round better (each row is one warp's either way).
-        let unit_rows = match (self.t.units, op) {
-            (UnitPolicy::Balanced, Opcode::GemvGateUp) => {
-                let rounds = |ur: u32| (rows as u32).div_ceil(ur).div_ceil(slots) * ur;
-                if rounds(GEMV_UNIT_ROWS / 2) < rounds(GEMV_UNIT_ROWS) {
-                    GEMV_UNIT_ROWS / 2
-                } else {
-                    GEMV_UNIT_ROWS
-                }
-            }
-            _ => GEMV_UNIT_ROWS,
-        };
-        let mut w = self.word(op, rows as u32, unit_rows);
+        let mut w = self.word(op, rows as u32, GEMV_UNIT_ROWS);
         let row_units = w.row_units();
         let stage_units = (stage_rows as u32).div_ceil(GEMV_UNIT_ROWS).max(row_units);
         let k_parts = match self.t.units {
@@ -210,14 +201,15 @@ impl Builder<'_> {
 /// blocks. Blocks run a launch's units strided, so its makespan is about ceil(units / slots) rounds
 /// of the largest unit; in k-group rounds, with the other words' units counted as that many units of
 /// this word's size: cost(k) = ceil((row_units k + other groups / ceil(groups / k)) / slots)
-/// x ceil(groups / k), plus `SPLIT_COST_ROUNDS` when k > 1. The cheapest k wins (ties: fewer parts).
-/// E.g. the 27B's down projection (320 slices, 17 groups, 528 slots): k = 1 costs 17, k = 2 18 + 2,
-/// k = 17 11 + 2 (chosen); the GDN out_proj (320 slices, 6 groups): k = 1 costs 6, k = 6 4 + 2 (k = 1).
+/// x (ceil(groups / k) + `UNIT_OVERHEAD_ROUNDS`), plus `SPLIT_COST_ROUNDS` when k > 1. The cheapest k
+/// wins (ties: fewer parts). E.g. the 27B's down projection (320 slices, 17 groups, 528 slots): k = 1
+/// costs 18, k = 2 2 x 10 + 2, k = 3 2 x 7 + 2 (chosen), k = 17 11 x 2 + 2; the GDN out_proj (320
+/// slices, 6 groups): k = 1 costs 7, k = 3 2 x 3 + 2 (k = 1: no split, no reduce).
 pub fn split_parts(row_units: u32, other: u32, groups: u32, slots: u32) -> u32 {
     let cost = |k: u32| {
         let per_unit = groups.div_ceil(k);
         let units = row_units * k + (other * groups).div_ceil(per_unit);
-        units.div_ceil(slots) * per_unit + if k > 1 { SPLIT_COST_ROUNDS } else { 0 }
+        units.div_ceil(slots) * (per_unit + UNIT_OVERHEAD_ROUNDS) + if k > 1 { SPLIT_COST_ROUNDS } else { 0 }
     };
     (1..=groups).min_by_key(|&k| (cost(k), k)).unwrap_or(1)
 }

@@ -80,8 +80,25 @@ pub struct DiffResult {
     /// The verdict then covers only the steps before it and is no claim about the whole sequence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incomplete: Option<String>,
+    /// Envelope mode: the verdict against the calibration diff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub envelope: Option<EnvelopeVerdict>,
     #[serde(skip)]
     tolerance: Option<Tolerance>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvelopeVerdict {
+    /// The calibration diff ("reference vs reference-reordered") and the factor.
+    pub against: String,
+    pub factor: f32,
+    pub within: bool,
+    /// Each check that failed, with its numbers (empty when within).
+    pub why: Vec<String>,
+    /// The logits' figures beside the calibration's: max |a - b|, mean |a - b|, token mismatches.
+    pub logits_max_abs: [f32; 2],
+    pub logits_mean_abs: [f64; 2],
+    pub tokens: [u64; 2],
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -95,6 +112,19 @@ pub struct BufferStats {
     /// against the buffer's scale (a logit of 30 differs by 0.25 at one bf16 ulp).
     #[serde(default)]
     pub max_magnitude: f32,
+    /// The sum of |a - b| over the compared elements (the mean is sum_abs / compared).
+    #[serde(default)]
+    pub sum_abs: f64,
+}
+
+impl BufferStats {
+    pub fn mean_abs(&self) -> f64 {
+        if self.compared == 0 {
+            0.0
+        } else {
+            self.sum_abs / self.compared as f64
+        }
+    }
 }
 
 /// |a - b| in units in the last place of max(|a|, |b|), on the bf16 or fp32 grid (0 for equal bits,
@@ -131,8 +161,47 @@ impl DiffResult {
             token_mismatches: 0,
             per_buffer: BTreeMap::new(),
             incomplete: None,
+            envelope: None,
             tolerance,
         }
+    }
+
+    /// Envelope mode: judges this diff against calibration diff `cal` (see `spec::Envelope`). Every
+    /// buffer that differs here must have a calibration figure (a buffer the twins agree on bit for
+    /// bit has an envelope of zero).
+    pub fn judge(&mut self, cal: &DiffResult, factor: f32) {
+        let mut why = Vec::new();
+        let zero = BufferStats::default();
+        for (name, st) in &self.per_buffer {
+            if st.bit_differences == 0 {
+                continue;
+            }
+            let c = cal.per_buffer.get(name).unwrap_or(&zero);
+            if name == "token" {
+                let allowed = (factor as f64 * c.differing as f64).ceil() as u64;
+                if st.differing > allowed {
+                    why.push(format!("{} token mismatches > {factor} x {}", st.differing, c.differing));
+                }
+                continue;
+            }
+            if st.max_abs > factor * c.max_abs {
+                why.push(format!("{name}: largest difference {} > {factor} x {}", st.max_abs, c.max_abs));
+            }
+            if st.mean_abs() > factor as f64 * c.mean_abs() {
+                why.push(format!("{name}: mean difference {:.3e} > {factor} x {:.3e}", st.mean_abs(), c.mean_abs()));
+            }
+        }
+        let pick = |d: &DiffResult, f: fn(&BufferStats) -> f64| d.per_buffer.get("logits").map(f).unwrap_or(0.0);
+        self.envelope = Some(EnvelopeVerdict {
+            against: format!("{} vs {}", cal.a, cal.b),
+            factor,
+            within: why.is_empty(),
+            why,
+            logits_max_abs: [pick(self, |b| b.max_abs as f64) as f32, pick(cal, |b| b.max_abs as f64) as f32],
+            logits_mean_abs: [pick(self, BufferStats::mean_abs), pick(cal, BufferStats::mean_abs)],
+            tokens: [self.token_mismatches, cal.token_mismatches],
+        });
+        self.mode = format!("envelope: {factor} x {} vs {}", cal.a, cal.b);
     }
 
     /// Compares one tensor of both paths. `at` = (context, step, instruction, opcode).
@@ -167,6 +236,7 @@ impl DiffResult {
                 st.max_ulps = st.max_ulps.max(u);
                 st.max_abs = st.max_abs.max((x - y).abs());
                 st.max_magnitude = st.max_magnitude.max(x.abs().max(y.abs()));
+                st.sum_abs += (x - y).abs() as f64;
             }
             if bad {
                 self.differing += 1;
@@ -257,6 +327,21 @@ impl DiffResult {
             None => format!("{} vs {} ({})", self.a, self.b, self.mode),
             Some(why) => format!("{} vs {} ({}, INCOMPLETE: {why})", self.a, self.b, self.mode),
         };
+        if let Some(v) = &self.envelope {
+            return format!(
+                "{head}: {} ({} of {} elements differ in bits; logits largest {:.3} vs {:.3}, mean {:.3e} vs {:.3e}; token mismatches {} vs {}){}",
+                if v.within { "WITHIN the envelope" } else { "OUTSIDE the envelope" },
+                self.per_buffer.values().map(|b| b.bit_differences).sum::<u64>(),
+                self.compared,
+                v.logits_max_abs[0],
+                v.logits_max_abs[1],
+                v.logits_mean_abs[0],
+                v.logits_mean_abs[1],
+                v.tokens[0],
+                v.tokens[1],
+                if v.within { String::new() } else { format!(": {}", v.why.join("; ")) }
+            );
+        }
         match (&self.first, self.within_tolerance) {
             (None, Some(true)) if !self.identical => {
                 format!("{head}: within tolerance over {} elements (largest difference {:.3e}, {} ulps)", self.compared, self.max_abs, self.max_ulps)
@@ -335,5 +420,47 @@ mod tests {
         assert_eq!(ulps(1.0, 1.0078125, true), 1);
         assert_eq!(ulps(-0.0, 0.0, false), 0); // different bits, same number
         assert_eq!(ulps(-0.01, 0.01, true), 328); // across zero: 0.02 in ulps of 0.01 (2^-14)
+    }
+}
+
+#[cfg(test)]
+mod envelope_tests {
+    use super::*;
+
+    fn logits(data: Vec<f32>) -> Tensor {
+        Tensor { name: "logits".into(), layer: 0, cols: data.len(), bf16: true, data }
+    }
+
+    /// The noise a legitimate reordering makes: a few elements off by up to 0.5.
+    fn noisy(base: &[f32], every: usize, by: f32) -> Vec<f32> {
+        base.iter().enumerate().map(|(i, x)| if i % every == 0 { x + by } else { *x }).collect()
+    }
+
+    #[test]
+    fn an_envelope_accepts_twin_sized_noise_and_rejects_a_bias() {
+        let base: Vec<f32> = (0..1000).map(|i| (i as f32 * 0.37).sin() * 4.0).collect();
+        let mut cal = DiffResult::new("reference", "reference-reordered", None);
+        cal.tensor((1, Some(0), None, None), &logits(base.clone()), &logits(noisy(&base, 10, 0.5)));
+        // The same kind of noise, a little larger: within 1.5x.
+        let mut gpu = DiffResult::new("reference", "graph", None);
+        gpu.tensor((1, Some(0), None, None), &logits(base.clone()), &logits(noisy(&base, 9, 0.625)));
+        gpu.judge(&cal, 1.5);
+        let v = gpu.envelope.clone().unwrap();
+        assert!(v.within, "{:?}", v.why);
+        assert!(gpu.summary().contains("WITHIN the envelope"), "{}", gpu.summary());
+        // Negative control: a small bias on every logit (a wrong rounding point, a wrong scale) has a
+        // largest difference inside the envelope but a mean far outside it.
+        let mut biased = DiffResult::new("reference", "graph", None);
+        biased.tensor((1, Some(0), None, None), &logits(base.clone()), &logits(noisy(&base, 1, 0.25)));
+        biased.judge(&cal, 1.5);
+        let v = biased.envelope.clone().unwrap();
+        assert!(!v.within && v.why.iter().any(|w| w.contains("mean difference")), "{:?}", v.why);
+        assert!(biased.summary().contains("OUTSIDE the envelope"));
+        // A buffer the twins agree on bit for bit has an envelope of zero.
+        let mut state = DiffResult::new("reference", "graph", None);
+        let t = |d: Vec<f32>| Tensor { name: "conv_state.0".into(), layer: 0, cols: 2, bf16: true, data: d };
+        state.tensor((1, None, None, None), &t(vec![1.0, 2.0]), &t(vec![1.0, 2.0078125]));
+        state.judge(&cal, 1.5);
+        assert!(!state.envelope.unwrap().within);
     }
 }

@@ -180,6 +180,23 @@ fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<(Vec<u32
             d.states(len, &a.states(), &b.states());
         }
     }
+    // Envelope diffs are judged against their calibration diff once both are complete.
+    for (i, spec) in pairs.iter().enumerate() {
+        let Some(env) = spec.envelope else { continue };
+        match pairs.iter().position(|c| (c.a, c.b) == (env.a, env.b)) {
+            Some(j) => {
+                let cal = rec.diffs[j].clone();
+                rec.diffs[i].judge(&cal, env.factor);
+            }
+            None => rec.notes.push(format!(
+                "diff {} vs {}: its calibration diff {} vs {} did not run here: no envelope verdict",
+                spec.a.label(),
+                spec.b.label(),
+                env.a.label(),
+                env.b.label()
+            )),
+        }
+    }
     let ok: Vec<PathName> = c.runnable.iter().zip(&engines).filter(|(_, e)| e.is_some()).map(|(p, _)| *p).collect();
     for (p, _) in c.runnable.iter().zip(&engines).filter(|(_, e)| e.is_none()) {
         rec.paths.push(PathRecord {

@@ -87,6 +87,22 @@ pub struct DiffSpec {
     /// abs + rel * max(|a|, |b|) on every compared element.
     #[serde(default)]
     pub tolerance: Option<Tolerance>,
+    /// For paths whose arithmetic legitimately differs (other summation orders, other libm): judged
+    /// against a calibration diff of the same run instead of a fixed tolerance (see `Envelope`).
+    #[serde(default)]
+    pub envelope: Option<Envelope>,
+}
+
+/// The diff passes when, buffer by buffer, its largest and its mean absolute difference are at most
+/// `factor` times those of the calibration diff `a` vs `b` (listed in `diffs` too; typically the CPU
+/// reference against its noise twin `ReferenceReordered`: two valid orders, nothing else different),
+/// and its chosen-token mismatches at most `factor` times the calibration's (rounded up).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    pub a: PathName,
+    pub b: PathName,
+    pub factor: f32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -167,6 +183,28 @@ impl Experiment {
             }
             if d.a == d.b {
                 bail!("experiment: diff of {:?} with itself", d.a);
+            }
+            if let Some(env) = &d.envelope {
+                if d.tolerance.is_some() {
+                    bail!("experiment: diff {:?} vs {:?} has both a tolerance and an envelope", d.a, d.b);
+                }
+                if !(env.factor.is_finite() && env.factor >= 1.0) {
+                    bail!("experiment: envelope factor {} must be a number >= 1", env.factor);
+                }
+                let cal = self.diffs.iter().find(|c| (c.a, c.b) == (env.a, env.b));
+                match cal {
+                    None => bail!(
+                        "experiment: the envelope of {:?} vs {:?} names the diff {:?} vs {:?}, which is not in diffs",
+                        d.a,
+                        d.b,
+                        env.a,
+                        env.b
+                    ),
+                    Some(c) if c.envelope.is_some() => {
+                        bail!("experiment: the calibration diff {:?} vs {:?} has an envelope itself", env.a, env.b)
+                    }
+                    Some(_) => {}
+                }
             }
         }
         if self.workload.rows != 1 {

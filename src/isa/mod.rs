@@ -298,13 +298,12 @@ pub struct Target {
 /// reduce); only the time does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum UnitPolicy {
-    /// Shapes that minimise each launch's estimated makespan: blocks run units strided, so a launch
-    /// lasts ceil(units / resident blocks) rounds of a unit; split-K parts and gate/up row slices are
-    /// chosen to keep the last round full (see `compiler::split_parts`).
-    #[default]
+    /// Split-K parts that minimise each launch's estimated makespan: blocks run units strided, so a
+    /// launch lasts ceil(units / resident blocks) rounds of a unit (see `compiler::split_parts`).
     Balanced,
-    /// The first shapes: 16-row units, split-K only below 4 row slices per SM, into at most
-    /// ceil(4 x SMs / row slices) parts (kept to measure against).
+    /// The first shapes (the default: the balanced ones have not yet won on the H200): 16-row units,
+    /// split-K only below 4 row slices per SM, into at most ceil(4 x SMs / row slices) parts.
+    #[default]
     Fixed,
 }
 

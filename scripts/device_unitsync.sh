@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# No join between a discrete GEMV block's units of one word (UNIT_SYNC=0, the new default) against the
+# join after every unit (UNIT_SYNC=1, as before), with the fixed and the balanced unit shapes; and
+# gpu_small judged against its noise twin (the envelope), in one device call (about 9 minutes):
+#   1. in the background: gpu_small (the CPU reference, its reordered twin and the graph, 264 steps);
+#   2. ops (tiny), gpu_tiny, mega_tiny_debug (graph vs megakernel instruction by instruction);
+#   3. quick_27b: fixed + UNIT_SYNC=1 (the old default), fixed, balanced, balanced + UNIT_SYNC=1;
+#   4. long_27b (1K, 4K, 32K) with the defaults, if time is left.
+# Build here, gzip the stripped binary to devbin/mk.gz, run from the repository root with
+# carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+set -uo pipefail
+source "$(dirname "$0")/device_lib.sh"
+for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
+( timeout 540 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1; echo "exit $?" >> "$R/gpu_small.txt" ) &
+bg_pid=$!
+echo "== ops tiny ($(el) s)" | log
+timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache > "$R/gpu_ops/tiny.txt" 2>&1
+tail -1 "$R/gpu_ops/tiny.txt" | log
+for x in gpu_tiny mega_tiny_debug; do
+  echo "== $x ($(el) s)" | log
+  timeout 120 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|results:|error" | log
+done
+for v in "fixed UNIT_SYNC=1" "fixed" "balanced" "balanced UNIT_SYNC=1"; do
+  read -r units defs <<< "$v"
+  [ "$(el)" -gt 420 ] && { echo "== quick_27b '$v' skipped (time)" | log; continue; }
+  echo "== quick_27b --units $units '${defs:-}' ($(el) s)" | log
+  MK_CUDA_DEFINES="${defs:-}" timeout 120 $MK run experiments/quick_27b.ron --units $units --cache /tmp/mkcache --results "$R" 2>&1 \
+    | grep -E "ms/token|diff:|kernel Gemv|kernel Reduce|kernel Lm|launch inventory|results:|error" | log
+done
+if [ "$(el)" -lt 330 ]; then
+  echo "== long_27b ($(el) s)" | log
+  timeout 200 $MK run experiments/long_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|results:|error" | log
+fi
+echo "== waiting for gpu_small ($(el) s)" | log
+wait $bg_pid
+grep -E "diff:|results:|error|exit" "$R/gpu_small.txt" | log
+find "$R" -name timeline.json -delete
+pack
+echo "== summary ($(el) s)"
+grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -60
