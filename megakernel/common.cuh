@@ -18,9 +18,10 @@
                            // (measured: megakernel 34.8 -> 25.4 ms/token on the 27B, graph 16.4 -> 16.0)
 #endif
 #ifndef UNIT_SYNC
-#define UNIT_SYNC 0        // 1: a discrete GEMV block joins its warps after every unit; 0: only before a unit
+#define UNIT_SYNC 1        // 1: a discrete GEMV block joins its warps after every unit; 0: only before a unit
                            // of another word (whose prepared input overwrites shared memory), so warps
                            // run on into the next unit of the same word with their loads in flight
+                           // (0 measured within noise of 1 on the 27B: results/unitsync_72e2775)
 #endif
 #ifndef MEGA_BLOCKS_PER_SM
 #define MEGA_BLOCKS_PER_SM 3  // megakernel blocks per SM (its launch bounds; the host launches as many);

@@ -29,8 +29,8 @@ enum Cmd {
         /// Where synthetic checkpoints of presets are generated on first use.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
-        /// GEMV unit shapes of the compiled program: fixed or balanced (an A/B knob; bits are the same).
-        #[arg(long, default_value = "fixed")]
+        /// GEMV unit shapes of the compiled program: balanced or fixed (an A/B knob; bits are the same).
+        #[arg(long, default_value = "balanced")]
         units: mk::isa::UnitPolicy,
     },
     /// Re-render the charts of a results folder from its files.
@@ -103,8 +103,8 @@ enum Cmd {
         rows: u32,
         #[arg(long, default_value_t = 32768)]
         max_context: u32,
-        /// GEMV unit shapes: fixed (the first) or balanced (makespan-chosen split-K parts).
-        #[arg(long, default_value = "fixed")]
+        /// GEMV unit shapes: balanced (makespan-chosen split-K parts) or fixed (the first).
+        #[arg(long, default_value = "balanced")]
         units: mk::isa::UnitPolicy,
         #[arg(long)]
         out: PathBuf,

@@ -43,7 +43,7 @@ pub const REDUCE_UNIT: u32 = 128;
 
 /// The default target: one H200 (the kernels run 256 threads per block).
 pub fn h200(m_rows: u32) -> Target {
-    Target { sms: 132, threads: 256, m_rows, max_context: 32768, units: UnitPolicy::Fixed }
+    Target { sms: 132, threads: 256, m_rows, max_context: 32768, units: UnitPolicy::Balanced }
 }
 
 struct Builder<'a> {

@@ -166,14 +166,17 @@ impl DiffResult {
         }
     }
 
-    /// Envelope mode: judges this diff against calibration diff `cal` (see `spec::Envelope`). Every
-    /// buffer that differs here must have a calibration figure (a buffer the twins agree on bit for
-    /// bit has an envelope of zero).
+    /// Envelope mode: judges this diff's logits and chosen tokens against calibration diff `cal` (see
+    /// `spec::Envelope`); a logits buffer the twins agree on bit for bit has an envelope of zero. The
+    /// other buffers (hidden states, final states) are reported in `per_buffer`, not judged: the twin
+    /// perturbs only the GEMVs' summation order, the GPU also its libm and every op's lane order, so
+    /// in the first layers, before rounding noise saturates, the GPU's states legitimately differ
+    /// more than the twin's (measured on small: conv_state.0 3 flipped elements against none).
     pub fn judge(&mut self, cal: &DiffResult, factor: f32) {
         let mut why = Vec::new();
         let zero = BufferStats::default();
         for (name, st) in &self.per_buffer {
-            if st.bit_differences == 0 {
+            if st.bit_differences == 0 || (name != "logits" && name != "token") {
                 continue;
             }
             let c = cal.per_buffer.get(name).unwrap_or(&zero);
@@ -456,11 +459,16 @@ mod envelope_tests {
         let v = biased.envelope.clone().unwrap();
         assert!(!v.within && v.why.iter().any(|w| w.contains("mean difference")), "{:?}", v.why);
         assert!(biased.summary().contains("OUTSIDE the envelope"));
-        // A buffer the twins agree on bit for bit has an envelope of zero.
+        // Logits the twins agree on bit for bit have an envelope of zero; states are not judged.
+        let same = DiffResult::new("reference", "reference-reordered", None);
+        let mut one = DiffResult::new("reference", "graph", None);
+        one.tensor((1, Some(0), None, None), &logits(vec![1.0, 2.0]), &logits(vec![1.0, 2.0078125]));
+        one.judge(&same, 1.5);
+        assert!(!one.envelope.unwrap().within);
         let mut state = DiffResult::new("reference", "graph", None);
         let t = |d: Vec<f32>| Tensor { name: "conv_state.0".into(), layer: 0, cols: 2, bf16: true, data: d };
         state.tensor((1, None, None, None), &t(vec![1.0, 2.0]), &t(vec![1.0, 2.0078125]));
         state.judge(&cal, 1.5);
-        assert!(!state.envelope.unwrap().within);
+        assert!(state.envelope.unwrap().within);
     }
 }

@@ -93,10 +93,11 @@ pub struct DiffSpec {
     pub envelope: Option<Envelope>,
 }
 
-/// The diff passes when, buffer by buffer, its largest and its mean absolute difference are at most
-/// `factor` times those of the calibration diff `a` vs `b` (listed in `diffs` too; typically the CPU
-/// reference against its noise twin `ReferenceReordered`: two valid orders, nothing else different),
-/// and its chosen-token mismatches at most `factor` times the calibration's (rounded up).
+/// The diff passes when its logits' largest and mean absolute difference are at most `factor` times
+/// those of the calibration diff `a` vs `b` (listed in `diffs` too; typically the CPU reference
+/// against its noise twin `ReferenceReordered`: two valid orders, nothing else different), and its
+/// chosen-token mismatches at most `factor` times the calibration's (rounded up). Other buffers are
+/// reported, not judged (`DiffResult::judge`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Envelope {

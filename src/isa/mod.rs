@@ -300,10 +300,12 @@ pub struct Target {
 pub enum UnitPolicy {
     /// Split-K parts that minimise each launch's estimated makespan: blocks run units strided, so a
     /// launch lasts ceil(units / resident blocks) rounds of a unit (see `compiler::split_parts`).
-    Balanced,
-    /// The first shapes (the default: the balanced ones have not yet won on the H200): 16-row units,
-    /// split-K only below 4 row slices per SM, into at most ceil(4 x SMs / row slices) parts.
+    /// Measured 0.98x the fixed shapes' ms/token on the graph, 0.97x on the megakernel (27B,
+    /// results/unitsync_72e2775).
     #[default]
+    Balanced,
+    /// The first shapes: 16-row units, split-K only below 4 row slices per SM, into at most
+    /// ceil(4 x SMs / row slices) parts.
     Fixed,
 }
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# gpu_small judged by its envelope (logits and tokens against the noise twin) and the envelope's
+# negative control (MK_BREAK_ROPE must be OUTSIDE), with the new defaults (balanced unit shapes,
+# UNIT_SYNC=1): quick_27b, long_27b, the tiny checks; in one device call (about 7 minutes).
+# Build here, gzip the stripped binary to devbin/mk.gz, run from the repository root with
+# carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+set -uo pipefail
+source "$(dirname "$0")/device_lib.sh"
+for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
+( timeout 400 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1; echo "exit $?" >> "$R/gpu_small.txt"
+  MK_CUDA_DEFINES=MK_BREAK_ROPE timeout 150 $MK run experiments/gpu_small_negative.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small_negative.txt" 2>&1
+  echo "exit $?" >> "$R/gpu_small_negative.txt" ) &
+bg_pid=$!
+echo "== ops tiny ($(el) s)" | log
+timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache > "$R/gpu_ops/tiny.txt" 2>&1
+tail -1 "$R/gpu_ops/tiny.txt" | log
+for x in gpu_tiny mega_tiny_debug mega_tiny_debug_negative; do
+  echo "== $x ($(el) s)" | log
+  timeout 120 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|NEGATIVE|results:|error" | log
+done
+echo "== quick_27b ($(el) s)" | log
+timeout 120 $MK run experiments/quick_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
+  | grep -E "ms/token|diff:|kernel |launch inventory|results:|error" | log
+echo "== long_27b ($(el) s)" | log
+timeout 200 $MK run experiments/long_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|kernel |results:|error" | log
+echo "== waiting for gpu_small and its negative control ($(el) s)" | log
+wait $bg_pid
+grep -E "diff:|results:|error|exit" "$R/gpu_small.txt" "$R/gpu_small_negative.txt" | log
+find "$R" -name timeline.json -delete
+pack
+echo "== summary ($(el) s)"
+grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
