@@ -148,8 +148,11 @@ fn smem_bytes(p: &Program, w: &Word) -> u32 {
         Opcode::GdnRecur => (2 * GDN_HEAD_DIM + 2) * 4,
         Opcode::Argmax => 2 * 8 * 4,
         Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
-        // q of every head of the group, the warp sums, the group's scores (see attn_scores.cuh)
-        Opcode::AttnScores => (group * ATTN_HEAD_DIM + 8 + group * crate::isa::access::ATTN_PART) * 4,
+        // q of every head of the group (f32), the warp sums, the group's scores, q again as bf16 pairs
+        // in the lanes' read order (see attn_scores.cuh)
+        Opcode::AttnScores => {
+            (group * ATTN_HEAD_DIM + 8 + group * crate::isa::access::ATTN_PART + group * ATTN_HEAD_DIM / 2) * 4
+        }
         // the group's probabilities and (max, sum) pairs (see attn_pv.cuh)
         Opcode::AttnPv => (group * crate::isa::access::ATTN_PART + 2 * group) * 4,
         _ => 0,
