@@ -47,6 +47,8 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #define WEIGHT_LOAD_NC 1   // weights through ld.global.nc.L1::no_allocate (else plain loads)
 #endif
 #define MAX_GROUP 8    // query heads per KV head the attention ops handle (the host refuses more)
+#define PV_GROUPS 4    // attention PV: position groups a unit's warps split its positions into (pairs of warps)
+static_assert(WARPS == 2 * PV_GROUPS, "attention PV: two warps (128 dims each) per position group");
 #ifndef ATTN_UNROLL
 #define ATTN_UNROLL 4  // positions whose K/V loads a warp / thread has in flight at once
 #endif

@@ -153,8 +153,9 @@ fn smem_bytes(p: &Program, w: &Word) -> u32 {
         Opcode::AttnScores => {
             (group * ATTN_HEAD_DIM + 8 + group * crate::isa::access::ATTN_PART + group * ATTN_HEAD_DIM / 2) * 4
         }
-        // the group's probabilities and (max, sum) pairs (see attn_pv.cuh)
-        Opcode::AttnPv => (group * crate::isa::access::ATTN_PART + 2 * group) * 4,
+        // the group's probabilities, (max, sum) pairs (room for MAX_GROUP) and the 4 position groups'
+        // sums (see attn_pv.cuh)
+        Opcode::AttnPv => (group * crate::isa::access::ATTN_PART + 2 * 8 + 4 * group * ATTN_HEAD_DIM) * 4,
         _ => 0,
     }) as u32
 }
