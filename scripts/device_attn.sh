@@ -7,13 +7,8 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
-echo "== ops tiny ($(el) s)" | log
-timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache > "$R/gpu_ops/tiny.txt" 2>&1
-tail -1 "$R/gpu_ops/tiny.txt" | log
-for x in gpu_tiny mega_tiny_debug; do
-  echo "== $x ($(el) s)" | log
-  timeout 120 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|results:|error" | log
-done
+ops_tiny
+run_checks gpu_tiny mega_tiny_debug
 echo "== long_27b ($(el) s)" | log
 timeout 220 $MK run experiments/long_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|kernel Attn|results:|error" | log
 find "$R" -name timeline.json -delete

@@ -15,18 +15,9 @@ for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-see
     timeout 500 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" > "$R/$x.txt" 2>&1; echo "exit $?" >> "$R/$x.txt"
   done ) &
 bg_pid=$!
-echo "== ops tiny ($(el) s)" | log
-timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache > "$R/gpu_ops/tiny.txt" 2>&1
-tail -1 "$R/gpu_ops/tiny.txt" | log
-for x in gpu_tiny mega_tiny_debug mega_tiny_debug_negative mega_tiny_negative; do
-  echo "== $x ($(el) s)" | log
-  timeout 120 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|NEGATIVE|results:|error" | log
-done
-for u in balanced fixed; do
-  echo "== quick_27b --units $u ($(el) s)" | log
-  timeout 120 $MK run experiments/quick_27b.ron --units $u --cache /tmp/mkcache --results "$R" 2>&1 \
-    | grep -E "ms/token|diff:|kernel |launch inventory|results:|error" | log
-done
+ops_tiny
+run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative mega_tiny_negative
+for u in balanced fixed; do quick_27b "--units $u" ""; done
 if [ "$(el)" -lt 300 ]; then
   echo "== long_27b ($(el) s)" | log
   timeout 220 $MK run experiments/long_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|results:|error" | log

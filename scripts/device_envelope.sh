@@ -11,16 +11,9 @@ for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-see
   MK_CUDA_DEFINES=MK_BREAK_ROPE timeout 150 $MK run experiments/gpu_small_negative.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small_negative.txt" 2>&1
   echo "exit $?" >> "$R/gpu_small_negative.txt" ) &
 bg_pid=$!
-echo "== ops tiny ($(el) s)" | log
-timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache > "$R/gpu_ops/tiny.txt" 2>&1
-tail -1 "$R/gpu_ops/tiny.txt" | log
-for x in gpu_tiny mega_tiny_debug mega_tiny_debug_negative; do
-  echo "== $x ($(el) s)" | log
-  timeout 120 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|NEGATIVE|results:|error" | log
-done
-echo "== quick_27b ($(el) s)" | log
-timeout 120 $MK run experiments/quick_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
-  | grep -E "ms/token|diff:|kernel |launch inventory|results:|error" | log
+ops_tiny
+run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+quick_27b "" ""
 echo "== long_27b ($(el) s)" | log
 timeout 200 $MK run experiments/long_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|kernel |results:|error" | log
 echo "== waiting for gpu_small and its negative control ($(el) s)" | log

@@ -13,3 +13,21 @@ pack() {
   tar czf - -C "$R" . | split -b 15m -d - "$OUT/results.tgz."
   ls -la "$OUT" | log
 }
+# The op check on tiny (its verdict logged), then tiny experiments by name (their diff lines logged).
+ops_tiny() {
+  echo "== ops tiny ($(el) s)" | log
+  timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache > "$R/gpu_ops/tiny.txt" 2>&1
+  tail -1 "$R/gpu_ops/tiny.txt" | log
+}
+run_checks() {
+  for x in "$@"; do
+    echo "== $x ($(el) s)" | log
+    timeout 120 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|NEGATIVE|results:|error" | log
+  done
+}
+# quick_27b with `mk run` options $1 and NVRTC defines $2 (a variant), its figures logged.
+quick_27b() {
+  echo "== quick_27b $1 '$2' ($(el) s)" | log
+  MK_CUDA_DEFINES="$2" timeout 120 $MK run experiments/quick_27b.ron $1 --cache /tmp/mkcache --results "$R" 2>&1 \
+    | grep -E "ms/token|diff:|kernel |launch inventory|results:|error" | log
+}

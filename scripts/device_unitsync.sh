@@ -13,19 +13,12 @@ source "$(dirname "$0")/device_lib.sh"
 for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
 ( timeout 540 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1; echo "exit $?" >> "$R/gpu_small.txt" ) &
 bg_pid=$!
-echo "== ops tiny ($(el) s)" | log
-timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache > "$R/gpu_ops/tiny.txt" 2>&1
-tail -1 "$R/gpu_ops/tiny.txt" | log
-for x in gpu_tiny mega_tiny_debug; do
-  echo "== $x ($(el) s)" | log
-  timeout 120 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|results:|error" | log
-done
+ops_tiny
+run_checks gpu_tiny mega_tiny_debug
 for v in "fixed UNIT_SYNC=1" "fixed" "balanced" "balanced UNIT_SYNC=1"; do
   read -r units defs <<< "$v"
   [ "$(el)" -gt 420 ] && { echo "== quick_27b '$v' skipped (time)" | log; continue; }
-  echo "== quick_27b --units $units '${defs:-}' ($(el) s)" | log
-  MK_CUDA_DEFINES="${defs:-}" timeout 120 $MK run experiments/quick_27b.ron --units $units --cache /tmp/mkcache --results "$R" 2>&1 \
-    | grep -E "ms/token|diff:|kernel Gemv|kernel Reduce|kernel Lm|launch inventory|results:|error" | log
+  quick_27b "--units $units" "${defs:-}"
 done
 if [ "$(el)" -lt 330 ]; then
   echo "== long_27b ($(el) s)" | log

@@ -318,13 +318,19 @@ mod tests {
     use super::*;
     use crate::model::numerics::f32_to_bf16;
 
-    #[test]
-    fn gemv_fp8_equals_the_bf16_dequantised_dot_within_rounding() {
-        let (rows, cols) = (256, 2048);
-        let mut rng = crate::model::synth::Rng::new(3);
+    /// Random fp8 codes (finite, moderate), block scales and a bf16 input for a `rows` x `cols` linear.
+    fn random_fp8(rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+        let mut rng = crate::model::synth::Rng::new(seed);
         let w: Vec<u8> = (0..rows * cols).map(|_| (rng.next_u64() as u8) & 0x7E | 0x30).collect();
         let scales: Vec<f32> = (0..(rows / 128) * (cols / 128)).map(|i| 0.01 * (1 + i % 5) as f32).collect();
         let x: Vec<f32> = (0..cols).map(|_| bf(rng.normal())).collect();
+        (w, scales, x)
+    }
+
+    #[test]
+    fn gemv_fp8_equals_the_bf16_dequantised_dot_within_rounding() {
+        let (rows, cols) = (256, 2048);
+        let (w, scales, x) = random_fp8(rows, cols, 3);
         let lin = Linear { rows, cols, w: LinearW::Fp8 { w: &w, scales: scales.clone() }, order: SumOrder::Canonical };
         let y = lin.gemv(&x);
         let lut = e4m3_table();
@@ -351,10 +357,7 @@ mod tests {
     #[test]
     fn reversed_sum_order_moves_some_rows_by_rounding_only() {
         let (rows, cols) = (512, 3072);
-        let mut rng = crate::model::synth::Rng::new(5);
-        let w: Vec<u8> = (0..rows * cols).map(|_| (rng.next_u64() as u8) & 0x7E | 0x30).collect();
-        let scales: Vec<f32> = (0..(rows / 128) * (cols / 128)).map(|i| 0.01 * (1 + i % 5) as f32).collect();
-        let x: Vec<f32> = (0..cols).map(|_| bf(rng.normal())).collect();
+        let (w, scales, x) = random_fp8(rows, cols, 5);
         let fp8 = || LinearW::Fp8 { w: &w, scales: scales.clone() };
         let (canon, rev) = (
             Linear { rows, cols, w: fp8(), order: SumOrder::Canonical },
