@@ -15,8 +15,9 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
 // UNIT_LOOP (a tunable, on by default): the host launches fewer blocks than units (every block the
 // same number of units, all co-resident) and a block runs units b, b + grid, ..; a GEMV's prepared
 // input (normed x in shared memory) is then computed once per block and word, not once per unit.
-// Between units of one word the warps do not join (UNIT_SYNC 0): a GEMV unit's rows are each one
-// warp's, reading only the prepared input, so a warp done with its rows starts the next unit's.
+// The block joins its warps between units (UNIT_SYNC 1, the default). With UNIT_SYNC 0 it joins only
+// before a unit of another word: a GEMV unit's rows are each one warp's, reading only the prepared
+// input, so a warp done with its rows may start the next unit's (measured within noise).
 #define K_OP(name)                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \

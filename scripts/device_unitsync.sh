@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# No join between a discrete GEMV block's units of one word (UNIT_SYNC=0, the new default) against the
+# No join between a discrete GEMV block's units of one word (UNIT_SYNC=0, the default when this ran) against the
 # join after every unit (UNIT_SYNC=1, as before), with the fixed and the balanced unit shapes; and
 # gpu_small judged against its noise twin (the envelope), in one device call (about 9 minutes):
 #   1. in the background: gpu_small (the CPU reference, its reordered twin and the graph, 264 steps);

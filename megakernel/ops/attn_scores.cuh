@@ -36,7 +36,7 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
     unsigned h = kvh * group + hh;
     head_norm(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * h, B<float>(c, w.ops[SLOT_W0]), q + hh * d, red);
 #ifdef MK_BREAK_ROPE  // negative control for gpu_small's envelope: queries rotated for the next position
-    rope_head(c, q + hh * d, pos + 1);
+    rope_head(c, q + hh * d, min(pos + 1, c.max_ctx - 1));
 #else
     rope_head(c, q + hh * d, pos);
 #endif
