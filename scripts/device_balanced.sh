@@ -18,13 +18,8 @@ bg_pid=$!
 ops_tiny
 run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative mega_tiny_negative
 for u in balanced fixed; do quick_27b "--units $u" ""; done
-if [ "$(el)" -lt 300 ]; then
-  echo "== long_27b ($(el) s)" | log
-  timeout 220 $MK run experiments/long_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|results:|error" | log
-fi
-echo "== waiting for gpu_small ($(el) s)" | log
-wait $bg_pid
-grep -E "diff:|results:|error|exit" "$R/gpu_small.txt" | log
+[ "$(el)" -lt 300 ] && long_27b 220
+wait_for $bg_pid "$R/gpu_small.txt"
 if [ "$(el)" -lt 480 ]; then
   echo "== oracle goldens, small ($(el) s)" | log
   mkdir -p "$R/goldens_small"

@@ -14,11 +14,8 @@ bg_pid=$!
 ops_tiny
 run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
 quick_27b "" ""
-echo "== long_27b ($(el) s)" | log
-timeout 200 $MK run experiments/long_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|kernel |results:|error" | log
-echo "== waiting for gpu_small and its negative control ($(el) s)" | log
-wait $bg_pid
-grep -E "diff:|results:|error|exit" "$R/gpu_small.txt" "$R/gpu_small_negative.txt" | log
+long_27b 200 "kernel "
+wait_for $bg_pid "$R/gpu_small.txt" "$R/gpu_small_negative.txt"
 find "$R" -name timeline.json -delete
 pack
 echo "== summary ($(el) s)"

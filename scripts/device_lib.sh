@@ -31,3 +31,15 @@ quick_27b() {
   MK_CUDA_DEFINES="$2" timeout 120 $MK run experiments/quick_27b.ron $1 --cache /tmp/mkcache --results "$R" 2>&1 \
     | grep -E "ms/token|diff:|kernel |launch inventory|results:|error" | log
 }
+# long_27b (1K, 4K, 32K, seek) within $1 seconds, its ms/token (and kernels matching $2) logged.
+long_27b() {
+  echo "== long_27b ($(el) s)" | log
+  timeout "$1" $MK run experiments/long_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|${2:+$2|}results:|error" | log
+}
+# Waits for background job $1 and logs the diff lines of the outputs $2 ...
+wait_for() {
+  local pid=$1; shift
+  echo "== waiting for $* ($(el) s)" | log
+  wait "$pid"
+  grep -E "diff:|results:|error|exit" "$@" | log
+}

@@ -20,13 +20,8 @@ for v in "fixed UNIT_SYNC=1" "fixed" "balanced" "balanced UNIT_SYNC=1"; do
   [ "$(el)" -gt 420 ] && { echo "== quick_27b '$v' skipped (time)" | log; continue; }
   quick_27b "--units $units" "${defs:-}"
 done
-if [ "$(el)" -lt 330 ]; then
-  echo "== long_27b ($(el) s)" | log
-  timeout 200 $MK run experiments/long_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "ms/token|results:|error" | log
-fi
-echo "== waiting for gpu_small ($(el) s)" | log
-wait $bg_pid
-grep -E "diff:|results:|error|exit" "$R/gpu_small.txt" | log
+[ "$(el)" -lt 330 ] && long_27b 200
+wait_for $bg_pid "$R/gpu_small.txt"
 find "$R" -name timeline.json -delete
 pack
 echo "== summary ($(el) s)"
