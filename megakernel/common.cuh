@@ -43,6 +43,10 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #ifndef GEMV_MMA
 #define GEMV_MMA 0         // fp8 GEMV on tensor cores (mma_unit_fp8) instead of the CUDA-core dot_rows
 #endif
+#ifndef GEMV_PIPE
+#define GEMV_PIPE 1        // fp8 GEMV warps issue the next item's weight loads before the current item's
+                           // arithmetic (fp8_stream; 0: load, then compute, as dot_rows)
+#endif
 #ifndef WEIGHT_LOAD_NC
 #define WEIGHT_LOAD_NC 1   // weights through ld.global.nc.L1::no_allocate (else plain loads)
 #endif
@@ -80,6 +84,9 @@ __device__ __forceinline__ unsigned short f2bf(float f) {
   return (unsigned short)(u >> 16);
 }
 __device__ __forceinline__ float bf(float f) { return bf2f(f2bf(f)); }
+// The low / high bf16 of a packed pair as f32.
+__device__ __forceinline__ float lo_bf(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 
 // float8_e4m3fn: bias 7, no infinities, 0x7f/0xff NaN.
 __device__ __forceinline__ float e4m3(unsigned b) {
@@ -118,13 +125,45 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 template <typename T> __device__ __forceinline__ T* B(const DevCtx& c, unsigned short id) { return (T*)c.bufs[id]; }
 
 // A block-wide zero-centred RMSNorm of bf16 x[0..n) into bf16 shared memory out:
-// bf((x * rstd) * (1 + w)), rstd = 1 / sqrt(sum(x^2) * (1/n) + eps).
+// bf((x * rstd) * (1 + w)), rstd = 1 / sqrt(sum(x^2) * (1/n) + eps). ORDER of the sum: thread t sums
+// its terms in order (n % 8 == 0: 16-byte chunks t, t + THREADS, .., elements in order within a chunk;
+// else elements t, t + THREADS, ..), then block_sum. x, w and out are 16-byte aligned (arena, shared).
 __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned n, float eps, unsigned short* out, float* red) {
   float ss = 0.f;
-  for (unsigned i = threadIdx.x; i < n; i += THREADS) { float v = bf2f(x[i]); ss += v * v; }
+  bool vec = n % 8 == 0;
+  if (vec) {
+    for (unsigned i = 8 * threadIdx.x; i < n; i += 8 * THREADS) {
+      uint4 v = *(const uint4*)(x + i);
+      unsigned vw[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        float lo = lo_bf(vw[q]), hi = hi_bf(vw[q]);
+        ss += lo * lo;
+        ss += hi * hi;
+      }
+    }
+  } else {
+    for (unsigned i = threadIdx.x; i < n; i += THREADS) { float v = bf2f(x[i]); ss += v * v; }
+  }
   ss = block_sum(ss, red);
   float rstd = 1.0f / sqrtf(ss * (1.0f / (float)n) + eps);
-  for (unsigned i = threadIdx.x; i < n; i += THREADS) out[i] = f2bf((bf2f(x[i]) * rstd) * (1.0f + w[i]));
+  if (vec) {
+    for (unsigned i = 8 * threadIdx.x; i < n; i += 8 * THREADS) {
+      uint4 v = *(const uint4*)(x + i);
+      float4 wa = *(const float4*)(w + i), wb = *(const float4*)(w + i + 4);
+      float ww[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+      unsigned vw[4] = {v.x, v.y, v.z, v.w}, o[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        unsigned lo = f2bf((lo_bf(vw[q]) * rstd) * (1.0f + ww[2 * q]));
+        unsigned hi = f2bf((hi_bf(vw[q]) * rstd) * (1.0f + ww[2 * q + 1]));
+        o[q] = lo | (hi << 16);
+      }
+      *(uint4*)(out + i) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  } else {
+    for (unsigned i = threadIdx.x; i < n; i += THREADS) out[i] = f2bf((bf2f(x[i]) * rstd) * (1.0f + w[i]));
+  }
   __syncthreads();
 }
 
@@ -140,7 +179,10 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
   if (w.ops[norm_slot] != OPERAND_NONE) {
     block_rmsnorm(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16));
   } else {
-    for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
+    if (K % 8 == 0)
+      for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = *(const uint4*)(x + i);
+    else
+      for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
     __syncthreads();
   }
   return xs;
@@ -153,8 +195,6 @@ __device__ __forceinline__ unsigned bf16x2_fma(unsigned a, unsigned b, unsigned 
   return d;
 }
 
-__device__ __forceinline__ float lo_bf(unsigned w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float hi_bf(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 
 // A weight load: 16 bytes through the non-coherent path, not kept in L1 (weights are read once a step).
 __device__ __forceinline__ uint4 ldw(const void* p) {
@@ -179,37 +219,50 @@ __device__ __forceinline__ unsigned e4m3x2_widen(unsigned w, unsigned sel) {
   return (y << 4) & 0x87f087f0u;
 }
 
+// acc[i] += the 16 fp8 weights v[i] times bf16 xs[0..16) for NR rows, each row exactly as chunk_fp8
+// (its elements in order, one fma each, the same bits): x is read and widened once for all rows.
+template <int NR>
+__device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned short* xs, const float* scale, const bool* bf16_scale, float* acc) {
+  uint4 xa = *(const uint4*)xs, xb = *(const uint4*)(xs + 8);
+  unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+  unsigned s2[NR];
+#pragma unroll
+  for (int i = 0; i < NR; ++i) {
+    unsigned sb = __float_as_uint(scale[i] * 0x1p120f) >> 16;
+    s2[i] = sb | (sb << 16);
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    float x[4] = {lo_bf(xw[2 * q]), hi_bf(xw[2 * q]), lo_bf(xw[2 * q + 1]), hi_bf(xw[2 * q + 1])};
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      unsigned word = q == 0 ? v[i].x : q == 1 ? v[i].y : q == 2 ? v[i].z : v[i].w;
+      if (bf16_scale[i]) {
+        unsigned d01 = bf16x2_fma(e4m3x2_widen(word, 0x9180), s2[i], 0x80008000u);
+        unsigned d23 = bf16x2_fma(e4m3x2_widen(word, 0xB3A2), s2[i], 0x80008000u);
+        acc[i] = fmaf(lo_bf(d01), x[0], acc[i]);
+        acc[i] = fmaf(hi_bf(d01), x[1], acc[i]);
+        acc[i] = fmaf(lo_bf(d23), x[2], acc[i]);
+        acc[i] = fmaf(hi_bf(d23), x[3], acc[i]);
+      } else {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          unsigned byte = (word >> (8 * b)) & 255u;
+          float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20)) * 0x1p120f;
+          acc[i] = fmaf(bf(raw * scale[i]), x[b], acc[i]);
+        }
+      }
+    }
+  }
+}
+
 // acc += the 16 fp8 weights of v times bf16 xs[0..16), in element order. fp8 weights are dequantised
 // as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales below 2^8) on bf16 pairs, code *
 // (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (other scales) as the CPU does, the fp32
 // product e4m3 * scale then bf16. NaN codes (0x7f/0xff) are refused when the GPU path loads a
 // checkpoint (they would decode to finite values here).
 __device__ __forceinline__ float chunk_fp8(uint4 v, const unsigned short* xs, float scale, bool bf16_scale, float acc) {
-  uint4 xa = *(const uint4*)xs, xb = *(const uint4*)(xs + 8);
-  unsigned words[4] = {v.x, v.y, v.z, v.w};
-  unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-  if (bf16_scale) {
-    unsigned sb = __float_as_uint(scale * 0x1p120f) >> 16, s2 = sb | (sb << 16);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      unsigned d01 = bf16x2_fma(e4m3x2_widen(words[q], 0x9180), s2, 0x80008000u);
-      unsigned d23 = bf16x2_fma(e4m3x2_widen(words[q], 0xB3A2), s2, 0x80008000u);
-      acc = fmaf(lo_bf(d01), lo_bf(xw[2 * q]), acc);
-      acc = fmaf(hi_bf(d01), hi_bf(xw[2 * q]), acc);
-      acc = fmaf(lo_bf(d23), lo_bf(xw[2 * q + 1]), acc);
-      acc = fmaf(hi_bf(d23), hi_bf(xw[2 * q + 1]), acc);
-    }
-  } else {
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        unsigned byte = (words[q] >> (8 * b)) & 255u;
-        float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20)) * 0x1p120f;
-        unsigned xwrd = xw[(4 * q + b) / 2];
-        acc = fmaf(bf(raw * scale), (b & 1) ? hi_bf(xwrd) : lo_bf(xwrd), acc);
-      }
-  }
+  chunk_fp8_rows<1>(&v, xs, &scale, &bf16_scale, &acc);
   return acc;
 }
 
@@ -315,6 +368,76 @@ __device__ __forceinline__ void warp_row_pairs(unsigned r0, unsigned r1, PerRow 
       per_row(rows, 1);
     }
   }
+}
+
+// A warp's fp8 GEMV as a stream of items (s, g): row sets s = 0 .. ns - 1 of NR (weight wid[i], row
+// row_of(s, i)) pairs (a row at or past `lim` is skipped), times the prepared input, k-group g in
+// [g0, g1) (item order: s, then g). The loads of item t + 1 (weights and their block scales) are issued
+// before the arithmetic of item t (GEMV_PIPE), and item 0's before `prep()`, which prepares the input
+// in shared memory and returns it: the first loads overlap the block's norm (weights never depend on
+// activations). `part(s, i, g, v)`: the (row, group) partial on every lane of the warp, groups in order.
+// ORDER: each (row, group) exactly as dot_rows (lane chunks in order, elements in order, one fma each,
+// then the butterfly): the same bits, whichever pipelining.
+template <int NR, typename RowOf, typename Prep, typename Part>
+__device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned ns, unsigned lim, RowOf row_of, Prep prep, unsigned g0, unsigned g1, Part part) {
+  unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, kb = (K + 127) / 128, ng = g1 - g0, n = ns * ng;
+  bool bs[NR];
+#pragma unroll
+  for (int i = 0; i < NR; ++i) bs[i] = c.wbytes[wid[i]] == 1;
+  struct Item {
+    uint4 v[2][NR];
+    float sc[2][NR];
+  };
+  unsigned ls = 0, lg = g0;  // the next item to load
+  auto load = [&](Item& it) {
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      unsigned r = row_of(ls, i);
+      const unsigned char* wr = (const unsigned char*)c.bufs[wid[i]] + (size_t)r * K;
+      const float* sc = c.scales[wid[i]] + (size_t)(r / 128) * kb;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        unsigned k = lg * KGROUP + lane * 16 + j * 512;
+        bool ok = r < lim && k < min(K, (lg + 1) * KGROUP);
+        it.v[j][i] = ok ? ldw(wr + k) : make_uint4(0, 0, 0, 0);
+        it.sc[j][i] = ok ? sc[k / 128] : 0.f;
+      }
+    }
+    if (++lg == g1) {
+      lg = g0;
+      ++ls;
+    }
+  };
+  Item cur, nxt;
+  if (n) load(cur);
+  const unsigned short* xs = prep();
+  unsigned s = 0, g = g0;
+  for (unsigned t = 0; t < n; ++t) {
+    if (GEMV_PIPE && t + 1 < n) load(nxt);
+    float acc[NR];
+#pragma unroll
+    for (int i = 0; i < NR; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      unsigned k = g * KGROUP + lane * 16 + j * 512;
+      if (k < min(K, (g + 1) * KGROUP)) chunk_fp8_rows<NR>(cur.v[j], xs + k, cur.sc[j], bs, acc);
+    }
+#pragma unroll
+    for (int i = 0; i < NR; ++i)
+      if (row_of(s, i) < lim) part(s, i, g, warp_sum(acc[i]));
+    if (++g == g1) {
+      g = g0;
+      ++s;
+    }
+    if (GEMV_PIPE) cur = nxt;
+    else if (t + 1 < n) load(cur);
+  }
+}
+
+// Row sets of a warp over rows [r0, r1) with `step` rows between its sets: r0 + warp + step * s < r1.
+__device__ __forceinline__ unsigned warp_sets(unsigned r0, unsigned r1, unsigned step) {
+  unsigned first = r0 + (threadIdx.x >> 5);
+  return first < r1 ? (r1 - first + step - 1) / step : 0;
 }
 
 // The rows and k-groups of unit u of a GEMV word.
@@ -570,18 +693,21 @@ __device__ void tma_unit(const DevCtx& c, const unsigned short* wid, unsigned r0
 // 64-row units: a group of them would not fit the ring; bf16, it reaches 90 % with direct loads).
 __device__ __forceinline__ bool tma_path(const Word& w) { return GEMV_TMA && w.unit_rows == 16; }
 
-// For each row of the span (a warp per row, two rows at a time): the per-group sums, either stored as
-// split-K partials [g][rows] (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value)`
-// by lane 0.
-template <typename Epi>
-__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, const unsigned short* xs, Epi epilogue) {
+// For each row of the span (a warp per row, two rows at a time: rows r0 + warp + 16 s and that + 8):
+// the per-group sums, either stored as split-K partials [g][rows] (FLAG_PARTIAL) or summed in group
+// order and handed to `epilogue(row, value)` by lane 0. `prep()` prepares the input (every thread calls
+// it once) and returns it; fp8 weights issue their first loads before it (fp8_stream).
+template <typename Prep, typename Epi>
+__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, Prep prep, Epi epilogue) {
   unsigned K = c.cols[wid];
   GemvSpan s = gemv_span(w, u, K);
   unsigned lane = threadIdx.x & 31;
   bool partial = w.flags & FLAG_PARTIAL;
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
   unsigned short wids[2] = {wid, wid};
+  unsigned char wb = c.wbytes[wid];
   if (tma_path(w)) {
+    const unsigned short* xs = prep();
     float t0 = 0.f, t1 = 0.f;  // the warp's rows warp and warp + 8 (scalars: no local memory)
     tma_unit<1>(c, wids, s.r0, s.r1, xs, s.g0, s.g1, (char*)xs, [&](int, unsigned j, unsigned g, float v) {
       if (partial) {
@@ -597,6 +723,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     return;
   }
   if (mma_path(c, wid, w)) {
+    const unsigned short* xs = prep();
     float* red = (float*)((char*)xs + ((K * 2 + 15) / 16) * 16);
     float total = 0.f;
     mma_unit_fp8<1>(c, wids, s.r0, s.r1, xs, s.g0, s.g1, red, [&](int, unsigned r, unsigned g, float v) {
@@ -606,6 +733,20 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     });
     return;
   }
+  if (wb == 1 || wb == 3) {
+    float total[2] = {0.f, 0.f};
+    auto row_of = [&](unsigned set, int i) { return s.r0 + (threadIdx.x >> 5) + 2 * WARPS * set + WARPS * i; };
+    fp8_stream<2>(c, wids, warp_sets(s.r0, s.r1, 2 * WARPS), s.r1, row_of, prep, s.g0, s.g1, [&](unsigned set, int i, unsigned g, float v) {
+      if (partial) {
+        if (lane == 0) out[(size_t)g * w.rows + row_of(set, i)] = v;
+        return;
+      }
+      total[i] = (g == s.g0 ? 0.f : total[i]) + v;  // ORDER: k-groups in order, from 0 as dot_rows' callers
+      if (g + 1 == s.g1 && lane == 0) epilogue(row_of(set, i), total[i]);
+    });
+    return;
+  }
+  const unsigned short* xs = prep();
   warp_row_pairs(s.r0, s.r1, [&](const unsigned* rows, int n) {
     float total[2] = {0.f, 0.f};
     auto part = [&](int i, unsigned g, float v) {

@@ -3,12 +3,13 @@
 // or split-K partials.
 __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  unsigned short* xs = (unsigned short*)smem;
   const unsigned short* core = B<unsigned short>(c, w.ops[SLOT_IN0]);
   const unsigned short* z = B<unsigned short>(c, w.ops[SLOT_IN1]);
   const float* nw = B<float>(c, w.ops[SLOT_W1]);
   unsigned d = c.gdn_dim, lane = threadIdx.x & 31;
-  if (fresh) {
+  auto prep = [&]() -> const unsigned short* {
+    unsigned short* xs = (unsigned short*)smem;
+    if (!fresh) return xs;
     for (unsigned hh = threadIdx.x >> 5; hh < K / d; hh += WARPS) {
       float ss = 0.f;
       for (unsigned i = lane; i < d; i += 32) { float v = bf2f(core[hh * d + i]); ss += v * v; }
@@ -21,7 +22,8 @@ __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsi
       }
     }
     __syncthreads();  // fresh is the same for the whole block
-  }
+    return xs;
+  };
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  gemv_rows(c, w, u, w.ops[SLOT_W0], xs, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
+  gemv_rows(c, w, u, w.ops[SLOT_W0], prep, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
 }
