@@ -28,7 +28,8 @@
                               // 3 measured 0.74x the ms/token of 1 on the 27B (results/occupancy_62eb875)
 #endif
 #ifndef GEMV_MIN_BLOCKS
-#define GEMV_MIN_BLOCKS 4  // the discrete GEMV kernels' launch bounds: blocks per SM ptxas must fit (registers)
+#define GEMV_MIN_BLOCKS 4  // the discrete GEMV kernels' launch bounds: blocks per SM ptxas must fit (registers);
+                           // the host sizes their weight ring so that as many fit in shared memory
 #endif
 #ifndef DEVICE_STOP
 #define DEVICE_STOP 1      // graph kernels return at once after the stop token (0: timing the check's cost only)
@@ -44,8 +45,13 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #define GEMV_MMA 0         // fp8 GEMV on tensor cores (mma_unit_fp8) instead of the CUDA-core dot_rows
 #endif
 #ifndef GEMV_PIPE
-#define GEMV_PIPE 1        // fp8 GEMV warps issue the next item's weight loads before the current item's
-                           // arithmetic (fp8_stream; 0: load, then compute, as dot_rows)
+#define GEMV_PIPE 0        // register path of fp8_stream: 1 issues the next item's weight loads before the
+                           // current item's arithmetic; 0 loads, then computes, as dot_rows
+#endif
+#ifndef GEMV_DEPTH
+#define GEMV_DEPTH 4       // fp8 GEMV items (NR rows x one k-group) each warp keeps in its cp.async ring
+                           // in shared memory (the host sizes the discrete kernels' shared memory for it;
+                           // the megakernel's depth follows from its shared memory); 0: registers only
 #endif
 #ifndef WEIGHT_LOAD_NC
 #define WEIGHT_LOAD_NC 1   // weights through ld.global.nc.L1::no_allocate (else plain loads)
@@ -219,11 +225,22 @@ __device__ __forceinline__ unsigned e4m3x2_widen(unsigned w, unsigned sel) {
   return (y << 4) & 0x87f087f0u;
 }
 
-// acc[i] += the 16 fp8 weights v[i] times bf16 xs[0..16) for NR rows, each row exactly as chunk_fp8
-// (its elements in order, one fma each, the same bits): x is read and widened once for all rows.
-template <int NR>
-__device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned short* xs, const float* scale, const bool* bf16_scale, float* acc) {
-  uint4 xa = *(const uint4*)xs, xb = *(const uint4*)(xs + 8);
+// A generic pointer into shared memory as a shared-window address.
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+// 16 bytes of shared memory (a generic pointer into it; ld.shared: the compiler cannot always tell).
+__device__ __forceinline__ uint4 lds16(const void* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
+  return v;
+}
+
+// acc[i] += the 16 fp8 weights v[i] times bf16 shared xs[0..16) for NR rows, each row exactly as
+// chunk_fp8 (its elements in order, one fma each, the same bits): x is read and widened once for all
+// rows. BS: every row's scales are bf16 below 2^8 (wbytes 1: one fma.rn.bf16x2 per pair); else the
+// CPU's fp32 product then bf16 for every row (the same bits for a bf16 scale: its product is exact).
+template <int NR, bool BS>
+__device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned short* xs, const float* scale, float* acc) {
+  uint4 xa = lds16(xs), xb = lds16(xs + 8);
   unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
   unsigned s2[NR];
 #pragma unroll
@@ -237,7 +254,7 @@ __device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned sh
 #pragma unroll
     for (int i = 0; i < NR; ++i) {
       unsigned word = q == 0 ? v[i].x : q == 1 ? v[i].y : q == 2 ? v[i].z : v[i].w;
-      if (bf16_scale[i]) {
+      if (BS) {
         unsigned d01 = bf16x2_fma(e4m3x2_widen(word, 0x9180), s2[i], 0x80008000u);
         unsigned d23 = bf16x2_fma(e4m3x2_widen(word, 0xB3A2), s2[i], 0x80008000u);
         acc[i] = fmaf(lo_bf(d01), x[0], acc[i]);
@@ -256,13 +273,14 @@ __device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned sh
   }
 }
 
-// acc += the 16 fp8 weights of v times bf16 xs[0..16), in element order. fp8 weights are dequantised
-// as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales below 2^8) on bf16 pairs, code *
-// (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (other scales) as the CPU does, the fp32
+// acc += the 16 fp8 weights of v times bf16 shared xs[0..16), in element order. fp8 weights are
+// dequantised as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales below 2^8) on bf16 pairs, code
+// * (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (other scales) as the CPU does, the fp32
 // product e4m3 * scale then bf16. NaN codes (0x7f/0xff) are refused when the GPU path loads a
 // checkpoint (they would decode to finite values here).
 __device__ __forceinline__ float chunk_fp8(uint4 v, const unsigned short* xs, float scale, bool bf16_scale, float acc) {
-  chunk_fp8_rows<1>(&v, xs, &scale, &bf16_scale, &acc);
+  if (bf16_scale) chunk_fp8_rows<1, true>(&v, xs, &scale, &acc);
+  else chunk_fp8_rows<1, false>(&v, xs, &scale, &acc);
   return acc;
 }
 
@@ -378,12 +396,141 @@ __device__ __forceinline__ void warp_row_pairs(unsigned r0, unsigned r1, PerRow 
 // activations). `part(s, i, g, v)`: the (row, group) partial on every lane of the warp, groups in order.
 // ORDER: each (row, group) exactly as dot_rows (lane chunks in order, elements in order, one fma each,
 // then the butterfly): the same bits, whichever pipelining.
-template <int NR, typename RowOf, typename Prep, typename Part>
-__device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned ns, unsigned lim, RowOf row_of, Prep prep, unsigned g0, unsigned g1, Part part) {
-  unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, kb = (K + 127) / 128, ng = g1 - g0, n = ns * ng;
-  bool bs[NR];
+// ---- The fp8 GEMV's weight stream through a per-warp shared-memory ring (cp.async) ------------------
+// Each warp owns `depth` slots after the prepared input (stream_ring_off); a slot holds one item: NR
+// rows x one k-group of fp8 weights (lane l's two 16-byte chunks of row i at i * 1,024 + j * 512 + 16 l,
+// as in global memory) and their block scales (lane l's at NR * 1,024 + (2 i + j) * 128 + 4 l). A lane
+// copies and later reads only its own bytes, so cp.async.wait_group is its only synchronisation.
+// Bytes in flight cost no registers.
+__device__ __forceinline__ unsigned stream_slot_bytes(unsigned nr) { return nr * (KGROUP + 256); }
+// After x (bf16, K), the block-sum / tensor-core floats of two weights and 16 gate totals (as the
+// host's smem_bytes lays out gemv_nw(K, 2) + 64), 128-aligned.
+__device__ __forceinline__ unsigned stream_ring_off(unsigned K) {
+  unsigned red = 2 * ((K + KGROUP - 1) / KGROUP) * WARPS * 16;
+  return (((K * 2 + 15) / 16) * 16 + 4 * (red > 8 ? red : 8) + 64 + 127) / 128 * 128;
+}
+__device__ __forceinline__ unsigned dynamic_smem_bytes() {
+  unsigned v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+}
+// The ring depth this launch's shared memory holds (at most GEMV_DEPTH; 0: the register path).
+__device__ __forceinline__ unsigned stream_depth(unsigned K, unsigned nr) {
+  unsigned have = dynamic_smem_bytes(), off = stream_ring_off(K);
+  unsigned d = have > off ? (have - off) / (WARPS * stream_slot_bytes(nr)) : 0;
+  return min(d, (unsigned)GEMV_DEPTH);
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most `pending` (0..3) of this thread's newest groups are still in flight.
+__device__ __forceinline__ void cp_async_wait(unsigned pending) {
+  switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+  }
+}
+__device__ __forceinline__ float lds_f32(const void* p) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(p)));
+  return v;
+}
+static_assert(GEMV_DEPTH <= 4, "cp_async_wait handles at most 3 pending groups");
+
+// fp8_stream's ring path: items t = 0 .. n - 1 (s = t / ng, g = g0 + t % ng); depth - 1 items are in
+// flight before prep() and while item t is computed. The same arithmetic as the register path.
+template <int NR, bool BS, typename RowOf, typename Prep, typename Part>
+__device__ void fp8_ring(const DevCtx& c, const unsigned short* wid, unsigned n, unsigned ng, unsigned lim, RowOf row_of, Prep prep, unsigned g0, unsigned g1, char* smem, unsigned depth, Part part) {
+  unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, kb = (K + 127) / 128, sb = stream_slot_bytes(NR);
+  char* ring = smem + stream_ring_off(K) + (threadIdx.x >> 5) * depth * sb;
+  unsigned ls = 0, lg = g0, lslot = 0;  // the next item to copy, and its slot
+  auto issue = [&]() {
+    char* slot = ring + lslot * sb;
 #pragma unroll
-  for (int i = 0; i < NR; ++i) bs[i] = c.wbytes[wid[i]] == 1;
+    for (int i = 0; i < NR; ++i) {
+      unsigned r = row_of(ls, i);
+      const unsigned char* wr = (const unsigned char*)c.bufs[wid[i]] + (size_t)r * K;
+      const float* sc = c.scales[wid[i]] + (size_t)(r / 128) * kb;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        unsigned k = lg * KGROUP + lane * 16 + j * 512;
+        if (r < lim && k < min(K, (lg + 1) * KGROUP)) {
+          cp_async16(slot + i * KGROUP + j * 512 + lane * 16, wr + k);
+          cp_async4(slot + NR * KGROUP + (2 * i + j) * 128 + lane * 4, sc + k / 128);
+        }
+      }
+    }
+    if (++lg == g1) {
+      lg = g0;
+      ++ls;
+    }
+    if (++lslot == depth) lslot = 0;
+  };
+  unsigned issued = 0;
+  for (; issued + 1 < depth && issued < n; ++issued) {
+    issue();
+    cp_async_commit();
+  }
+  const unsigned short* xs = prep();
+  unsigned s = 0, g = g0, slot = 0;
+  for (unsigned t = 0; t < n; ++t) {
+    if (issued < n) {
+      issue();
+      ++issued;
+    }
+    cp_async_commit();  // (empty past the last item: the count of groups behind item t stays depth - 1)
+    cp_async_wait(depth - 1);
+    const char* sl = ring + slot * sb;
+    float acc[NR];
+#pragma unroll
+    for (int i = 0; i < NR; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      unsigned k = g * KGROUP + lane * 16 + j * 512;
+      if (k < min(K, (g + 1) * KGROUP)) {
+        uint4 v[NR];
+        float sc[NR];
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+          bool ok = row_of(s, i) < lim;
+          v[i] = ok ? lds16(sl + i * KGROUP + j * 512 + lane * 16) : make_uint4(0, 0, 0, 0);
+          sc[i] = ok ? lds_f32(sl + NR * KGROUP + (2 * i + j) * 128 + lane * 4) : 0.f;
+        }
+        chunk_fp8_rows<NR, BS>(v, xs + k, sc, acc);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      float v = warp_sum(acc[i]);  // every lane, every row (converged)
+      if (row_of(s, i) < lim) part(s, i, g, v);
+    }
+    if (++g == g1) {
+      g = g0;
+      ++s;
+    }
+    if (++slot == depth) slot = 0;
+  }
+}
+
+template <bool B> struct BoolTag { static constexpr bool value = B; };
+template <int NR, typename RowOf, typename Prep, typename Part>
+__device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned ns, unsigned lim, RowOf row_of, Prep prep, unsigned g0, unsigned g1, char* smem, Part part) {
+  unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, kb = (K + 127) / 128, ng = g1 - g0, n = ns * ng;
+  unsigned depth = stream_depth(K, NR);
+  bool all_bs = true;
+#pragma unroll
+  for (int i = 0; i < NR; ++i) all_bs = all_bs && c.wbytes[wid[i]] == 1;
+  if (depth > 0) {
+    if (all_bs) fp8_ring<NR, true>(c, wid, n, ng, lim, row_of, prep, g0, g1, smem, depth, part);
+    else fp8_ring<NR, false>(c, wid, n, ng, lim, row_of, prep, g0, g1, smem, depth, part);
+    return;
+  }
   struct Item {
     uint4 v[2][NR];
     float sc[2][NR];
@@ -411,27 +558,34 @@ __device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned 
   Item cur, nxt;
   if (n) load(cur);
   const unsigned short* xs = prep();
-  unsigned s = 0, g = g0;
-  for (unsigned t = 0; t < n; ++t) {
-    if (GEMV_PIPE && t + 1 < n) load(nxt);
-    float acc[NR];
+  auto items = [&](auto bs_tag) {
+    constexpr bool BS = decltype(bs_tag)::value;
+    unsigned s = 0, g = g0;
+    for (unsigned t = 0; t < n; ++t) {
+      if (GEMV_PIPE && t + 1 < n) load(nxt);
+      float acc[NR];
 #pragma unroll
-    for (int i = 0; i < NR; ++i) acc[i] = 0.f;
+      for (int i = 0; i < NR; ++i) acc[i] = 0.f;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      unsigned k = g * KGROUP + lane * 16 + j * 512;
-      if (k < min(K, (g + 1) * KGROUP)) chunk_fp8_rows<NR>(cur.v[j], xs + k, cur.sc[j], bs, acc);
+      for (int j = 0; j < 2; ++j) {
+        unsigned k = g * KGROUP + lane * 16 + j * 512;
+        if (k < min(K, (g + 1) * KGROUP)) chunk_fp8_rows<NR, BS>(cur.v[j], xs + k, cur.sc[j], acc);
+      }
+#pragma unroll
+      for (int i = 0; i < NR; ++i) {
+        float v = warp_sum(acc[i]);  // every lane, every row (converged: no collective emulation)
+        if (row_of(s, i) < lim) part(s, i, g, v);
+      }
+      if (++g == g1) {
+        g = g0;
+        ++s;
+      }
+      if (GEMV_PIPE) cur = nxt;
+      else if (t + 1 < n) load(cur);
     }
-#pragma unroll
-    for (int i = 0; i < NR; ++i)
-      if (row_of(s, i) < lim) part(s, i, g, warp_sum(acc[i]));
-    if (++g == g1) {
-      g = g0;
-      ++s;
-    }
-    if (GEMV_PIPE) cur = nxt;
-    else if (t + 1 < n) load(cur);
-  }
+  };
+  if (all_bs) items(BoolTag<true>());
+  else items(BoolTag<false>());
 }
 
 // Row sets of a warp over rows [r0, r1) with `step` rows between its sets: r0 + warp + step * s < r1.
@@ -588,7 +742,6 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // global memory (same chunks, same order: the same bits), then the slot is refilled with the group
 // TMA_DEPTH ahead. Bytes in flight cost no registers. (As HazyResearch's megakernels and the H200
 // probe 5 stream weights; no code of theirs is used.)
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbar_init(unsigned long long* b) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(b)) : "memory");
 }
@@ -698,7 +851,7 @@ __device__ __forceinline__ bool tma_path(const Word& w) { return GEMV_TMA && w.u
 // order and handed to `epilogue(row, value)` by lane 0. `prep()` prepares the input (every thread calls
 // it once) and returns it; fp8 weights issue their first loads before it (fp8_stream).
 template <typename Prep, typename Epi>
-__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, Prep prep, Epi epilogue) {
+__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, char* smem, Prep prep, Epi epilogue) {
   unsigned K = c.cols[wid];
   GemvSpan s = gemv_span(w, u, K);
   unsigned lane = threadIdx.x & 31;
@@ -736,7 +889,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   if (wb == 1 || wb == 3) {
     float total[2] = {0.f, 0.f};
     auto row_of = [&](unsigned set, int i) { return s.r0 + (threadIdx.x >> 5) + 2 * WARPS * set + WARPS * i; };
-    fp8_stream<2>(c, wids, warp_sets(s.r0, s.r1, 2 * WARPS), s.r1, row_of, prep, s.g0, s.g1, [&](unsigned set, int i, unsigned g, float v) {
+    fp8_stream<2>(c, wids, warp_sets(s.r0, s.r1, 2 * WARPS), s.r1, row_of, prep, s.g0, s.g1, smem, [&](unsigned set, int i, unsigned g, float v) {
       if (partial) {
         if (lane == 0) out[(size_t)g * w.rows + row_of(set, i)] = v;
         return;

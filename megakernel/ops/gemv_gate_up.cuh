@@ -49,7 +49,7 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
   // Row r0 + warp + 8 s of gate (i = 0) and up (i = 1) together (their loads in flight at once).
   float acc[2] = {0.f, 0.f};
   auto row_of = [&](unsigned set, int) { return r0 + (threadIdx.x >> 5) + WARPS * set; };
-  fp8_stream<2>(c, wids, warp_sets(r0, r1, WARPS), r1, row_of, prep, 0, groups, [&](unsigned set, int i, unsigned g, float v) {
+  fp8_stream<2>(c, wids, warp_sets(r0, r1, WARPS), r1, row_of, prep, 0, groups, smem, [&](unsigned set, int i, unsigned g, float v) {
     acc[i] = (g == 0 ? 0.f : acc[i]) + v;  // ORDER: k-groups in order, from 0
     if (g + 1 == groups && i == 1 && (threadIdx.x & 31) == 0)
       out[row_of(set, 0)] = f2bf(bf(silu(bf(acc[0]))) * bf(acc[1]));

@@ -118,8 +118,45 @@ pub struct Discrete {
     pinned_ev: Vec<cudarc::driver::CudaEvent>,
 }
 
-/// Dynamic shared memory a word's kernel needs.
+/// Dynamic shared memory a word's discrete kernel gets: its needs and the deepest weight ring (at most
+/// GEMV_DEPTH items per warp) with which GEMV_MIN_BLOCKS blocks still fit on an SM.
 fn smem_bytes(p: &Program, w: &Word) -> u32 {
+    let blocks = super::cuda_define("GEMV_MIN_BLOCKS").unwrap_or(1).max(1);
+    let depth = super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize;
+    (0..=depth)
+        .rev()
+        .map(|d| smem_bytes_depth(p, w, d))
+        .find(|&b| blocks * (b + 1024) <= SMEM_PER_SM)
+        .unwrap_or_else(|| smem_bytes_depth(p, w, 0))
+}
+
+/// Shared memory on an H200 SM (228 KiB), of which one block may take 227 KiB; 1 KiB per resident
+/// block is the driver's.
+const SMEM_PER_SM: u32 = 228 * 1024;
+const SMEM_PER_BLOCK: u32 = 227 * 1024;
+
+/// The megakernel's dynamic shared memory: at least every word's needs; up to the deepest weight ring
+/// (GEMV_DEPTH) any word wants, as far as MEGA_BLOCKS_PER_SM blocks still fit on an SM. The ops read
+/// their ring depth from the launch's shared memory (stream_depth in common.cuh).
+fn mega_smem_bytes(p: &Program) -> u32 {
+    let per_sm = super::cuda_define("MEGA_BLOCKS_PER_SM").unwrap_or(1).max(1);
+    let need = p.words.iter().map(|w| smem_bytes_depth(p, w, 0)).max().unwrap_or(0);
+    let depth = super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize;
+    let want = p.words.iter().map(|w| smem_bytes_depth(p, w, depth)).max().unwrap_or(0);
+    let fit = ((SMEM_PER_SM / per_sm).saturating_sub(1024) / 128 * 128).min(SMEM_PER_BLOCK);
+    need.max(want.min(fit))
+}
+
+/// The fp8 GEMV's per-warp weight ring (stream_ring_off / stream_slot_bytes in common.cuh): after x,
+/// the floats of two weights' tensor-core sums and 16 gate totals, 128-aligned; per warp `depth`
+/// slots of two rows x (1,024 weight bytes + 256 scale bytes).
+fn stream_ring_bytes(k: usize, depth: usize) -> usize {
+    let off = ((k * 2).div_ceil(16) * 16 + 4 * (2 * k.div_ceil(KGROUP) * 8 * 16).max(8) + 64).div_ceil(128) * 128;
+    off + 8 * depth * 2 * (KGROUP + 256)
+}
+
+/// Dynamic shared memory of a word with an fp8 GEMV weight ring `depth` items deep per warp.
+fn smem_bytes_depth(p: &Program, w: &Word, depth: usize) -> u32 {
     let k = |s: usize| w.op(s).map(|b| p.buffers[b].cols as usize).unwrap_or(0);
     // x in bf16, then the block-sum floats or the tensor-core GEMV's per-warp sums (mma_red_floats
     // in common.cuh: weights x k-groups x 8 warps x 16 rows), and for gate/up the 16 gate totals.
@@ -136,15 +173,20 @@ fn smem_bytes(p: &Program, w: &Word) -> u32 {
         off + depth * (nw * 16 * KGROUP * eb + 8)
     };
     let tma_on = super::cuda_define("GEMV_TMA").unwrap_or(0) != 0 && w.unit_rows == 16;
+    // fp8 weights of a 16-row GEMV word stream through the ring (fp8_stream), unless GEMV_TMA
+    let fp8 = w.op(crate::isa::slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1);
+    let ring = |base: usize| {
+        let k = k(crate::isa::slot::IN0);
+        if fp8 && depth > 0 && w.unit_rows == 16 { base.max(stream_ring_bytes(k, depth)) } else { base }
+    };
     (match w.opcode {
         Opcode::GemvGateUp if tma_on => tma(k(crate::isa::slot::IN0), 2),
         Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead if tma_on => {
             tma(k(crate::isa::slot::IN0), 1)
         }
-        Opcode::GemvGateUp => gemv_nw(k(crate::isa::slot::IN0), 2) + 16 * 4,
-        Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead => {
-            gemv(k(crate::isa::slot::IN0))
-        }
+        Opcode::GemvGateUp => ring(gemv_nw(k(crate::isa::slot::IN0), 2) + 16 * 4),
+        Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual => ring(gemv(k(crate::isa::slot::IN0))),
+        Opcode::LmHead => gemv(k(crate::isa::slot::IN0)),
         Opcode::GdnRecur => (2 * GDN_HEAD_DIM + 2) * 4,
         Opcode::Argmax => 2 * 8 * 4,
         Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
@@ -405,7 +447,7 @@ impl Discrete {
             sampling: false,
             mega: match module.load_function("megakernel") {
                 Ok(f) => {
-                    opt_in(&f, prog.words.iter().map(|w| smem_bytes(prog, w)).max().unwrap_or(0))?;
+                    opt_in(&f, mega_smem_bytes(prog))?;
                     Some(f)
                 }
                 Err(_) => None,
@@ -1058,7 +1100,7 @@ impl Discrete {
             tokens: self.base + self.mk_tokens as u64,
             n_steps,
         };
-        let smem = self.prog.words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
+        let smem = mega_smem_bytes(&self.prog);
         // MEGA_BLOCKS_PER_SM blocks per SM (its launch bounds in megakernel.cu); the cooperative launch
         // fails, instead of hanging, if they cannot all be resident.
         let per_sm = super::cuda_define("MEGA_BLOCKS_PER_SM").unwrap_or(1).max(1);

@@ -60,8 +60,14 @@ pub fn cuda_defines() -> Vec<String> {
 
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 4] =
-    [("GEMV_TMA", 0), ("TMA_DEPTH", 3), ("UNIT_LOOP", 1), ("MEGA_BLOCKS_PER_SM", 3)];
+pub const HOST_TUNABLES: [(&str, u32); 6] = [
+    ("GEMV_TMA", 0),
+    ("TMA_DEPTH", 3),
+    ("UNIT_LOOP", 1),
+    ("MEGA_BLOCKS_PER_SM", 3),
+    ("GEMV_DEPTH", 4),
+    ("GEMV_MIN_BLOCKS", 4),
+];
 
 /// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.
 pub fn cuda_define(name: &str) -> Option<u32> {
@@ -86,6 +92,9 @@ fn check_define_list(defs: &[String]) -> Result<()> {
         if name == "TMA_DEPTH" && value == "0" {
             bail!("MK_CUDA_DEFINES: TMA_DEPTH must be at least 1");
         }
+        if name == "GEMV_DEPTH" && value.parse::<u32>().is_ok_and(|d| d > 4) {
+            bail!("MK_CUDA_DEFINES: GEMV_DEPTH is at most 4");
+        }
     }
     Ok(())
 }
@@ -98,7 +107,7 @@ mod tests {
     fn host_read_tunables_must_be_decimal() {
         let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert!(check_define_list(&l(&["GEMV_TMA=1", "TMA_DEPTH=4", "ATTN_UNROLL=8", "MK_BREAK_GEMV"])).is_ok());
-        for bad in ["GEMV_TMA", "TMA_DEPTH=(3)", "UNIT_LOOP=0x1", "TMA_DEPTH=0"] {
+        for bad in ["GEMV_TMA", "TMA_DEPTH=(3)", "UNIT_LOOP=0x1", "TMA_DEPTH=0", "GEMV_DEPTH=5"] {
             assert!(check_define_list(&l(&[bad])).is_err(), "{bad}");
         }
     }
