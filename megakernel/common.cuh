@@ -28,7 +28,7 @@
                               // 3 measured 0.74x the ms/token of 1 on the 27B (results/occupancy_62eb875)
 #endif
 #ifndef GEMV_MIN_BLOCKS
-#define GEMV_MIN_BLOCKS 4  // the discrete GEMV kernels' launch bounds: blocks per SM ptxas must fit (registers);
+#define GEMV_MIN_BLOCKS 2  // the discrete GEMV kernels' launch bounds: blocks per SM ptxas must fit (registers);
                            // the host sizes their weight ring so that as many fit in shared memory
 #endif
 #ifndef DEVICE_STOP
@@ -45,11 +45,11 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #define GEMV_MMA 0         // fp8 GEMV on tensor cores (mma_unit_fp8) instead of the CUDA-core dot_rows
 #endif
 #ifndef GEMV_PIPE
-#define GEMV_PIPE 0        // register path of fp8_stream: 1 issues the next item's weight loads before the
+#define GEMV_PIPE 1        // register path of fp8_stream: 1 issues the next item's weight loads before the
                            // current item's arithmetic; 0 loads, then computes, as dot_rows
 #endif
 #ifndef GEMV_DEPTH
-#define GEMV_DEPTH 4       // fp8 GEMV items (NR rows x one k-group) each warp keeps in its cp.async ring
+#define GEMV_DEPTH 0       // fp8 GEMV items (NR rows x one k-group) each warp keeps in its cp.async ring
                            // in shared memory (the host sizes the discrete kernels' shared memory for it;
                            // the megakernel's depth follows from its shared memory); 0: registers only
 #endif

@@ -25,7 +25,7 @@ pub const GEMV_UNIT_ROWS: u32 = 16;
 pub const SPLIT_BELOW_UNITS_PER_SM: u32 = 4;
 /// Blocks per SM a GEMV launch keeps resident (the kernels' launch bounds, `GEMV_MIN_BLOCKS` in
 /// megakernel/common.cuh): a launch's units run in rounds of this many per SM.
-pub const GEMV_BLOCKS_PER_SM: u32 = 4;
+pub const GEMV_BLOCKS_PER_SM: u32 = 2;
 /// What a split costs (its reduce stage: one more launch and a pass over the partials), in rounds of
 /// one 16-row k-group unit per resident block (estimated: a reduce launch measured about 5 us on the
 /// 27B, a round of 16 KB units on 528 blocks is 1.9 us at 4.62 TB/s).

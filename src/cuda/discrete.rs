@@ -143,7 +143,8 @@ fn mega_smem_bytes(p: &Program) -> u32 {
     let need = p.words.iter().map(|w| smem_bytes_depth(p, w, 0)).max().unwrap_or(0);
     let depth = super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize;
     let want = p.words.iter().map(|w| smem_bytes_depth(p, w, depth)).max().unwrap_or(0);
-    let fit = ((SMEM_PER_SM / per_sm).saturating_sub(1024) / 128 * 128).min(SMEM_PER_BLOCK);
+    // (less the driver's 1 KiB per block and room for the kernel's static shared memory)
+    let fit = ((SMEM_PER_SM / per_sm).saturating_sub(1024 + 256) / 128 * 128).min(SMEM_PER_BLOCK);
     need.max(want.min(fit))
 }
 

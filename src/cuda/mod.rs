@@ -65,8 +65,8 @@ pub const HOST_TUNABLES: [(&str, u32); 6] = [
     ("TMA_DEPTH", 3),
     ("UNIT_LOOP", 1),
     ("MEGA_BLOCKS_PER_SM", 3),
-    ("GEMV_DEPTH", 4),
-    ("GEMV_MIN_BLOCKS", 4),
+    ("GEMV_DEPTH", 0),
+    ("GEMV_MIN_BLOCKS", 2),
 ];
 
 /// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.
