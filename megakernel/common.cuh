@@ -48,6 +48,14 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #define GEMV_PIPE 1        // register path of fp8_stream: 1 issues the next item's weight loads before the
                            // current item's arithmetic; 0 loads, then computes, as dot_rows
 #endif
+#ifndef GEMV_STREAM
+#define GEMV_STREAM 1      // the discrete fp8 GEMV kernels use fp8_stream (rows' x shared, pipelined loads);
+                           // 0: dot_rows per row pair, loads then arithmetic (the same bits either way)
+#endif
+#ifndef MEGA_GEMV_STREAM
+#define MEGA_GEMV_STREAM 0 // the same for the megakernel: fp8_stream measured slower there (its 80-register
+                           // budget; results/pipe_*), so it keeps dot_rows
+#endif
 #ifndef GEMV_DEPTH
 #define GEMV_DEPTH 0       // fp8 GEMV items (NR rows x one k-group) each warp keeps in its cp.async ring
                            // in shared memory (the host sizes the discrete kernels' shared memory for it;
@@ -238,9 +246,9 @@ __device__ __forceinline__ uint4 lds16(const void* p) {
 // chunk_fp8 (its elements in order, one fma each, the same bits): x is read and widened once for all
 // rows. BS: every row's scales are bf16 below 2^8 (wbytes 1: one fma.rn.bf16x2 per pair); else the
 // CPU's fp32 product then bf16 for every row (the same bits for a bf16 scale: its product is exact).
-template <int NR, bool BS>
+template <int NR, bool BS, bool LDS = true>
 __device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned short* xs, const float* scale, float* acc) {
-  uint4 xa = lds16(xs), xb = lds16(xs + 8);
+  uint4 xa = LDS ? lds16(xs) : *(const uint4*)xs, xb = LDS ? lds16(xs + 8) : *(const uint4*)(xs + 8);
   unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
   unsigned s2[NR];
 #pragma unroll
@@ -279,8 +287,8 @@ __device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned sh
 // product e4m3 * scale then bf16. NaN codes (0x7f/0xff) are refused when the GPU path loads a
 // checkpoint (they would decode to finite values here).
 __device__ __forceinline__ float chunk_fp8(uint4 v, const unsigned short* xs, float scale, bool bf16_scale, float acc) {
-  if (bf16_scale) chunk_fp8_rows<1, true>(&v, xs, &scale, &acc);
-  else chunk_fp8_rows<1, false>(&v, xs, &scale, &acc);
+  if (bf16_scale) chunk_fp8_rows<1, true, false>(&v, xs, &scale, &acc);
+  else chunk_fp8_rows<1, false, false>(&v, xs, &scale, &acc);
   return acc;
 }
 
@@ -849,8 +857,8 @@ __device__ __forceinline__ bool tma_path(const Word& w) { return GEMV_TMA && w.u
 // For each row of the span (a warp per row, two rows at a time: rows r0 + warp + 16 s and that + 8):
 // the per-group sums, either stored as split-K partials [g][rows] (FLAG_PARTIAL) or summed in group
 // order and handed to `epilogue(row, value)` by lane 0. `prep()` prepares the input (every thread calls
-// it once) and returns it; fp8 weights issue their first loads before it (fp8_stream).
-template <typename Prep, typename Epi>
+// it once) and returns it; with STREAM, fp8 weights issue their first loads before it (fp8_stream).
+template <bool STREAM, typename Prep, typename Epi>
 __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, char* smem, Prep prep, Epi epilogue) {
   unsigned K = c.cols[wid];
   GemvSpan s = gemv_span(w, u, K);
@@ -886,7 +894,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     });
     return;
   }
-  if (wb == 1 || wb == 3) {
+  if (STREAM && (wb == 1 || wb == 3)) {
     float total[2] = {0.f, 0.f};
     auto row_of = [&](unsigned set, int i) { return s.r0 + (threadIdx.x >> 5) + 2 * WARPS * set + WARPS * i; };
     fp8_stream<2>(c, wids, warp_sets(s.r0, s.r1, 2 * WARPS), s.r1, row_of, prep, s.g0, s.g1, smem, [&](unsigned set, int i, unsigned g, float v) {

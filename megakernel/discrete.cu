@@ -35,7 +35,7 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
     if (!UNIT_LOOP) {                                                                                \
       unsigned u;                                                                                    \
       Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                            \
-      op_##name(c, w, u, smem, true);                                                                \
+      op_##name<GEMV_STREAM>(c, w, u, smem, true);                                                  \
       return;                                                                                        \
     }                                                                                                \
     unsigned total = 0, last = 0xffffffffu;                                                          \
@@ -46,7 +46,7 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
       if (UNIT_SYNC || (here != last && last != 0xffffffffu)) __syncthreads();                       \
-      op_##name(c, w, u, smem, here != last);                                                        \
+      op_##name<GEMV_STREAM>(c, w, u, smem, here != last);                                                        \
       last = here;                                                                                   \
     }                                                                                                \
   }

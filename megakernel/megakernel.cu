@@ -37,10 +37,10 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 __device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   switch (w.opcode) {
     case OP_EMBED: op_embed(c, w, u, smem, fresh); break;
-    case OP_GEMV_NORM: op_gemv_norm(c, w, u, smem, fresh); break;
-    case OP_GEMV_GATE_UP: op_gemv_gate_up(c, w, u, smem, fresh); break;
-    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual(c, w, u, smem, fresh); break;
-    case OP_GEMV_RESIDUAL: op_gemv_residual(c, w, u, smem, fresh); break;
+    case OP_GEMV_NORM: op_gemv_norm<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATE_UP: op_gemv_gate_up<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
+    case OP_GEMV_RESIDUAL: op_gemv_residual<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
     case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem, fresh); break;
     case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem, fresh); break;
     case OP_GDN_CONV: op_gdn_conv(c, w, u, smem, fresh); break;
@@ -49,7 +49,7 @@ __device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem,
     case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem, fresh); break;
     case OP_ATTN_PV: op_attn_pv(c, w, u, smem, fresh); break;
     case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem, fresh); break;
-    case OP_LM_HEAD: op_lm_head(c, w, u, smem, fresh); break;
+    case OP_LM_HEAD: op_lm_head<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
     case OP_ARGMAX: op_argmax(c, w, u, smem, fresh); break;
     case OP_END_STEP: op_end_step(c, w, u, smem, fresh); break;
     default: break;

@@ -1,4 +1,5 @@
 // op_gemv_gate_up: act[r] = bf(bf(silu(bf(gate_r . n))) * bf(up_r . n)), n = rmsnorm(x) with W2.
+template <bool STREAM>
 __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   auto prep = [&] { return prepared_input(c, w, SLOT_W2, smem, fresh); };
@@ -36,7 +37,7 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
     return;
   }
   unsigned char wb = c.wbytes[wids[0]];
-  if (wb != 1 && wb != 3) {  // bf16 weights
+  if (!STREAM || (wb != 1 && wb != 3)) {  // dot_rows (bf16 weights, or not streamed)
     unsigned short* xs = prep();
     for (unsigned r = r0 + (threadIdx.x >> 5); r < r1; r += WARPS) {
       float acc[2] = {0.f, 0.f};

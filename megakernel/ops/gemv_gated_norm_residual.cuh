@@ -1,6 +1,7 @@
 // op_gemv_gated_norm_residual: GDN out_proj. x = gated RMSNorm of each value head of core (IN0) with
 // z (IN1) and the plain weight W1: bf(bf(w * bf(x * rstd)) * silu(z)); then h[r] = bf(h[r] + bf(W0 . x))
 // or split-K partials.
+template <bool STREAM>
 __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   const unsigned short* core = B<unsigned short>(c, w.ops[SLOT_IN0]);
@@ -25,5 +26,5 @@ __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsi
     return xs;
   };
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  gemv_rows(c, w, u, w.ops[SLOT_W0], smem, prep, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
+  gemv_rows<STREAM>(c, w, u, w.ops[SLOT_W0], smem, prep, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
 }

@@ -1,6 +1,7 @@
 // op_lm_head: logits of the unit's vocabulary rows, bf(W . rmsnorm(h)) (final norm in W1), and the
 // unit's (max, argmax) candidate: first maximum in row order, so the lowest id wins ties (a NaN
 // below every number, as op_argmax and the CPU's argmax).
+template <bool STREAM>  // (unused: bf16 weights take dot_rows)
 __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   unsigned short* xs = prepared_input(c, w, SLOT_W1, smem, fresh);

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The discrete fp8 GEMV through fp8_stream (x shared by a warp's rows, the next item's loads before this
+# item's arithmetic, first loads before the norm) at 2 blocks per SM; the megakernel keeps dot_rows
+# (MEGA_GEMV_STREAM=0). Checks: ops (also the unpipelined register path), gpu_tiny, the megakernel's
+# per-instruction identity and its negative control, gpu_small's envelope (background); timings:
+# quick_27b (defaults, and the megakernel with fp8_stream at 2 blocks per SM), long_27b (1K/4K/32K).
+# Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+set -uo pipefail
+source "$(dirname "$0")/device_lib.sh"
+for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
+( timeout 400 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1; echo "exit $?" >> "$R/gpu_small.txt" ) &
+bg_pid=$!
+ops_tiny
+MK_CUDA_DEFINES="GEMV_PIPE=0" ops_tiny
+run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+quick_27b "" ""
+quick_27b "" "MEGA_GEMV_STREAM=1 MEGA_BLOCKS_PER_SM=2"
+long_27b 230 "kernel "
+wait_for $bg_pid "$R/gpu_small.txt"
+find "$R" -name timeline.json -delete
+pack
+echo "== summary ($(el) s)"
+grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
