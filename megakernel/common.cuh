@@ -138,44 +138,73 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 
 template <typename T> __device__ __forceinline__ T* B(const DevCtx& c, unsigned short id) { return (T*)c.bufs[id]; }
 
+// ss += the squares of a 16-byte chunk of bf16, in element order.
+__device__ __forceinline__ float chunk_squares(uint4 v, float ss) {
+  unsigned vw[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    float lo = lo_bf(vw[q]), hi = hi_bf(vw[q]);
+    ss += lo * lo;
+    ss += hi * hi;
+  }
+  return ss;
+}
+// A 16-byte chunk of bf16 x normed: bf((x * rstd) * (1 + w)) for its 8 weights w.
+__device__ __forceinline__ uint4 chunk_normed(uint4 v, float4 wa, float4 wb, float rstd) {
+  unsigned vw[4] = {v.x, v.y, v.z, v.w}, o[4];
+  float ww[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    unsigned lo = f2bf((lo_bf(vw[q]) * rstd) * (1.0f + ww[2 * q]));
+    unsigned hi = f2bf((hi_bf(vw[q]) * rstd) * (1.0f + ww[2 * q + 1]));
+    o[q] = lo | (hi << 16);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 // A block-wide zero-centred RMSNorm of bf16 x[0..n) into bf16 shared memory out:
 // bf((x * rstd) * (1 + w)), rstd = 1 / sqrt(sum(x^2) * (1/n) + eps). ORDER of the sum: thread t sums
 // its terms in order (n % 8 == 0: 16-byte chunks t, t + THREADS, .., elements in order within a chunk;
 // else elements t, t + THREADS, ..), then block_sum. x, w and out are 16-byte aligned (arena, shared).
+// With n % 8 == 0 and n <= NORM_CHUNKS x 8 x THREADS a thread loads its x chunks and norm weights once,
+// all before the block sum (one round trip to memory instead of three).
+// (ONE_TRIP: the discrete GEMV kernels; the megakernel keeps the loop, its register budget is tight.)
+#define NORM_CHUNKS 3
+template <bool ONE_TRIP>
 __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned n, float eps, unsigned short* out, float* red) {
   float ss = 0.f;
-  bool vec = n % 8 == 0;
-  if (vec) {
-    for (unsigned i = 8 * threadIdx.x; i < n; i += 8 * THREADS) {
-      uint4 v = *(const uint4*)(x + i);
-      unsigned vw[4] = {v.x, v.y, v.z, v.w};
+  if (ONE_TRIP && n % 8 == 0 && n <= NORM_CHUNKS * 8 * THREADS) {
+    uint4 xv[NORM_CHUNKS];
+    float4 wa[NORM_CHUNKS], wb[NORM_CHUNKS];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float lo = lo_bf(vw[q]), hi = hi_bf(vw[q]);
-        ss += lo * lo;
-        ss += hi * hi;
+    for (int j = 0; j < NORM_CHUNKS; ++j) {
+      unsigned i = 8 * (threadIdx.x + j * THREADS);
+      if (i < n) {
+        xv[j] = *(const uint4*)(x + i);
+        wa[j] = *(const float4*)(w + i);
+        wb[j] = *(const float4*)(w + i + 4);
       }
     }
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS; ++j)
+      if (8 * (threadIdx.x + j * THREADS) < n) ss = chunk_squares(xv[j], ss);
+    ss = block_sum(ss, red);
+    float rstd = 1.0f / sqrtf(ss * (1.0f / (float)n) + eps);
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS; ++j) {
+      unsigned i = 8 * (threadIdx.x + j * THREADS);
+      if (i < n) *(uint4*)(out + i) = chunk_normed(xv[j], wa[j], wb[j], rstd);
+    }
+  } else if (n % 8 == 0) {
+    for (unsigned i = 8 * threadIdx.x; i < n; i += 8 * THREADS) ss = chunk_squares(*(const uint4*)(x + i), ss);
+    ss = block_sum(ss, red);
+    float rstd = 1.0f / sqrtf(ss * (1.0f / (float)n) + eps);
+    for (unsigned i = 8 * threadIdx.x; i < n; i += 8 * THREADS)
+      *(uint4*)(out + i) = chunk_normed(*(const uint4*)(x + i), *(const float4*)(w + i), *(const float4*)(w + i + 4), rstd);
   } else {
     for (unsigned i = threadIdx.x; i < n; i += THREADS) { float v = bf2f(x[i]); ss += v * v; }
-  }
-  ss = block_sum(ss, red);
-  float rstd = 1.0f / sqrtf(ss * (1.0f / (float)n) + eps);
-  if (vec) {
-    for (unsigned i = 8 * threadIdx.x; i < n; i += 8 * THREADS) {
-      uint4 v = *(const uint4*)(x + i);
-      float4 wa = *(const float4*)(w + i), wb = *(const float4*)(w + i + 4);
-      float ww[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-      unsigned vw[4] = {v.x, v.y, v.z, v.w}, o[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        unsigned lo = f2bf((lo_bf(vw[q]) * rstd) * (1.0f + ww[2 * q]));
-        unsigned hi = f2bf((hi_bf(vw[q]) * rstd) * (1.0f + ww[2 * q + 1]));
-        o[q] = lo | (hi << 16);
-      }
-      *(uint4*)(out + i) = make_uint4(o[0], o[1], o[2], o[3]);
-    }
-  } else {
+    ss = block_sum(ss, red);
+    float rstd = 1.0f / sqrtf(ss * (1.0f / (float)n) + eps);
     for (unsigned i = threadIdx.x; i < n; i += THREADS) out[i] = f2bf((bf2f(x[i]) * rstd) * (1.0f + w[i]));
   }
   __syncthreads();
@@ -185,13 +214,14 @@ __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned 
 // RMS-normed with the norm weight in slot `norm` or copied as is (norm unused). Recomputed only when
 // `fresh` (a block's first unit of the word): otherwise shared memory still holds it. The floats after
 // it (16-byte aligned) are the caller's (block sums, the tensor-core GEMV's per-warp sums).
+template <bool ONE_TRIP>
 __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   unsigned short* xs = (unsigned short*)smem;
   if (!fresh) return xs;
   const unsigned short* x = B<unsigned short>(c, w.ops[SLOT_IN0]);
   if (w.ops[norm_slot] != OPERAND_NONE) {
-    block_rmsnorm(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16));
+    block_rmsnorm<ONE_TRIP>(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16));
   } else {
     if (K % 8 == 0)
       for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = *(const uint4*)(x + i);

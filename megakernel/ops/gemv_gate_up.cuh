@@ -2,7 +2,7 @@
 template <bool STREAM>
 __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  auto prep = [&] { return prepared_input(c, w, SLOT_W2, smem, fresh); };
+  auto prep = [&] { return prepared_input<STREAM>(c, w, SLOT_W2, smem, fresh); };
   unsigned short* out = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;

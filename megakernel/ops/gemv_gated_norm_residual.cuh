@@ -1,6 +1,7 @@
 // op_gemv_gated_norm_residual: GDN out_proj. x = gated RMSNorm of each value head of core (IN0) with
 // z (IN1) and the plain weight W1: bf(bf(w * bf(x * rstd)) * silu(z)); then h[r] = bf(h[r] + bf(W0 . x))
 // or split-K partials.
+#define GATED_HEADS 6  // value heads per warp the one-round-trip gated norm handles (6 x 8 warps = 48, the 27B's)
 template <bool STREAM>
 __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
@@ -8,18 +9,53 @@ __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsi
   const unsigned short* z = B<unsigned short>(c, w.ops[SLOT_IN1]);
   const float* nw = B<float>(c, w.ops[SLOT_W1]);
   unsigned d = c.gdn_dim, lane = threadIdx.x & 31;
+  // Warp w normalises heads w, w + 8, ..; lane l takes the bf16 pairs at 2 l and 64 + 2 l of a head
+  // (d = 128); ORDER of a head's sum of squares: the lane's four elements in that order, then the
+  // butterfly. With STREAM (the discrete kernels) every load of the warp's heads is issued before any
+  // arithmetic (one round trip to memory); else head by head. The same arithmetic either way (graph and
+  // megakernel bits agree). The host refuses a GDN head size other than 128 (GDN_HEAD_DIM).
   auto prep = [&]() -> const unsigned short* {
     unsigned short* xs = (unsigned short*)smem;
     if (!fresh) return xs;
-    for (unsigned hh = threadIdx.x >> 5; hh < K / d; hh += WARPS) {
+    unsigned heads = K / d, warp = threadIdx.x >> 5;
+    float wn[4] = {nw[2 * lane], nw[2 * lane + 1], nw[64 + 2 * lane], nw[65 + 2 * lane]};
+    auto head = [&](unsigned hh, const unsigned* cw, const unsigned* zw) {
+      float x[4] = {lo_bf(cw[0]), hi_bf(cw[0]), lo_bf(cw[1]), hi_bf(cw[1])};
+      float zz[4] = {lo_bf(zw[0]), hi_bf(zw[0]), lo_bf(zw[1]), hi_bf(zw[1])};
       float ss = 0.f;
-      for (unsigned i = lane; i < d; i += 32) { float v = bf2f(core[hh * d + i]); ss += v * v; }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ss += x[e] * x[e];
       ss = warp_sum(ss);
       float rstd = 1.0f / sqrtf(ss * (1.0f / (float)d) + c.eps);
-      for (unsigned i = lane; i < d; i += 32) {
-        float normed = bf(bf2f(core[hh * d + i]) * rstd);
-        float weighted = bf(nw[i] * normed);
-        xs[hh * d + i] = f2bf(weighted * silu(bf2f(z[hh * d + i])));
+      unsigned o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] = f2bf(bf(wn[e] * bf(x[e] * rstd)) * silu(zz[e]));
+      unsigned* dst = (unsigned*)(xs + hh * d);
+      dst[lane] = o[0] | (o[1] << 16);
+      dst[32 + lane] = o[2] | (o[3] << 16);
+    };
+    auto load = [&](const unsigned short* src, unsigned hh, unsigned* v) {
+      const unsigned* p = (const unsigned*)(src + hh * d);
+      v[0] = p[lane];
+      v[1] = p[32 + lane];
+    };
+    if (STREAM && heads <= GATED_HEADS * WARPS) {
+      unsigned cw[GATED_HEADS][2], zw[GATED_HEADS][2];
+#pragma unroll
+      for (int j = 0; j < GATED_HEADS; ++j)
+        if (warp + j * WARPS < heads) {
+          load(core, warp + j * WARPS, cw[j]);
+          load(z, warp + j * WARPS, zw[j]);
+        }
+#pragma unroll
+      for (int j = 0; j < GATED_HEADS; ++j)
+        if (warp + j * WARPS < heads) head(warp + j * WARPS, cw[j], zw[j]);
+    } else {
+      for (unsigned hh = warp; hh < heads; hh += WARPS) {
+        unsigned cw[2], zw[2];
+        load(core, hh, cw);
+        load(z, hh, zw);
+        head(hh, cw, zw);
       }
     }
     __syncthreads();  // fresh is the same for the whole block

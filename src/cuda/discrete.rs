@@ -178,7 +178,11 @@ fn smem_bytes_depth(p: &Program, w: &Word, depth: usize) -> u32 {
     let fp8 = w.op(crate::isa::slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1);
     let ring = |base: usize| {
         let k = k(crate::isa::slot::IN0);
-        if fp8 && depth > 0 && w.unit_rows == 16 { base.max(stream_ring_bytes(k, depth)) } else { base }
+        if fp8 && depth > 0 && w.unit_rows == 16 {
+            base.max(stream_ring_bytes(k, depth))
+        } else {
+            base
+        }
     };
     (match w.opcode {
         Opcode::GemvGateUp if tma_on => tma(k(crate::isa::slot::IN0), 2),
