@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The discrete GEMV preps in one round trip (block_rmsnorm with x kept and the norm weight prefetched;
+# the gated norm's loads of a warp's heads issued first) on top of fp8_stream: ops check, gpu_tiny, the
+# megakernel's per-instruction identity and its negative control, gpu_small's envelope (background),
+# quick_27b and long_27b (1K/4K/32K).
+# Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+set -uo pipefail
+source "$(dirname "$0")/device_lib.sh"
+for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
+( timeout 330 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1; echo "exit $?" >> "$R/gpu_small.txt" ) &
+bg_pid=$!
+ops_tiny
+run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+quick_27b "" ""
+long_27b 230 "kernel "
+wait_for $bg_pid "$R/gpu_small.txt"
+find "$R" -name timeline.json -delete
+pack
+echo "== summary ($(el) s)"
+grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
