@@ -122,7 +122,11 @@ pub struct Discrete {
 /// GEMV_DEPTH items per warp) with which GEMV_MIN_BLOCKS blocks still fit on an SM.
 fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let blocks = super::cuda_define("GEMV_MIN_BLOCKS").unwrap_or(1).max(1);
-    let depth = super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize;
+    smem_bytes_fit(p, w, blocks, super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize)
+}
+
+/// `smem_bytes` for `blocks` per SM and at most `depth` ring items.
+fn smem_bytes_fit(p: &Program, w: &Word, blocks: u32, depth: usize) -> u32 {
     (0..=depth)
         .rev()
         .map(|d| smem_bytes_depth(p, w, d))
@@ -140,8 +144,12 @@ const SMEM_PER_BLOCK: u32 = 227 * 1024;
 /// their ring depth from the launch's shared memory (stream_depth in common.cuh).
 fn mega_smem_bytes(p: &Program) -> u32 {
     let per_sm = super::cuda_define("MEGA_BLOCKS_PER_SM").unwrap_or(1).max(1);
+    mega_smem_fit(p, per_sm, super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize)
+}
+
+/// `mega_smem_bytes` for `per_sm` blocks per SM and at most `depth` ring items.
+fn mega_smem_fit(p: &Program, per_sm: u32, depth: usize) -> u32 {
     let need = p.words.iter().map(|w| smem_bytes_depth(p, w, 0)).max().unwrap_or(0);
-    let depth = super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize;
     let want = p.words.iter().map(|w| smem_bytes_depth(p, w, depth)).max().unwrap_or(0);
     // (less the driver's 1 KiB per block and room for the kernel's static shared memory)
     let fit = ((SMEM_PER_SM / per_sm).saturating_sub(1024 + 256) / 128 * 128).min(SMEM_PER_BLOCK);
@@ -1193,4 +1201,53 @@ pub fn wait_strides(prog: &Program) -> Vec<u32> {
             },
         )
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isa::Opcode;
+
+    fn prog_27b() -> Program {
+        let cfg = crate::model::config::ModelConfig::preset("qwen3.5-27b").unwrap();
+        crate::compiler::compile(&cfg, "qwen3.5-27b", &crate::compiler::h200(1)).unwrap()
+    }
+
+    #[test]
+    fn the_ring_follows_the_device_layout() {
+        // stream_ring_off(5120) in common.cuh: x 10,240 B + 4 x (2 x 5 x 8 x 16) floats + 64, to 128:
+        // 15,488; then 8 warps x depth x two rows x (1,024 + 256) B.
+        assert_eq!(stream_ring_bytes(5120, 0), 15_488);
+        assert_eq!(stream_ring_bytes(5120, 3), 15_488 + 3 * 8 * 2 * 1280);
+    }
+
+    #[test]
+    fn discrete_rings_fit_the_blocks_per_sm() {
+        let p = prog_27b();
+        for w in p.words.iter().filter(|w| matches!(w.opcode, Opcode::GemvGateUp | Opcode::GemvResidual)) {
+            assert_eq!(smem_bytes_fit(&p, w, 2, 0), smem_bytes_depth(&p, w, 0));
+            for blocks in 1..=4 {
+                let b = smem_bytes_fit(&p, w, blocks, 4);
+                assert!(blocks * (b + 1024) <= SMEM_PER_SM || b == smem_bytes_depth(&p, w, 0), "{blocks}: {b}");
+                assert!(b >= smem_bytes_depth(&p, w, 0));
+            }
+        }
+        // 5,120-wide gate/up at 2 blocks per SM: depth 4 fits (15,488 + 81,920 B); the down
+        // projection (17,408 wide) gets a shallower ring.
+        let gate = p.words.iter().find(|w| w.opcode == Opcode::GemvGateUp).unwrap();
+        assert_eq!(smem_bytes_fit(&p, gate, 2, 4) as usize, stream_ring_bytes(5120, 4));
+        let down = p.words.iter().find(|w| w.opcode == Opcode::GemvResidual && w.k_parts > 1).unwrap();
+        assert!((smem_bytes_fit(&p, down, 2, 4) as usize) < stream_ring_bytes(17_408, 4));
+    }
+
+    #[test]
+    fn the_megakernel_smem_fits_its_blocks() {
+        let p = prog_27b();
+        let need = p.words.iter().map(|w| smem_bytes_depth(&p, w, 0)).max().unwrap();
+        for per_sm in 1..=3 {
+            assert_eq!(mega_smem_fit(&p, per_sm, 0), need);
+            let s = mega_smem_fit(&p, per_sm, 4);
+            assert!(s >= need && per_sm * (s + 1024 + 256) <= SMEM_PER_SM && s <= SMEM_PER_BLOCK, "{per_sm}: {s}");
+        }
+    }
 }
