@@ -24,15 +24,17 @@ pub const GEMV_UNIT_ROWS: u32 = 16;
 /// Split a GEMV's reduction axis when it has fewer row slices than this many per SM.
 pub const SPLIT_BELOW_UNITS_PER_SM: u32 = 4;
 /// Blocks per SM a GEMV launch keeps resident (the kernels' launch bounds, `GEMV_MIN_BLOCKS` in
-/// megakernel/common.cuh): a launch's units run in rounds of this many per SM.
+/// megakernel/common.cuh, 2 since the pipelined stream, results/stream_f8ddd5c): a launch's units run in
+/// rounds of this many per SM.
 pub const GEMV_BLOCKS_PER_SM: u32 = 2;
 /// What a split costs (its reduce stage: one more launch and a pass over the partials), in rounds of
-/// one 16-row k-group unit per resident block (estimated: a reduce launch measured about 5 us on the
-/// 27B, a round of 16 KB units on 528 blocks is 1.9 us at 4.62 TB/s).
+/// one 16-row k-group unit per resident block (estimated at 4 blocks per SM: a reduce launch measured
+/// about 5 us on the 27B, a round of 16 KB units on 528 blocks is 1.9 us at 4.62 TB/s; not refitted
+/// for 2 blocks per SM, where a round is 264 units: the 27B's shapes came out the same).
 pub const SPLIT_COST_ROUNDS: u32 = 2;
-/// What starting a unit costs beyond its k-groups, in the same rounds (fitted to one measurement:
-/// the 27B's down projection took 58.7 us per layer as 640 units of 8-9 groups and 67.1 us as 5,440
-/// units of one group, results/balanced_0b2f3f9; a fit of 1.1).
+/// What starting a unit costs beyond its k-groups, in the same rounds (fitted to one measurement at 4
+/// blocks per SM: the 27B's down projection took 58.7 us per layer as 640 units of 8-9 groups and 67.1
+/// us as 5,440 units of one group, results/balanced_0b2f3f9; a fit of 1.1).
 pub const UNIT_OVERHEAD_ROUNDS: u32 = 1;
 /// Vocabulary rows per lm_head unit.
 pub const LM_UNIT_ROWS: u32 = 64;
