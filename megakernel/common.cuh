@@ -510,9 +510,14 @@ __device__ void fp8_ring(const DevCtx& c, const unsigned short* wid, unsigned n,
     }
     if (++lslot == depth) lslot = 0;
   };
+  // depth - 1 groups before the loop, empty ones included (fewer items than that): item t is always
+  // group t, and the loop's wait for depth - 1 pending groups then always covers it.
   unsigned issued = 0;
-  for (; issued + 1 < depth && issued < n; ++issued) {
-    issue();
+  for (unsigned d = 0; d + 1 < depth; ++d) {
+    if (issued < n) {
+      issue();
+      ++issued;
+    }
     cp_async_commit();
   }
   const unsigned short* xs = prep();

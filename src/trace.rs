@@ -39,7 +39,7 @@ pub fn compare(w: &Weights, trace_path: &Path) -> Result<Table> {
         for (li, layer) in w.layers.iter().enumerate() {
             if li > 0 {
                 let mut xn = vec![0f32; cfg.hidden];
-                ops::rms_norm_offset(
+                ops::rms_norm_block(
                     g(format!("layer{}.t{pos}", li - 1))?,
                     &layer.input_norm,
                     cfg.rms_eps as f32,

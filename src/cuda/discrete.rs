@@ -135,7 +135,8 @@ fn smem_bytes_fit(p: &Program, w: &Word, blocks: u32, depth: usize) -> u32 {
 }
 
 /// Shared memory on an H200 SM (228 KiB), of which one block may take 227 KiB; 1 KiB per resident
-/// block is the driver's.
+/// block is the driver's. (This engine targets the H200; on a GPU with less, a GEMV_DEPTH ring would
+/// be sized too deep and its launch refused with the driver's error.)
 const SMEM_PER_SM: u32 = 228 * 1024;
 const SMEM_PER_BLOCK: u32 = 227 * 1024;
 
@@ -144,7 +145,13 @@ const SMEM_PER_BLOCK: u32 = 227 * 1024;
 /// their ring depth from the launch's shared memory (stream_depth in common.cuh).
 fn mega_smem_bytes(p: &Program) -> u32 {
     let per_sm = super::cuda_define("MEGA_BLOCKS_PER_SM").unwrap_or(1).max(1);
-    mega_smem_fit(p, per_sm, super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize)
+    // (a ring only when the megakernel streams its GEMVs: MEGA_GEMV_STREAM)
+    let depth = if super::cuda_define("MEGA_GEMV_STREAM").unwrap_or(0) != 0 {
+        super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize
+    } else {
+        0
+    };
+    mega_smem_fit(p, per_sm, depth)
 }
 
 /// `mega_smem_bytes` for `per_sm` blocks per SM and at most `depth` ring items.

@@ -60,13 +60,14 @@ pub fn cuda_defines() -> Vec<String> {
 
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 6] = [
+pub const HOST_TUNABLES: [(&str, u32); 7] = [
     ("GEMV_TMA", 0),
     ("TMA_DEPTH", 3),
     ("UNIT_LOOP", 1),
     ("MEGA_BLOCKS_PER_SM", 3),
     ("GEMV_DEPTH", 0),
     ("GEMV_MIN_BLOCKS", 2),
+    ("MEGA_GEMV_STREAM", 0),
 ];
 
 /// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.

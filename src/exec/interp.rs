@@ -411,7 +411,7 @@ impl<'a> Interp<'a> {
 
     fn rms(&self, x: &[f32], wn: &[f32], eps: f32) -> Vec<f32> {
         let mut out = vec![0f32; x.len()];
-        ops::rms_norm_offset(x, wn, eps, &mut out);
+        ops::rms_norm_block(x, wn, eps, &mut out);
         out
     }
 

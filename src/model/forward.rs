@@ -89,7 +89,7 @@ pub fn step(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace
     let (mut gi, mut ai) = (0, 0);
     let mut trace = trace;
     for layer in &w.layers {
-        ops::rms_norm_offset(&h, &layer.input_norm, eps, &mut xn);
+        ops::rms_norm_block(&h, &layer.input_norm, eps, &mut xn);
         let mixed = match &layer.mixer {
             Mixer::Gdn(g) => {
                 let o = gdn_layer(cfg, g, &xn, state.pos, &mut state.conv[gi], &mut state.recurrent[gi]);
@@ -103,14 +103,14 @@ pub fn step(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace
             }
         };
         residual_add(&mut h, &mixed);
-        ops::rms_norm_offset(&h, &layer.post_norm, eps, &mut xn);
+        ops::rms_norm_block(&h, &layer.post_norm, eps, &mut xn);
         let act = mlp_gate_up(&layer.gate, &layer.up, &xn);
         residual_add(&mut h, &layer.down.gemv(&act));
         if let Some(tr) = trace.as_deref_mut() {
             tr.hidden.push(h.clone());
         }
     }
-    ops::rms_norm_offset(&h, &w.final_norm, eps, &mut xn);
+    ops::rms_norm_block(&h, &w.final_norm, eps, &mut xn);
     let logits = w.lm_head.gemv(&xn);
     state.pos += 1;
     Ok(logits)

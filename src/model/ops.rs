@@ -170,6 +170,20 @@ pub fn sum_squares_lanes(x: &[f32], lanes: usize) -> f32 {
     fold_lanes(&mut part)
 }
 
+/// ORDER: the sum of squares as `lanes` GPU threads take it in chunks of `chunk` consecutive elements:
+/// lane t sums chunks t, t + lanes, ... (each chunk's elements in order), then the warp butterflies
+/// and warps in order as `sum_squares_lanes`. The block norm reads 16-byte chunks (`chunk` 8, 256
+/// lanes); the gated norm bf16 pairs (`chunk` 2, 32 lanes). `x.len()` must be a multiple of `chunk`.
+pub fn sum_squares_chunks(x: &[f32], lanes: usize, chunk: usize) -> f32 {
+    let mut part = vec![0f32; lanes];
+    for (c, xs) in x.chunks(chunk).enumerate() {
+        for v in xs {
+            part[c % lanes] += v * v;
+        }
+    }
+    fold_lanes(&mut part)
+}
+
 /// The same block order for plain values: lane t sums values t, t + lanes, ... in order.
 pub fn sum_lanes(x: &[f32], lanes: usize) -> f32 {
     let mut part = vec![0f32; lanes];
@@ -218,10 +232,22 @@ pub const BLOCK_LANES: usize = 256;
 
 /// `Qwen3_5RMSNorm`: `bf(x * rsqrt(mean(x^2) + eps) * (1 + w))`, all in fp32, one rounding.
 /// mean = sum * (1/n) (CUDA's mean multiplies by the reciprocal); rsqrt = 1/sqrt; the sum of squares
-/// in block order (`sum_squares_lanes` with 256 lanes).
+/// in block order (`sum_squares_lanes` with 256 lanes): the per-head q/k norms (attention's head_norm).
 pub fn rms_norm_offset(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ss = sum_squares_lanes(x, BLOCK_LANES);
+    rms_norm_with(x, w, eps, ss, out);
+}
+
+/// `rms_norm_offset` for a hidden state, its sum of squares as the GPU's block_rmsnorm takes it:
+/// 16-byte chunks (8 elements) over 256 lanes when the width is a multiple of 8, else element-strided.
+pub fn rms_norm_block(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let ss = if x.len() % 8 == 0 { sum_squares_chunks(x, BLOCK_LANES, 8) } else { sum_squares_lanes(x, BLOCK_LANES) };
+    rms_norm_with(x, w, eps, ss, out);
+}
+
+fn rms_norm_with(x: &[f32], w: &[f32], eps: f32, ss: f32, out: &mut [f32]) {
     let inv_n = 1.0 / x.len() as f32;
-    let rstd = 1.0 / (sum_squares_lanes(x, BLOCK_LANES) * inv_n + eps).sqrt();
+    let rstd = 1.0 / (ss * inv_n + eps).sqrt();
     for ((o, xv), wv) in out.iter_mut().zip(x).zip(w) {
         // (x * rstd) is rounded to fp32 first, then multiplied by (1 + w) in fp32.
         *o = bf((xv * rstd) * (1.0 + wv));
@@ -229,10 +255,11 @@ pub fn rms_norm_offset(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 /// `Qwen3_5RMSNormGated`: norm before gate, weight plain (not 1 + w), two bf16 roundings:
-/// `bf( bf(w * bf(x * rstd)) * silu(z) )`; the sum of squares in warp order (32 lanes).
+/// `bf( bf(w * bf(x * rstd)) * silu(z) )`; the sum of squares in warp order over bf16 pairs (32
+/// lanes, `sum_squares_chunks` with chunk 2: lane l sums 2l, 2l + 1, 64 + 2l, 65 + 2l of a 128-wide head).
 pub fn rms_norm_gated(x: &[f32], z: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let inv_n = 1.0 / x.len() as f32;
-    let rstd = 1.0 / (sum_squares_lanes(x, 32) * inv_n + eps).sqrt();
+    let rstd = 1.0 / (sum_squares_chunks(x, 32, 2) * inv_n + eps).sqrt();
     for i in 0..x.len() {
         let normed = bf(x[i] * rstd);
         let weighted = bf(w[i] * normed);
@@ -391,6 +418,32 @@ mod tests {
         assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
         assert_eq!(argmax(&[f32::NAN, 1.0]), 1);
         assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+    }
+
+    #[test]
+    fn chunked_lane_sums_are_their_own_order() {
+        // chunk 1 is the strided order; chunks of 8 (the block norm) and 2 (the gated norm) are other
+        // fixed orders: the same value up to rounding, and not always the same bits (else the CPU
+        // could not tell which order the GPU kernels use).
+        let mut rng = 12345u64;
+        let mut differ = 0;
+        for _ in 0..50 {
+            let x: Vec<f32> = (0..5120)
+                .map(|_| {
+                    rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((rng >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+                })
+                .collect();
+            let strided = sum_squares_lanes(&x, 256);
+            assert_eq!(sum_squares_chunks(&x, 256, 1).to_bits(), strided.to_bits());
+            let chunked = sum_squares_chunks(&x, 256, 8);
+            assert!((chunked - strided).abs() <= 1e-4 * strided);
+            differ += (chunked.to_bits() != strided.to_bits()) as u32;
+            let head = &x[..128];
+            let pairs = sum_squares_chunks(head, 32, 2);
+            assert!((pairs - sum_squares_lanes(head, 32)).abs() <= 1e-4 * pairs);
+        }
+        assert!(differ > 0, "the chunked order never differed from the strided one");
     }
 
     #[test]
