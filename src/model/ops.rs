@@ -161,7 +161,8 @@ pub fn sum_squares(x: &[f32]) -> f32 {
 /// ORDER: the sum of squares as a block of `lanes` GPU threads takes it: lane t sums elements
 /// t, t + lanes, ... in order; each warp of 32 lanes folds by butterfly (xor 16, 8, 4, 2, 1); the
 /// warp totals are added in warp order. `lanes` = 256 for the hidden-state norms (a block), 32 for
-/// per-head norms (a warp). The GPU kernels reduce exactly so, which makes the norms bit-identical.
+/// per-head norms (a warp). The GPU kernels reduce in the same order (by construction; the op check
+/// compares them within its tolerance).
 pub fn sum_squares_lanes(x: &[f32], lanes: usize) -> f32 {
     let mut part = vec![0f32; lanes];
     for (i, v) in x.iter().enumerate() {

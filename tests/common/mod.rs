@@ -9,10 +9,28 @@ use mk::model::{config::ModelConfig, synth};
 
 pub const SEED: u64 = 0;
 
+/// This test process's scratch folder. The harness has no teardown, so the first call removes the
+/// folders of earlier test processes that are no longer running (each holds a 0.5 GB checkpoint).
 pub fn scratch() -> PathBuf {
+    static SWEPT: OnceLock<()> = OnceLock::new();
+    SWEPT.get_or_init(sweep_stale_scratch);
     let d = std::env::temp_dir().join(format!("mk-tests-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+fn sweep_stale_scratch() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("mk-tests-")).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// The tiny preset's synthetic checkpoint (seed 0), generated once per test process.
