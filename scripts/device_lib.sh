@@ -43,3 +43,11 @@ wait_for() {
   wait "$pid"
   grep -E "diff:|results:|error|exit" "$@" | log
 }
+# Synthesises the tiny and small checkpoints, then starts gpu_small (reference, twin, graph; its
+# envelope) in the background within $1 seconds; its pid in bg_pid (wait_for it, with gpu_small.txt).
+small_in_background() {
+  for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
+  ( timeout "$1" $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1
+    echo "exit $?" >> "$R/gpu_small.txt" ) &
+  bg_pid=$!
+}

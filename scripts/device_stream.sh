@@ -7,9 +7,7 @@
 # Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
-for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
-( timeout 400 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1; echo "exit $?" >> "$R/gpu_small.txt" ) &
-bg_pid=$!
+small_in_background 400
 ops_tiny
 MK_CUDA_DEFINES="GEMV_PIPE=0" ops_tiny
 run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative

@@ -10,9 +10,7 @@
 # carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
-for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
-( timeout 540 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1; echo "exit $?" >> "$R/gpu_small.txt" ) &
-bg_pid=$!
+small_in_background 540
 ops_tiny
 run_checks gpu_tiny mega_tiny_debug
 for v in "fixed UNIT_SYNC=1" "fixed" "balanced" "balanced UNIT_SYNC=1"; do
