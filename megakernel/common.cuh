@@ -31,6 +31,16 @@
 #define GEMV_MIN_BLOCKS 2  // the discrete GEMV kernels' launch bounds: blocks per SM ptxas must fit (registers);
                            // the host sizes their weight ring so that as many fit in shared memory
 #endif
+#ifndef GEMV_DYNAMIC
+#define GEMV_DYNAMIC 1     // discrete GEMV launches (UNIT_LOOP) hand their units out by an integer ticket
+                           // per launch, on as many blocks as are resident (0: block b runs units b,
+                           // b + grid, .. on ceil(units / rounds) blocks: uneven blocks per SM)
+#endif
+#ifndef MEGA_PREFETCH
+#define MEGA_PREFETCH 1    // a megakernel block that took a GEMV unit prefetches the unit's weights into L2
+                           // (bulk prefetches) before it waits on the unit's counter: weights never
+                           // depend on activations, so DRAM streams while the block waits
+#endif
 #ifndef DEVICE_STOP
 #define DEVICE_STOP 1      // graph kernels return at once after the stop token (0: timing the check's cost only)
 #endif
@@ -79,10 +89,12 @@ struct DevCtx {
   const unsigned char* wbytes;    // per buffer id: storage (1 fp8 + bf16 scales, 2 bf16, 3 fp8 + other scales, 4 f32)
   const float* rope;              // [max_ctx][2][rotary_dim]: cos then sin, bf16 values (from the CPU tables)
   unsigned* stop;                 // the device-side stop: [0] stop token + 1 (0: none), [1] stopped (set by EndStep)
+  unsigned* tickets;              // [n_words][2]: a discrete GEMV launch's unit tickets and finished blocks
+                                  // (GEMV_DYNAMIC; indexed by the launch's first word, zero between launches)
   unsigned rotary_dim, head_dim, gdn_dim, n_heads, n_kv_heads, gdn_k_heads, gdn_v_heads, max_ctx;
   float eps;
 };
-static_assert(sizeof(DevCtx) == 96, "DevCtx as src/cuda/discrete.rs lays it out");
+static_assert(sizeof(DevCtx) == 104, "DevCtx as src/cuda/discrete.rs lays it out");
 
 // The sequence stopped (an earlier step produced the stop token): every later kernel of the graph
 // returns at once, so replays queued past the stop change nothing. The host clears it (reset).
@@ -888,6 +900,46 @@ __device__ void tma_unit(const DevCtx& c, const unsigned short* wid, unsigned r0
 // Whether a GEMV unit streams its weights through the ring: the 16-row words (not the lm_head's
 // 64-row units: a group of them would not fit the ring; bf16, it reaches 90 % with direct loads).
 __device__ __forceinline__ bool tma_path(const Word& w) { return GEMV_TMA && w.unit_rows == 16; }
+
+// Asks L2 for the weight bytes unit u of GEMV word w will read (nothing for other opcodes): the
+// span's rows of W0 (and W1 for gate/up), whole rows when the word is not split (one contiguous
+// range), else each row's k-groups; pieces of at most PREFETCH_PIECE bytes, one per thread in turn.
+// A hint only (cp.async.bulk.prefetch.L2): it changes no value.
+#define PREFETCH_PIECE 16384u
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+__device__ void prefetch_unit(const DevCtx& c, const Word& w, unsigned u) {
+  unsigned nw;
+  switch (w.opcode) {
+    case OP_GEMV_GATE_UP: nw = 2; break;
+    case OP_GEMV_NORM:
+    case OP_GEMV_GATED_NORM_RESIDUAL:
+    case OP_GEMV_RESIDUAL:
+    case OP_LM_HEAD: nw = 1; break;
+    default: return;
+  }
+  for (unsigned i = 0; i < nw; ++i) {
+    unsigned short wid = w.ops[SLOT_W0 + i];
+    unsigned K = c.cols[wid], eb = c.wbytes[wid] == 2 ? 2u : 1u;
+    const char* base = (const char*)c.bufs[wid];
+    GemvSpan s = gemv_span(w, u, K);
+    // Byte ranges widened to 16-byte alignment (the bulk prefetch's unit; buffers start 256-aligned,
+    // so a widened range stays inside the arena).
+    auto range = [&](size_t a, size_t b, unsigned t, unsigned step) {
+      a &= ~(size_t)15;
+      b = (b + 15) & ~(size_t)15;
+      for (size_t p = a + (size_t)t * PREFETCH_PIECE; p < b; p += (size_t)step * PREFETCH_PIECE)
+        bulk_prefetch_l2(base + p, (unsigned)min((size_t)PREFETCH_PIECE, b - p));
+    };
+    if (w.k_parts == 1) {  // rows r0 .. r1: one range
+      range((size_t)s.r0 * K * eb, (size_t)s.r1 * K * eb, threadIdx.x, THREADS);
+    } else {  // each row's k-groups, a thread per row
+      unsigned k0 = s.g0 * KGROUP, k1 = min(K, s.g1 * KGROUP);
+      for (unsigned r = s.r0 + threadIdx.x; r < s.r1; r += THREADS) range(((size_t)r * K + k0) * eb, ((size_t)r * K + k1) * eb, 0, 1);
+    }
+  }
+}
 
 // For each row of the span (a warp per row, two rows at a time: rows r0 + warp + 16 s and that + 8):
 // the per-group sums, either stored as split-K partials [g][rows] (FLAG_PARTIAL) or summed in group

@@ -26,8 +26,13 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
     Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                              \
     op_##name(c, w, u, smem, true);                                                                  \
   }
-// The GEMV kernels: with UNIT_LOOP a block runs units b, b + grid, .. (only they loop: the others'
-// code, the GDN step's register column above all, stays as without it).
+// The GEMV kernels: with UNIT_LOOP a block runs several units (only they loop: the others' code, the
+// GDN step's register column above all, stays as without it): with GEMV_DYNAMIC its first is unit
+// blockIdx.x and each next one a ticket (an integer atomic on the launch's pair in c.tickets, taken at
+// the start of a unit so that its latency hides behind the unit), gridDim.x + ticket; the block that
+// finishes last zeroes the pair for the next launch (every block counts itself finished after its
+// ticket past the end, so no ticket is taken after that). Without it, units b, b + grid, ..
+// A unit's bits do not depend on which block runs it.
 #define K_GEMV(name)                                                                                 \
   extern "C" __global__ void __launch_bounds__(THREADS, GEMV_MIN_BLOCKS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
@@ -38,16 +43,32 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
       op_##name<GEMV_STREAM>(c, w, u, smem, true);                                                  \
       return;                                                                                        \
     }                                                                                                \
-    unsigned total = 0, last = 0xffffffffu;                                                          \
+    __shared__ unsigned next_s[2];                                                                   \
+    unsigned* tk = c.tickets + 2 * wi;                                                               \
+    unsigned total = 0, last = 0xffffffffu, parity = 0;                                              \
     for (unsigned k = 0; k < nw; ++k) total += prog[wi + k].units;                                   \
-    for (unsigned i = blockIdx.x; i < total; i += gridDim.x) {                                       \
+    for (unsigned i = blockIdx.x; i < total;) {                                                      \
+      unsigned nxt = i + gridDim.x;                                                                  \
+      if (GEMV_DYNAMIC && threadIdx.x == 0) nxt = gridDim.x + atomicAdd(tk, 1u);                     \
       unsigned u;                                                                                    \
       Word w = launch_word(prog, wi, nw, &u, i);                                                     \
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
       if (UNIT_SYNC || (here != last && last != 0xffffffffu)) __syncthreads();                       \
-      op_##name<GEMV_STREAM>(c, w, u, smem, here != last);                                                        \
+      op_##name<GEMV_STREAM>(c, w, u, smem, here != last);                                           \
       last = here;                                                                                   \
+      if (GEMV_DYNAMIC) {                                                                            \
+        /* double-buffered: the slot written here was last read before the barrier above */        \
+        if (threadIdx.x == 0) next_s[parity] = nxt;                                                  \
+        __syncthreads();                                                                             \
+        nxt = next_s[parity];                                                                        \
+        parity ^= 1u;                                                                                \
+      }                                                                                              \
+      i = nxt;                                                                                       \
+    }                                                                                                \
+    if (GEMV_DYNAMIC && threadIdx.x == 0 && atomicAdd(tk + 1, 1u) == gridDim.x - 1) {                \
+      tk[0] = 0;                                                                                     \
+      tk[1] = 0;                                                                                     \
     }                                                                                                \
   }
 K_OP(embed)

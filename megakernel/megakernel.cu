@@ -108,6 +108,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
         const bool stamp = k.stamps && s == 0 && threadIdx.x == 0;
         unsigned long long t_ticket = stamp ? global_ns() : 0, t_ready = t_ticket;
         if (w.wait != NO_COUNTER) {
+          if (MEGA_PREFETCH) prefetch_unit(c, w, u);
           if (!block_wait(k, &k.counters[w.wait], w.wait_target + s * k.wait_stride[wi], wi + 1, s, &ok_s)) return;
           if (stamp) t_ready = global_ns();
           // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.

@@ -30,6 +30,7 @@ pub struct DevCtx {
     wbytes: u64,
     rope: u64,
     stop: u64,
+    tickets: u64,
     rotary_dim: u32,
     head_dim: u32,
     gdn_dim: u32,
@@ -41,7 +42,7 @@ pub struct DevCtx {
     eps: f32,
     _pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<DevCtx>() == 96);
+const _: () = assert!(std::mem::size_of::<DevCtx>() == 104);
 
 /// A megakernel wait longer than this is a hang (derived: a whole 27B step takes about 25 ms on
 /// the graph path, so no legitimate wait comes near 2 s).
@@ -326,6 +327,10 @@ impl Discrete {
         let samp_off = take(32);
         // The device-side stop: the stop token + 1 (0: none) and the stopped flag EndStep sets.
         let stop_off = take(8);
+        // The discrete GEMV launches' unit tickets and finished-block counts (GEMV_DYNAMIC), one pair
+        // per word (a launch uses its first word's); zero from here on: the last block of a launch
+        // zeroes its pair again.
+        let tickets_off = take(8 * prog.words.len());
         let total = at;
         let stream = gpu.stream.clone();
         let mut arena = cu(stream.alloc_zeros::<u8>(total), "cuMemAlloc (arena)")?;
@@ -400,6 +405,7 @@ impl Discrete {
             wbytes: base + t_wbytes as u64,
             rope: base + t_rope as u64,
             stop: base + stop_off as u64,
+            tickets: base + tickets_off as u64,
             rotary_dim: rot as u32,
             head_dim: cfg.head_dim as u32,
             gdn_dim: cfg.gdn_v_dim as u32,
@@ -509,10 +515,11 @@ impl Discrete {
         cu(unsafe { b.launch(cfg) }.map(|_| ()), &format!("launch words {first}..{} ({:?})", first + n, w.opcode))
     }
 
-    /// Blocks for a launch of `units` units: one per unit, or with UNIT_LOOP (GEMVs only) as few as keep
-    /// every SM's resident slots busy with the same number of units per block: rounds = ceil(units /
-    /// resident capacity), blocks = ceil(units / rounds), all co-resident, each running `rounds` units
-    /// (its prepared input computed once).
+    /// Blocks for a launch of `units` units: one per unit, or with UNIT_LOOP (GEMVs only) all resident
+    /// blocks (at most one per unit) taking units by ticket (GEMV_DYNAMIC), or without tickets as few
+    /// as keep every SM's resident slots busy with the same number of units per block: rounds =
+    /// ceil(units / resident capacity), blocks = ceil(units / rounds), each running `rounds` units (its
+    /// prepared input computed once per block and word either way).
     fn grid(&self, f: &CudaFunction, op: Opcode, units: u32, smem: u32) -> u32 {
         let gemv = matches!(
             op,
@@ -526,7 +533,11 @@ impl Discrete {
             return units;
         }
         let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, smem as usize, None).unwrap_or(1).max(1);
-        let rounds = units.div_ceil(per_sm * self.gpu.sms).max(1);
+        let resident = per_sm * self.gpu.sms;
+        if super::cuda_define("GEMV_DYNAMIC").unwrap_or(0) != 0 {
+            return units.min(resident);
+        }
+        let rounds = units.div_ceil(resident).max(1);
         units.div_ceil(rounds)
     }
 
