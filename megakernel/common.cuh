@@ -36,10 +36,25 @@
                            // per launch, on as many blocks as are resident (0: block b runs units b,
                            // b + grid, .. on ceil(units / rounds) blocks: uneven blocks per SM)
 #endif
+#ifndef GRAPH_PDL
+#define GRAPH_PDL 1        // the graph's kernels are launched programmatically dependent (the host reads
+                           // this too): a kernel may start while its predecessor runs; a GEMV block first
+                           // prefetches its first unit's weights into L2, then every kernel waits for its
+                           // predecessor (griddepcontrol.wait) before anything else, then lets its own
+                           // successor launch (so at most two kernels are resident at once)
+#endif
+#ifndef PDL_PREFETCH
+#define PDL_PREFETCH 1     // with GRAPH_PDL: the GEMV blocks' L2 prefetch before the wait (0: none)
+#endif
 #ifndef MEGA_PREFETCH
-#define MEGA_PREFETCH 1    // a megakernel block that took a GEMV unit prefetches the unit's weights into L2
-                           // (bulk prefetches) before it waits on the unit's counter: weights never
-                           // depend on activations, so DRAM streams while the block waits
+#define MEGA_PREFETCH 1    // a megakernel block that took a GEMV unit whose counter is not ready yet
+                           // prefetches the unit's weights into L2 before it waits: weights never depend
+                           // on activations, so DRAM streams while the block waits. (Prefetching before
+                           // every wait, ready or not, measured 19.84 against 16.88 ms/token: results/dyn_*)
+#endif
+#ifndef PREFETCH_LINES
+#define PREFETCH_LINES 0   // L2 prefetches as one prefetch.global.L2 per 128-byte line (else bulk prefetches
+                           // of up to 16 KB, cp.async.bulk.prefetch.L2)
 #endif
 #ifndef DEVICE_STOP
 #define DEVICE_STOP 1      // graph kernels return at once after the stop token (0: timing the check's cost only)
@@ -929,8 +944,13 @@ __device__ void prefetch_unit(const DevCtx& c, const Word& w, unsigned u) {
     auto range = [&](size_t a, size_t b, unsigned t, unsigned step) {
       a &= ~(size_t)15;
       b = (b + 15) & ~(size_t)15;
-      for (size_t p = a + (size_t)t * PREFETCH_PIECE; p < b; p += (size_t)step * PREFETCH_PIECE)
-        bulk_prefetch_l2(base + p, (unsigned)min((size_t)PREFETCH_PIECE, b - p));
+      if (PREFETCH_LINES) {
+        for (size_t p = a + (size_t)t * 128; p < b; p += (size_t)step * 128)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(base + p));
+      } else {
+        for (size_t p = a + (size_t)t * PREFETCH_PIECE; p < b; p += (size_t)step * PREFETCH_PIECE)
+          bulk_prefetch_l2(base + p, (unsigned)min((size_t)PREFETCH_PIECE, b - p));
+      }
     };
     if (w.k_parts == 1) {  // rows r0 .. r1: one range
       range((size_t)s.r0 * K * eb, (size_t)s.r1 * K * eb, threadIdx.x, THREADS);

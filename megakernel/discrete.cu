@@ -18,9 +18,15 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
 // The block joins its warps between units (UNIT_SYNC 1, the default). With UNIT_SYNC 0 it joins only
 // before a unit of another word: a GEMV unit's rows are each one warp's, reading only the prepared
 // input, so a warp done with its rows may start the next unit's (measured within noise).
+// GRAPH_PDL: the wait for the predecessor kernel (a no-op in a launch without the attribute) and the
+// signal that lets the successor launch, given once this kernel's own wait is over.
+__device__ __forceinline__ void pdl_join() {
+  if (GRAPH_PDL) asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+}
 #define K_OP(name)                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
+    pdl_join();                                                                                      \
     if (DEVICE_STOP && stopped(c)) return;                                                           \
     unsigned u;                                                                                      \
     Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                              \
@@ -36,6 +42,15 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
 #define K_GEMV(name)                                                                                 \
   extern "C" __global__ void __launch_bounds__(THREADS, GEMV_MIN_BLOCKS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
+    if (GRAPH_PDL && PDL_PREFETCH) { /* weights only: they never depend on the predecessor */        \
+      unsigned u0, n0 = 0;                                                                           \
+      for (unsigned k = 0; k < nw; ++k) n0 += prog[wi + k].units;                                    \
+      if (blockIdx.x < n0) {                                                                         \
+        Word w0 = launch_word(prog, wi, nw, &u0, blockIdx.x);                                        \
+        prefetch_unit(c, w0, u0);                                                                    \
+      }                                                                                              \
+    }                                                                                                \
+    pdl_join();                                                                                      \
     if (DEVICE_STOP && stopped(c)) return;                                                           \
     if (!UNIT_LOOP) {                                                                                \
       unsigned u;                                                                                    \

@@ -81,7 +81,7 @@ __device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, u
 
 extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
   extern __shared__ __align__(16) char smem[];
-  __shared__ unsigned unit_s, ok_s, stop_s;
+  __shared__ unsigned unit_s, ok_s, stop_s, ready_s;
   const unsigned G = gridDim.x;
   for (unsigned s = 0; s < k.n_steps; ++s) {
     if (s > 0) {
@@ -108,8 +108,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
         const bool stamp = k.stamps && s == 0 && threadIdx.x == 0;
         unsigned long long t_ticket = stamp ? global_ns() : 0, t_ready = t_ticket;
         if (w.wait != NO_COUNTER) {
-          if (MEGA_PREFETCH) prefetch_unit(c, w, u);
-          if (!block_wait(k, &k.counters[w.wait], w.wait_target + s * k.wait_stride[wi], wi + 1, s, &ok_s)) return;
+          // One look at the counter first (acquire, then the barrier: as block_wait); only a block that
+          // must wait prefetches its unit's weights and then waits.
+          const unsigned* ctr = &k.counters[w.wait];
+          const unsigned target = w.wait_target + s * k.wait_stride[wi];
+          if (threadIdx.x == 0) ready_s = ld_acquire(ctr) >= target;
+          __syncthreads();
+          if (!ready_s) {
+            if (MEGA_PREFETCH) prefetch_unit(c, w, u);
+            if (!block_wait(k, ctr, target, wi + 1, s, &ok_s)) return;
+          }
           if (stamp) t_ready = global_ns();
           // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
         }

@@ -3,7 +3,7 @@
 # same bits) and the PV word with 8-byte value loads over 4 position groups (another order): ops check,
 # gpu_tiny, the megakernel's per-instruction identity, then long_27b (1K, 4K, 32K) against
 # results/envelope_8a32f65 (about 4 minutes).
-# Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+# Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null

@@ -4,7 +4,7 @@
 # negative control, gpu_small's envelope in the background: also the recheck after the CPU norm-order
 # change), then quick_27b with the defaults, with both off (the previous defaults), and two variants
 # (the megakernel at 2 blocks per SM, the GEMV kernels at 3).
-# Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+# Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 small_in_background 330

@@ -6,10 +6,11 @@ mkdir -p "$R/gpu_ops"
 log() { tee -a "$OUT/log.txt"; }
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
-# Packs $R into $OUT: timeline.json gzipped (Perfetto opens .json.gz), the tar split into 15 MB
+# Packs $R into $OUT: timeline.json gzipped (Perfetto opens .json.gz), charts as palette PNGs, the tar split into 15 MB
 # parts (the device tool brings back files of at most 16 MiB, 8 in all): cat results.tgz.* | tar xz.
 pack() {
   find "$R" -name timeline.json -exec gzip -9 {} \;
+  find "$R" -name '*.png' -print0 | xargs -0 -r -n 4 -P 8 python3 "$(dirname "${BASH_SOURCE[0]}")/pngshrink.py" > /dev/null
   tar czf - -C "$R" . | split -b 15m -d - "$OUT/results.tgz."
   ls -la "$OUT" | log
 }

@@ -2,7 +2,7 @@
 # The pipelined fp8 GEMV (fp8_stream: next item's loads before this item's arithmetic, the first loads
 # before the norm) and the vectorised norm: ops check and tiny checks, then quick_27b variants of the
 # GEMV's register budget (GEMV_MIN_BLOCKS) and GEMV_PIPE=0, and the SASS of k_gemv_gate_up.
-# Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+# Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null

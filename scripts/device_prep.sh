@@ -3,7 +3,7 @@
 # the gated norm's loads of a warp's heads issued first) on top of fp8_stream: ops check, gpu_tiny, the
 # megakernel's per-instruction identity and its negative control, gpu_small's envelope (background),
 # quick_27b and long_27b (1K/4K/32K).
-# Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+# Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 small_in_background 330

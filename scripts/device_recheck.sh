@@ -4,7 +4,7 @@
 # the megakernel's identity and negative control, gpu_small's envelope (background); then quick_27b with
 # the defaults and two untried variants: the megakernel at 2 blocks per SM with dot_rows (its GDN
 # recurrence ran twice the graph's time at 3 blocks, 80 registers), and the stream at 3 blocks per SM.
-# Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+# Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 small_in_background 330

@@ -2,7 +2,7 @@
 # The fp8 GEMV's per-warp cp.async weight ring (fp8_ring; depth from the launch's shared memory) against
 # the register paths: ops check and tiny checks (ring, and the register path), then quick_27b variants of
 # blocks per SM (GEMV_MIN_BLOCKS: registers, and the ring depth that fits) and ring depth (GEMV_DEPTH).
-# Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+# Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null

@@ -4,7 +4,7 @@
 # (MEGA_GEMV_STREAM=0). Checks: ops (also the unpipelined register path), gpu_tiny, the megakernel's
 # per-instruction identity and its negative control, gpu_small's envelope (background); timings:
 # quick_27b (defaults, and the megakernel with fp8_stream at 2 blocks per SM), long_27b (1K/4K/32K).
-# Run from the repository root with carry ["devbin/mk.gz"] and MK=/tmp/mk after unpacking it.
+# Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 small_in_background 400

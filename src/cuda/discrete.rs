@@ -508,11 +508,53 @@ impl Discrete {
         };
         let prog_ptr = self.base + self.prog_off as u64;
         let (wi, nw) = (first as u32, n as u32);
+        let what = || format!("launch words {first}..{} ({:?})", first + n, w.opcode);
+        if super::cuda_define("GRAPH_PDL").unwrap_or(0) != 0 {
+            return self.launch_programmatic(f, cfg, [prog_ptr], [wi, nw]).map_err(|e| Error::new(format!("{}: {e}", what())));
+        }
         let mut b = self.gpu.stream.launch_builder(f);
         b.arg(&prog_ptr).arg(&wi).arg(&nw).arg(&self.ctx);
         // SAFETY: the kernel's parameters are (const Word*, unsigned, unsigned, DevCtx) and every
         // pointer in the context points into the arena, which outlives the launch.
-        cu(unsafe { b.launch(cfg) }.map(|_| ()), &format!("launch words {first}..{} ({:?})", first + n, w.opcode))
+        cu(unsafe { b.launch(cfg) }.map(|_| ()), &what())
+    }
+
+    /// A launch that may begin while the stream's previous kernel is still running (programmatic
+    /// dependent launch, captured into the graph as a programmatic edge): the kernel prefetches its
+    /// weights, then waits for the previous kernel's completion (`griddepcontrol.wait`) before it
+    /// reads or writes anything else (GRAPH_PDL in megakernel/discrete.cu).
+    fn launch_programmatic(&self, f: &CudaFunction, cfg: LaunchConfig, ptrs: [u64; 1], words: [u32; 2]) -> Result<()> {
+        use cudarc::driver::sys;
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let lc = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.gpu.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let (mut p, mut wi, mut nw, mut ctx) = (ptrs[0], words[0], words[1], self.ctx);
+        let mut params: [*mut std::ffi::c_void; 4] = [
+            (&mut p as *mut u64).cast(),
+            (&mut wi as *mut u32).cast(),
+            (&mut nw as *mut u32).cast(),
+            (&mut ctx as *mut DevCtx).cast(),
+        ];
+        // SAFETY: the parameters are (const Word*, unsigned, unsigned, DevCtx) as the kernel declares,
+        // each pointed to for the duration of the call (the driver copies them); every device pointer
+        // is in the arena, which outlives the launch; the stream and function belong to this context.
+        let r = unsafe { sys::cuLaunchKernelEx(&lc, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::new(format!("cuLaunchKernelEx (programmatic): {r:?}")));
+        }
+        Ok(())
     }
 
     /// Blocks for a launch of `units` units: one per unit, or with UNIT_LOOP (GEMVs only) all resident

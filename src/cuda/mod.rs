@@ -60,9 +60,10 @@ pub fn cuda_defines() -> Vec<String> {
 
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 8] = [
+pub const HOST_TUNABLES: [(&str, u32); 9] = [
     ("GEMV_TMA", 0),
     ("GEMV_DYNAMIC", 1),
+    ("GRAPH_PDL", 1),
     ("TMA_DEPTH", 3),
     ("UNIT_LOOP", 1),
     ("MEGA_BLOCKS_PER_SM", 3),
