@@ -44,13 +44,23 @@
                            // successor launch (so at most two kernels are resident at once)
 #endif
 #ifndef PDL_PREFETCH
-#define PDL_PREFETCH 1     // with GRAPH_PDL: the GEMV blocks' L2 prefetch before the wait (0: none)
+#define PDL_PREFETCH 0     // with GRAPH_PDL: the GEMV blocks' L2 prefetch of their first unit before the wait
+                           // (measured 13.90 against 12.39 ms/token without: results/pdl_*)
+#endif
+#ifndef L2_AHEAD
+#define L2_AHEAD 0         // fp8_stream: a warp asks L2 for the item this many items ahead of the one it loads
+                           // (one prefetch.global.L2 per 128-byte line, lanes 0 .. 8 NR - 1): bytes in
+                           // flight without registers (0: none)
+#endif
+#ifndef DOT_L2_AHEAD
+#define DOT_L2_AHEAD 0     // the same for dot_rows' fp8 rows (the megakernel's GEMV): k-groups ahead (0: none)
 #endif
 #ifndef MEGA_PREFETCH
-#define MEGA_PREFETCH 1    // a megakernel block that took a GEMV unit whose counter is not ready yet
+#define MEGA_PREFETCH 0    // 1: a megakernel block that took a GEMV unit whose counter is not ready yet
                            // prefetches the unit's weights into L2 before it waits: weights never depend
-                           // on activations, so DRAM streams while the block waits. (Prefetching before
-                           // every wait, ready or not, measured 19.84 against 16.88 ms/token: results/dyn_*)
+                           // on activations, so DRAM streams while the block waits. Lost: 18.45 against
+                           // 16.81 ms/token (results/pdl_*); before every wait, ready or not, 19.84 against
+                           // 16.88 (results/dyn_878650e): whole units ahead overfill L2
 #endif
 #ifndef PREFETCH_LINES
 #define PREFETCH_LINES 0   // L2 prefetches as one prefetch.global.L2 per 128-byte line (else bulk prefetches
@@ -362,6 +372,13 @@ __device__ __forceinline__ float chunk_bf16(uint4 v, const unsigned short* xs, f
   return acc;
 }
 
+// L2 prefetch (a hint: no value changes) of line `lane & 7` of row `lane >> 3` (< NR) of a k-group: an fp8
+// k-group row is 1,024 bytes, 8 lines; lanes 8 NR .. 31 do nothing.
+__device__ __forceinline__ void prefetch_line_l2(const unsigned char* row_base, unsigned g, unsigned K) {
+  unsigned k = g * KGROUP + ((threadIdx.x & 7) << 7);
+  if (k < min(K, (g + 1) * KGROUP)) asm volatile("prefetch.global.L2 [%0];" ::"l"(row_base + k));
+}
+
 // The warp's dot products of NR weight rows (wid[i], row[i]; all fp8 or all bf16, of one width K)
 // with bf16 shared xs, k-group by k-group over groups [g0, g1): `part(i, g, value)` receives each
 // (row, group) partial in group order, on every lane. ORDER inside a group (fixed, the CPU reference's
@@ -384,7 +401,16 @@ __device__ void dot_rows(const DevCtx& c, const unsigned short* wid, const unsig
       w[i] = (const unsigned char*)c.bufs[wid[i]] + (size_t)row[i] * K;
       sc[i] = c.scales[wid[i]] + (size_t)(row[i] / 128) * ((K + 127) / 128);
     }
+    const unsigned pi = lane >> 3;  // the row whose lines this lane prefetches (DOT_L2_AHEAD)
+    const unsigned char* pw = w[0];
+#pragma unroll
+    for (int i = 1; i < NR; ++i) pw = pi == (unsigned)i ? w[i] : pw;  // (no dynamic register index)
+    if (DOT_L2_AHEAD && pi < NR)
+      for (unsigned g = g0 + GEMV_FP8_GROUPS; g < min(g1, g0 + GEMV_FP8_GROUPS + DOT_L2_AHEAD); ++g) prefetch_line_l2(pw, g, K);
     for (unsigned g = g0; g < g1; g += GEMV_FP8_GROUPS) {
+      if (DOT_L2_AHEAD && pi < NR)
+        for (unsigned gg = 0; gg < GEMV_FP8_GROUPS; ++gg)
+          if (g + GEMV_FP8_GROUPS + DOT_L2_AHEAD + gg < g1) prefetch_line_l2(pw, g + GEMV_FP8_GROUPS + DOT_L2_AHEAD + gg, K);
       uint4 v[NR][GEMV_FP8_GROUPS][2];
 #pragma unroll
       for (int i = 0; i < NR; ++i)
@@ -605,8 +631,25 @@ __device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned 
     uint4 v[2][NR];
     float sc[2][NR];
   };
-  unsigned ls = 0, lg = g0;  // the next item to load
+  unsigned ls = 0, lg = g0, lt = 0;  // the next item to load (set, group; index)
+  // L2_AHEAD: items lt + 1 .. lt + L2_AHEAD are asked of L2 when item lt is loaded (item pt next).
+  unsigned pt = 1, ps = g0 + 1 == g1 ? 1 : 0, pg = g0 + 1 == g1 ? g0 : g0 + 1;
+  const unsigned pi = lane >> 3;  // the row (of NR) whose lines this lane prefetches
+  const unsigned char* pb = (const unsigned char*)c.bufs[wid[0]];
+#pragma unroll
+  for (int i = 1; i < NR; ++i) pb = pi == (unsigned)i ? (const unsigned char*)c.bufs[wid[i]] : pb;  // (no dynamic register index)
   auto load = [&](Item& it) {
+    if (L2_AHEAD) {
+      for (; pt <= lt + L2_AHEAD && pt < n; ++pt) {
+        unsigned r = row_of(ps, pi);
+        if (pi < NR && r < lim) prefetch_line_l2(pb + (size_t)r * K, pg, K);
+        if (++pg == g1) {
+          pg = g0;
+          ++ps;
+        }
+      }
+      ++lt;
+    }
 #pragma unroll
     for (int i = 0; i < NR; ++i) {
       unsigned r = row_of(ls, i);
