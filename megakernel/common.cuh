@@ -87,6 +87,18 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #define GEMV_STREAM 1      // the discrete fp8 GEMV kernels use fp8_stream (rows' x shared, pipelined loads);
                            // 0: dot_rows per row pair, loads then arithmetic (the same bits either way)
 #endif
+#ifndef RECUR_SPLIT
+#define RECUR_SPLIT 1      // GDN recurrence: two threads per state column (64 registers of state each, the
+                           // k sums handed from one half to the other in order); 0: one thread a column
+#endif
+#ifndef MEGA_LEAN
+#define MEGA_LEAN 1        // megakernel: a word's counter is looked at only until the block saw it ready, and
+                           // the next ticket is taken before the fence that publishes a unit (0: every unit
+                           // looks, ticket after the release)
+#endif
+#ifndef MEGA_NOINLINE
+#define MEGA_NOINLINE 0    // the megakernel calls each op as a function of its own (registers allocated per op)
+#endif
 #ifndef MEGA_GEMV_STREAM
 #define MEGA_GEMV_STREAM 0 // the same for the megakernel: fp8_stream measured slower there (its 80-register
                            // budget; results/pipe_*), so it keeps dot_rows

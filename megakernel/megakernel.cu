@@ -34,24 +34,49 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 
 
+// MEGA_NOINLINE: each op behind a call that is not inlined, so that ptxas allocates its registers on its
+// own (the register column of one op no longer spills another's inside one big function); the op's
+// body, and so its bits, is the same.
+#if MEGA_NOINLINE
+#define MEGA_OP __noinline__
+#else
+#define MEGA_OP __forceinline__
+#endif
+__device__ MEGA_OP void mk_embed(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_embed(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_gemv_norm(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gemv_norm<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gemv_gate_up<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gemv_gated_norm_residual<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_gemv_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gemv_residual<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_reduce_store(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_reduce_store(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_reduce_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_reduce_residual(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_gdn_conv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gdn_conv(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gdn_recur(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_attn_kv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_attn_kv(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_attn_scores(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_attn_scores(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_attn_pv(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_attn_reduce_gate(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_attn_reduce_gate(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_lm_head<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_argmax(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_argmax(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_end_step(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_end_step(c, w, u, smem, fresh); }
+
 __device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   switch (w.opcode) {
-    case OP_EMBED: op_embed(c, w, u, smem, fresh); break;
-    case OP_GEMV_NORM: op_gemv_norm<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
-    case OP_GEMV_GATE_UP: op_gemv_gate_up<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
-    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
-    case OP_GEMV_RESIDUAL: op_gemv_residual<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
-    case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem, fresh); break;
-    case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem, fresh); break;
-    case OP_GDN_CONV: op_gdn_conv(c, w, u, smem, fresh); break;
-    case OP_GDN_RECUR: op_gdn_recur(c, w, u, smem, fresh); break;
-    case OP_ATTN_KV: op_attn_kv(c, w, u, smem, fresh); break;
-    case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem, fresh); break;
-    case OP_ATTN_PV: op_attn_pv(c, w, u, smem, fresh); break;
-    case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem, fresh); break;
-    case OP_LM_HEAD: op_lm_head<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); break;
-    case OP_ARGMAX: op_argmax(c, w, u, smem, fresh); break;
-    case OP_END_STEP: op_end_step(c, w, u, smem, fresh); break;
+    case OP_EMBED: mk_embed(c, w, u, smem, fresh); break;
+    case OP_GEMV_NORM: mk_gemv_norm(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATE_UP: mk_gemv_gate_up(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATED_NORM_RESIDUAL: mk_gemv_gated_norm_residual(c, w, u, smem, fresh); break;
+    case OP_GEMV_RESIDUAL: mk_gemv_residual(c, w, u, smem, fresh); break;
+    case OP_REDUCE_STORE: mk_reduce_store(c, w, u, smem, fresh); break;
+    case OP_REDUCE_RESIDUAL: mk_reduce_residual(c, w, u, smem, fresh); break;
+    case OP_GDN_CONV: mk_gdn_conv(c, w, u, smem, fresh); break;
+    case OP_GDN_RECUR: mk_gdn_recur(c, w, u, smem, fresh); break;
+    case OP_ATTN_KV: mk_attn_kv(c, w, u, smem, fresh); break;
+    case OP_ATTN_SCORES: mk_attn_scores(c, w, u, smem, fresh); break;
+    case OP_ATTN_PV: mk_attn_pv(c, w, u, smem, fresh); break;
+    case OP_ATTN_REDUCE_GATE: mk_attn_reduce_gate(c, w, u, smem, fresh); break;
+    case OP_LM_HEAD: mk_lm_head(c, w, u, smem, fresh); break;
+    case OP_ARGMAX: mk_argmax(c, w, u, smem, fresh); break;
+    case OP_END_STEP: mk_end_step(c, w, u, smem, fresh); break;
     default: break;
   }
 }
@@ -81,7 +106,8 @@ __device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, u
 
 extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
   extern __shared__ __align__(16) char smem[];
-  __shared__ unsigned unit_s, ok_s, stop_s, ready_s;
+  __shared__ unsigned unit_s[2], ok_s, stop_s, ready_s;
+  unsigned par = 0;
   const unsigned G = gridDim.x;
   for (unsigned s = 0; s < k.n_steps; ++s) {
     if (s > 0) {
@@ -99,15 +125,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
     for (unsigned wi = 0; wi < n_words; ++wi) {
       Word w = prog[wi];
       const unsigned first_ticket = s * (w.units + G);
-      for (;;) {
-        if (threadIdx.x == 0) unit_s = atomicAdd(&k.next[wi], 1u) - first_ticket;
-        __syncthreads();
-        unsigned u = unit_s;
-        __syncthreads();
-        if (u >= w.units) break;
-        const bool stamp = k.stamps && s == 0 && threadIdx.x == 0;
-        unsigned long long t_ticket = stamp ? global_ns() : 0, t_ready = t_ticket;
-        if (w.wait != NO_COUNTER) {
+      // MEGA_LEAN: the counter is looked at until the block has once seen it at its target (it only
+      // grows within a launch: later units of the word need no look), and the next unit's ticket is
+      // taken before the fence that publishes this unit (its round trip overlaps the fence's).
+      bool seen = w.wait == NO_COUNTER;
+      unsigned long long t_ticket = 0;
+      const bool stamp = k.stamps && s == 0 && threadIdx.x == 0;
+      if (threadIdx.x == 0) {
+        unit_s[par] = atomicAdd(&k.next[wi], 1u) - first_ticket;
+        if (stamp) t_ticket = global_ns();
+      }
+      __syncthreads();
+      unsigned u = unit_s[par];
+      par ^= 1u;  // unit_s is double-buffered: the slot written next was read before the last barrier
+      while (u < w.units) {
+        unsigned long long t_ready = t_ticket;
+        if (!seen) {
           // One look at the counter first (acquire, then the barrier: as block_wait); only a block that
           // must wait prefetches its unit's weights and then waits.
           const unsigned* ctr = &k.counters[w.wait];
@@ -119,24 +152,33 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
             if (!block_wait(k, ctr, target, wi + 1, s, &ok_s)) return;
           }
           if (stamp) t_ready = global_ns();
+          seen = MEGA_LEAN;
           // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
         }
         dispatch(c, w, u, smem, !UNIT_LOOP || wi != prepared);
         prepared = wi;
         __syncthreads();
         if (threadIdx.x == 0) {
+          unsigned next = MEGA_LEAN ? atomicAdd(&k.next[wi], 1u) : 0u;
           // EndStep (one unit) just moved the token into the control block: keep it for the host.
           if (w.opcode == OP_END_STEP) k.tokens[s] = B<unsigned>(c, w.ops[SLOT_IN0])[1];
           __threadfence();
           atomicAdd(&k.counters[w.signal], 1u);
+          if (!MEGA_LEAN) next = atomicAdd(&k.next[wi], 1u);
+          unit_s[par] = next - first_ticket;
+          unsigned long long t_done = stamp ? global_ns() : 0;
           if (stamp) {
             unsigned long long* e = k.stamps + 4 * (size_t)(k.unit_base[wi] + u);
             e[0] = ((unsigned long long)wi << 48) | ((unsigned long long)blockIdx.x << 32) | u;
             e[1] = t_ticket;
             e[2] = t_ready;
-            e[3] = global_ns();
+            e[3] = t_done;
           }
+          t_ticket = t_done;
         }
+        __syncthreads();
+        u = unit_s[par];
+        par ^= 1u;
       }
     }
     if (threadIdx.x == 0) {

@@ -2,8 +2,9 @@
 // q / sqrt(128), beta = bf(sigmoid(b)), decay = exp(-exp(A_log) softplus(a + dt_bias)); thread v owns
 // state column v: kv = sum_k (S[k][v] decay) k[k]; delta = (v - kv) beta; S[k][v] = S[k][v] decay +
 // k[k] delta; o[v] = sum_k S[k][v] q[k]. ORDER: k = 0..127 in order, as the CPU reference.
-// Thread v loads its whole state column into registers first (128 independent loads in flight, issued
-// before the norms so their latency overlaps them), then works from registers and stores it back once.
+// A thread loads its state (RECUR_SPLIT: half a column, else a whole one) into registers first (its loads
+// all in flight, issued before the norms so their latency overlaps them), then works from registers and
+// stores it back once.
 __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   const unsigned d = 128;
   unsigned j = u, hk = w.arg0, hv = w.rows, qk = j / (hv / hk);
@@ -13,20 +14,32 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
   float* sh = ks + d;  // [0] q inv norm, [1] k inv norm
   unsigned key_dim = hk * d;
   float* S = B<float>(c, w.ops[SLOT_ST0]) + (size_t)j * d * d;
+#if RECUR_SPLIT
+  // Thread t owns half h = t / 128 (k = 64 h .. 64 h + 63) of state column v = t % 128: 64 registers,
+  // every thread busy. The sums over k keep their order: half 0 sums k = 0..63, hands its partial over
+  // shared memory, half 1 continues with k = 64..127 (the same sequence of roundings as one thread).
+  float* xch = sh + 2;     // [128]: half 0's partial sum of column v (kv, then o)
+  float* dlt = xch + d;    // [128]: delta of column v, from half 1
+  const unsigned v = threadIdx.x & (d - 1), h = threadIdx.x / d, k0 = h * (d / 2);
+  float col[64];
+#pragma unroll
+  for (unsigned k = 0; k < d / 2; ++k) col[k] = S[(k0 + k) * d + v];
+#else
   float col[128];
   if (threadIdx.x < d) {
 #pragma unroll
     for (unsigned k = 0; k < d; ++k) col[k] = S[k * d + threadIdx.x];
   }
+#endif
   if (threadIdx.x < d) {
     qs[threadIdx.x] = bf2f(mixed[qk * d + threadIdx.x]);
     ks[threadIdx.x] = bf2f(mixed[key_dim + qk * d + threadIdx.x]);
   }
   __syncthreads();
   if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
-    float* v = threadIdx.x == 0 ? qs : ks;
+    float* vq = threadIdx.x == 0 ? qs : ks;
     float ss = 0.f;
-    for (unsigned i = 0; i < d; ++i) ss += v[i] * v[i];
+    for (unsigned i = 0; i < d; ++i) ss += vq[i] * vq[i];
     sh[threadIdx.x] = 1.0f / sqrtf(ss + 1e-6f);
   }
   __syncthreads();
@@ -36,14 +49,54 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
     ks[threadIdx.x] = ks[threadIdx.x] * sh[1];
   }
   __syncthreads();
+#if !RECUR_SPLIT
   if (threadIdx.x >= d) return;
   unsigned v = threadIdx.x;
+#endif
   float b = bf2f(B<unsigned short>(c, w.ops[SLOT_IN1])[j]);
   float a = bf2f(B<unsigned short>(c, w.ops[SLOT_IN2])[j]);
   float beta = bf(sigm(b));
   float x = a + B<float>(c, w.ops[SLOT_W1])[j];
   float sp = x > 20.0f ? x : log1pf(expf(x));
   float decay = expf(-expf(B<float>(c, w.ops[SLOT_W0])[j]) * sp);
+#if RECUR_SPLIT
+  float kv = 0.f;
+  if (h == 0) {
+#pragma unroll
+    for (unsigned k = 0; k < d / 2; ++k) kv += (col[k] * decay) * ks[k];
+    xch[v] = kv;
+  }
+  __syncthreads();
+  if (h == 1) {
+    kv = xch[v];
+#pragma unroll
+    for (unsigned k = 0; k < d / 2; ++k) kv += (col[k] * decay) * ks[k0 + k];
+    float vv = bf2f(mixed[2 * key_dim + j * d + v]);
+    dlt[v] = (vv - kv) * beta;
+  }
+  __syncthreads();
+  float delta = dlt[v], o = 0.f;
+  if (h == 0) {
+#pragma unroll
+    for (unsigned k = 0; k < d / 2; ++k) {
+      float sn = col[k] * decay + ks[k] * delta;
+      S[k * d + v] = sn;
+      o += sn * qs[k];
+    }
+    xch[v] = o;  // (half 1 read the kv partial before the last barrier)
+  }
+  __syncthreads();
+  if (h == 1) {
+    o = xch[v];
+#pragma unroll
+    for (unsigned k = 0; k < d / 2; ++k) {
+      float sn = col[k] * decay + ks[k0 + k] * delta;
+      S[(k0 + k) * d + v] = sn;
+      o += sn * qs[k0 + k];
+    }
+    B<unsigned short>(c, w.ops[SLOT_OUT0])[j * d + v] = f2bf(o);
+  }
+#else
   float kv = 0.f;
 #pragma unroll
   for (unsigned k = 0; k < d; ++k) kv += (col[k] * decay) * ks[k];
@@ -57,4 +110,5 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
     o += sn * qs[k];
   }
   B<unsigned short>(c, w.ops[SLOT_OUT0])[j * d + v] = f2bf(o);
+#endif
 }

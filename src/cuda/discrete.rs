@@ -208,7 +208,7 @@ fn smem_bytes_depth(p: &Program, w: &Word, depth: usize) -> u32 {
         Opcode::GemvGateUp => ring(gemv_nw(k(crate::isa::slot::IN0), 2) + 16 * 4),
         Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual => ring(gemv(k(crate::isa::slot::IN0))),
         Opcode::LmHead => gemv(k(crate::isa::slot::IN0)),
-        Opcode::GdnRecur => (2 * GDN_HEAD_DIM + 2) * 4,
+        Opcode::GdnRecur => (4 * GDN_HEAD_DIM + 2) * 4, // q, k, norms, two exchange rows (RECUR_SPLIT)
         Opcode::Argmax => 2 * 8 * 4,
         Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
         // q of every head of the group (f32), the warp sums, the group's scores, q again as bf16 pairs
