@@ -44,6 +44,17 @@ pub struct DevCtx {
 }
 const _: () = assert!(std::mem::size_of::<DevCtx>() == 104);
 
+/// Blocks of a looping GEMV launch of `units` units with `resident` blocks fitting the GPU at once: with
+/// tickets every resident block (at most one per unit); without, as few as give every block the same
+/// number of units (rounds = ceil(units / resident)).
+fn gemv_grid(units: u32, resident: u32, tickets: bool) -> u32 {
+    if tickets {
+        return units.min(resident).max(1);
+    }
+    let rounds = units.div_ceil(resident.max(1)).max(1);
+    units.div_ceil(rounds)
+}
+
 /// A megakernel wait longer than this is a hang (derived: a whole 27B step takes about 25 ms on
 /// the graph path, so no legitimate wait comes near 2 s).
 const MEGA_WAIT_TIMEOUT_NS: u64 = 2_000_000_000;
@@ -575,12 +586,7 @@ impl Discrete {
             return units;
         }
         let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, smem as usize, None).unwrap_or(1).max(1);
-        let resident = per_sm * self.gpu.sms;
-        if super::cuda_define("GEMV_DYNAMIC").unwrap_or(0) != 0 {
-            return units.min(resident);
-        }
-        let rounds = units.div_ceil(resident).max(1);
-        units.div_ceil(rounds)
+        gemv_grid(units, per_sm * self.gpu.sms, super::cuda_define("GEMV_DYNAMIC").unwrap_or(0) != 0)
     }
 
     /// The graph's launches: runs of consecutive words with the same opcode, wait and signal (one
@@ -1266,6 +1272,19 @@ pub fn wait_strides(prog: &Program) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gemv_grids_cover_the_units() {
+        // The 27B's gate/up: 1,088 units on 264 resident blocks (2 per SM).
+        assert_eq!(gemv_grid(1088, 264, true), 264);
+        assert_eq!(gemv_grid(1088, 264, false), 218); // 5 rounds: 218 x 5 >= 1,088 > 218 x 4
+        assert_eq!(gemv_grid(6, 264, true), 6);
+        assert_eq!(gemv_grid(6, 264, false), 6);
+        for units in [1, 7, 263, 264, 265, 1030, 5000] {
+            let g = gemv_grid(units, 264, false);
+            assert!(g <= 264 && g * units.div_ceil(g) >= units, "{units} units on {g} blocks");
+        }
+    }
     use crate::isa::Opcode;
 
     fn prog_27b() -> Program {
