@@ -521,7 +521,9 @@ impl Discrete {
         let (wi, nw) = (first as u32, n as u32);
         let what = || format!("launch words {first}..{} ({:?})", first + n, w.opcode);
         if super::cuda_define("GRAPH_PDL").unwrap_or(0) != 0 {
-            return self.launch_programmatic(f, cfg, [prog_ptr], [wi, nw]).map_err(|e| Error::new(format!("{}: {e}", what())));
+            return self
+                .launch_programmatic(f, cfg, [prog_ptr], [wi, nw])
+                .map_err(|e| Error::new(format!("{}: {e}", what())));
         }
         let mut b = self.gpu.stream.launch_builder(f);
         b.arg(&prog_ptr).arg(&wi).arg(&nw).arg(&self.ctx);
