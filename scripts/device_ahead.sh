@@ -18,6 +18,4 @@ export MK_CUDA_DEFINES="L2_AHEAD=$G DOT_L2_AHEAD=$M"
 ops_tiny
 run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
 long_27b 200 "kernel "
-pack
-echo "== summary ($(el) s)"
-grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
+finish

@@ -16,7 +16,4 @@ run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
 quick_27b "" ""
 long_27b 200 "kernel "
 wait_for $bg_pid "$R/gpu_small.txt" "$R/gpu_small_negative.txt"
-find "$R" -name timeline.json -delete
-pack
-echo "== summary ($(el) s)"
-grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
+finish drop-traces

@@ -13,6 +13,4 @@ quick_27b "" ""
 quick_27b "" "MEGA_LEAN=0 RECUR_SPLIT=0"
 quick_27b "" "MEGA_NOINLINE=1"
 long_27b 200 "kernel "
-pack
-echo "== summary ($(el) s)"
-grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
+finish

@@ -52,3 +52,11 @@ small_in_background() {
     echo "exit $?" >> "$R/gpu_small.txt" ) &
   bg_pid=$!
 }
+# The end of a run: with "drop-traces" the Perfetto traces are left out (tree size), then pack and
+# the summary lines of the log.
+finish() {
+  [ "${1:-}" = drop-traces ] && find "$R" -name timeline.json -delete
+  pack
+  echo "== summary ($(el) s)"
+  grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
+}

@@ -15,7 +15,4 @@ quick_27b "" "GRAPH_PDL=0 MEGA_PREFETCH=0"
 quick_27b "" "PREFETCH_LINES=1"
 quick_27b "" "PDL_PREFETCH=0 MEGA_BLOCKS_PER_SM=2"
 wait_for $bg_pid "$R/gpu_small.txt"
-find "$R" -name timeline.json -delete
-pack
-echo "== summary ($(el) s)"
-grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
+finish drop-traces

@@ -12,7 +12,4 @@ run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
 quick_27b "" ""
 long_27b 230 "kernel "
 wait_for $bg_pid "$R/gpu_small.txt"
-find "$R" -name timeline.json -delete
-pack
-echo "== summary ($(el) s)"
-grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
+finish drop-traces

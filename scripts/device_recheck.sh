@@ -14,7 +14,4 @@ quick_27b "" ""
 quick_27b "" "MEGA_BLOCKS_PER_SM=2"
 quick_27b "" "GEMV_MIN_BLOCKS=3"
 wait_for $bg_pid "$R/gpu_small.txt"
-find "$R" -name timeline.json -delete
-pack
-echo "== summary ($(el) s)"
-grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
+finish drop-traces

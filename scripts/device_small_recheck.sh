@@ -9,4 +9,4 @@ echo "== gpu_small ($(el) s)" | log
 timeout "${1:-200}" $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1
 echo "exit $?" >> "$R/gpu_small.txt"
 grep -E "diff:|results:|error|exit" "$R/gpu_small.txt" | log
-pack
+finish

@@ -15,7 +15,4 @@ quick_27b "" ""
 quick_27b "" "MEGA_GEMV_STREAM=1 MEGA_BLOCKS_PER_SM=2"
 long_27b 230 "kernel "
 wait_for $bg_pid "$R/gpu_small.txt"
-find "$R" -name timeline.json -delete
-pack
-echo "== summary ($(el) s)"
-grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
+finish drop-traces
