@@ -32,6 +32,9 @@ enum Cmd {
         /// GEMV unit shapes of the compiled program: balanced or fixed (an A/B knob; bits are the same).
         #[arg(long, default_value = "balanced")]
         units: mk::isa::UnitPolicy,
+        /// Output rows per GEMV unit of the compiled program (a multiple of 8, 8-256; bits are the same).
+        #[arg(long, default_value_t = mk::isa::DEFAULT_GEMV_UNIT_ROWS)]
+        unit_rows: u32,
     },
     /// Re-render the charts of a results folder from its files.
     Chart { dir: PathBuf },
@@ -106,6 +109,9 @@ enum Cmd {
         /// GEMV unit shapes: balanced (makespan-chosen split-K parts) or fixed (the first).
         #[arg(long, default_value = "balanced")]
         units: mk::isa::UnitPolicy,
+        /// Output rows per GEMV unit (a multiple of 8, 8-256).
+        #[arg(long, default_value_t = mk::isa::DEFAULT_GEMV_UNIT_ROWS)]
+        unit_rows: u32,
         #[arg(long)]
         out: PathBuf,
     },
@@ -221,12 +227,13 @@ enum ProgramCmd {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Run { file, results, cache, units } => {
+        Cmd::Run { file, results, cache, units, unit_rows } => {
             let e = mk::experiment::spec::Experiment::load(&file)?;
             let opts = mk::experiment::RunOptions {
                 results_root: results,
                 cache_root: cache,
                 units,
+                unit_rows,
                 spec_file: file.display().to_string(),
                 command: std::env::args().collect(),
             };
@@ -300,13 +307,13 @@ fn run(cli: Cli) -> Result<()> {
             let w = forward::Weights::from_checkpoint(&ck);
             mk::trace::print(&mk::trace::compare(&w, &trace)?);
         }
-        Cmd::Compile { preset, config, sms, threads, rows, max_context, units, out } => {
+        Cmd::Compile { preset, config, sms, threads, rows, max_context, units, unit_rows, out } => {
             let (cfg, name) = match (preset, config) {
                 (Some(p), _) => (ModelConfig::preset(&p)?, p),
                 (None, Some(c)) => (ModelConfig::from_file(&c)?, "checkpoint".to_string()),
                 (None, None) => mk::bail!("compile: give --preset or --config"),
             };
-            let target = mk::isa::Target { sms, threads, m_rows: rows, max_context, units };
+            let target = mk::isa::Target { sms, threads, m_rows: rows, max_context, units, gemv_unit_rows: unit_rows };
             let prog = mk::compiler::compile(&cfg, &name, &target)?;
             let summary = mk::isa::validate::validate(&prog)?;
             std::fs::write(&out, prog.to_ron()?)

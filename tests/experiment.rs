@@ -55,6 +55,7 @@ fn opts(tag: &str) -> RunOptions {
         spec_file: "test".into(),
         command: vec!["mk".into(), "run".into()],
         units: Default::default(),
+        unit_rows: mk::isa::DEFAULT_GEMV_UNIT_ROWS,
     }
 }
 

@@ -71,6 +71,20 @@ fn program_order_is_bit_identical_to_the_reference() {
     validate(&p).unwrap();
     assert!(p.words.iter().any(|w| w.opcode == Opcode::ReduceResidual), "the fixed-shape program exercises split-K");
     assert_eq!(run(|_| Order::Program, &p, true), None);
+    // Units of 8 rows (`--unit-rows 8`): twice the GEMV units, the same bits.
+    let mut t = h200(1);
+    t.gemv_unit_rows = 8;
+    let p8 = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap();
+    validate(&p8).unwrap();
+    let gemv =
+        |p: &mk::isa::Program| p.words.iter().find(|w| w.opcode == Opcode::GemvGateUp).map(|w| (w.unit_rows, w.units));
+    let (base, eight) = (gemv(&tiny_program()).unwrap(), gemv(&p8).unwrap());
+    assert_eq!((eight.0, eight.1), (8, 2 * base.1), "16-row units {base:?}, 8-row units {eight:?}");
+    assert_eq!(run(|_| Order::Program, &p8, true), None);
+    // A unit the kernels cannot take is refused with its reason.
+    t.gemv_unit_rows = 12;
+    let e = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap_err().to_string();
+    assert!(e.contains("GEMV unit rows 12"), "{e}");
 }
 
 #[test]

@@ -59,11 +59,25 @@ fn the_binary_image_decodes_back_to_the_program() {
 #[test]
 fn other_targets_compile_and_validate() {
     for (sms, m) in [(1, 1), (16, 4), (188, 8)] {
-        let t = mk::isa::Target { sms, threads: 512, m_rows: m, max_context: 4096, units: Default::default() };
+        let t = mk::isa::Target {
+            sms,
+            threads: 512,
+            m_rows: m,
+            max_context: 4096,
+            units: Default::default(),
+            gemv_unit_rows: 16,
+        };
         let prog = compile(&ModelConfig::preset("small").unwrap(), "small", &t).unwrap();
         validate(&prog).unwrap();
     }
-    let bad = mk::isa::Target { sms: 132, threads: 512, m_rows: 9, max_context: 4096, units: Default::default() };
+    let bad = mk::isa::Target {
+        sms: 132,
+        threads: 512,
+        m_rows: 9,
+        max_context: 4096,
+        units: Default::default(),
+        gemv_unit_rows: 16,
+    };
     assert!(compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &bad).unwrap_err().to_string().contains("M = 9"));
     assert!(Program::from_ron("(format: 1, words: [").unwrap_err().to_string().starts_with("program:"));
 }

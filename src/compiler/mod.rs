@@ -19,8 +19,8 @@ use crate::model::config::{LayerKind, ModelConfig};
 use crate::model::forward::ATTN_PART;
 use crate::model::tensors::{expected_tensors, Dt, TensorSpec};
 
-/// Output rows per GEMV unit (one tensor-core tile of rows).
-pub const GEMV_UNIT_ROWS: u32 = 16;
+/// Output rows per GEMV unit by default (one tensor-core tile of rows; `Target::gemv_unit_rows`).
+pub const GEMV_UNIT_ROWS: u32 = crate::isa::DEFAULT_GEMV_UNIT_ROWS;
 /// Split a GEMV's reduction axis when it has fewer row slices than this many per SM.
 pub const SPLIT_BELOW_UNITS_PER_SM: u32 = 4;
 /// Blocks per SM a GEMV launch keeps resident (the kernels' launch bounds, `GEMV_MIN_BLOCKS` in
@@ -45,7 +45,14 @@ pub const REDUCE_UNIT: u32 = 128;
 
 /// The default target: one H200 (the kernels run 256 threads per block).
 pub fn h200(m_rows: u32) -> Target {
-    Target { sms: 132, threads: 256, m_rows, max_context: 32768, units: UnitPolicy::Balanced }
+    Target {
+        sms: 132,
+        threads: 256,
+        m_rows,
+        max_context: 32768,
+        units: UnitPolicy::Balanced,
+        gemv_unit_rows: GEMV_UNIT_ROWS,
+    }
 }
 
 struct Builder<'a> {
@@ -116,9 +123,10 @@ impl Builder<'_> {
     fn gemv(&mut self, op: Opcode, rows: usize, k: usize, out: u16, which: usize, stage_rows: usize) -> (Word, bool) {
         let groups = k.div_ceil(KGROUP) as u32;
         let slots = GEMV_BLOCKS_PER_SM * self.t.sms;
-        let mut w = self.word(op, rows as u32, GEMV_UNIT_ROWS);
+        let unit_rows = self.t.gemv_unit_rows;
+        let mut w = self.word(op, rows as u32, unit_rows);
         let row_units = w.row_units();
-        let stage_units = (stage_rows as u32).div_ceil(GEMV_UNIT_ROWS).max(row_units);
+        let stage_units = (stage_rows as u32).div_ceil(unit_rows).max(row_units);
         let k_parts = match self.t.units {
             _ if op == Opcode::GemvGateUp || groups < 2 => 1,
             UnitPolicy::Balanced => split_parts(row_units, stage_units - row_units, groups, slots),
@@ -226,6 +234,9 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
     }
     if cfg.head_dim != ATTN_HEAD_DIM || cfg.gdn_k_dim != GDN_HEAD_DIM || cfg.gdn_v_dim != GDN_HEAD_DIM {
         bail!("compile: head dims must be {ATTN_HEAD_DIM} (attention) and {GDN_HEAD_DIM} (GDN)");
+    }
+    if t.gemv_unit_rows % 8 != 0 || !(8..=256).contains(&t.gemv_unit_rows) {
+        bail!("compile: GEMV unit rows {} (a multiple of 8 from 8 to 256)", t.gemv_unit_rows);
     }
     let mut b = Builder {
         t,

@@ -41,6 +41,8 @@ pub struct RunOptions {
     pub command: Vec<String>,
     /// GEMV unit shapes of the program compiled for the run.
     pub units: crate::isa::UnitPolicy,
+    /// Output rows per GEMV unit of that program.
+    pub unit_rows: u32,
 }
 
 /// The checkpoint folder a model spec names, generating a preset's synthetic checkpoint on first use.
@@ -373,6 +375,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let need = *contexts.iter().max().unwrap_or(&1) as usize + steps;
     let mut target = h200(1);
     target.units = opts.units;
+    target.gemv_unit_rows = opts.unit_rows;
     target.max_context = target.max_context.max((need.div_ceil(ATTN_PART) * ATTN_PART) as u32);
     let name = match model_spec {
         ModelSpec::Preset { name, .. } => name.clone(),

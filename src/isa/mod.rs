@@ -291,6 +291,19 @@ pub struct Target {
     /// How GEMV words are cut into units (row slices and split-K parts).
     #[serde(default)]
     pub units: UnitPolicy,
+    /// Output rows per GEMV unit (a multiple of 8, 8-256; the programs in programs/ use the default, 16,
+    /// and do not write it). Bits never depend on it.
+    #[serde(default = "default_gemv_unit_rows", skip_serializing_if = "is_default_gemv_unit_rows")]
+    pub gemv_unit_rows: u32,
+}
+
+/// GEMV output rows per unit unless a target says otherwise.
+pub const DEFAULT_GEMV_UNIT_ROWS: u32 = 16;
+fn default_gemv_unit_rows() -> u32 {
+    DEFAULT_GEMV_UNIT_ROWS
+}
+fn is_default_gemv_unit_rows(r: &u32) -> bool {
+    *r == DEFAULT_GEMV_UNIT_ROWS
 }
 
 /// How the compiler shapes GEMV units. Bits never depend on it (a row is one warp's fixed-order dot
