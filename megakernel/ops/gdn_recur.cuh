@@ -15,6 +15,7 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
   unsigned key_dim = hk * d;
   float* S = B<float>(c, w.ops[SLOT_ST0]) + (size_t)j * d * d;
 #if RECUR_SPLIT
+  static_assert(THREADS == 256, "RECUR_SPLIT: two threads per state column of 128");
   // Thread t owns half h = t / 128 (k = 64 h .. 64 h + 63) of state column v = t % 128: 64 registers,
   // every thread busy. The sums over k keep their order: half 0 sums k = 0..63, hands its partial over
   // shared memory, half 1 continues with k = 64..127 (the same sequence of roundings as one thread).

@@ -109,6 +109,8 @@ pub struct Discrete {
     /// The device-side stop (DevCtx::stop): two words in the arena, the token it stops at (set_stop)
     /// and whether the host saw the sequence stop (then steps are refused until reset).
     stop_off: usize,
+    /// The discrete GEMV launches' ticket pairs (DevCtx::tickets).
+    tickets_off: usize,
     stop_token: Option<u32>,
     stopped: bool,
     sampler: Option<CudaFunction>,
@@ -478,6 +480,7 @@ impl Discrete {
             total_units,
             samp_off,
             stop_off,
+            tickets_off,
             stop_token: None,
             stopped: false,
             sampler: module.load_function("k_sample").ok(),
@@ -623,6 +626,10 @@ impl Discrete {
         let mut v = self.arena.slice_mut(self.samp_off + 24..self.samp_off + 28);
         cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
         let mut v = self.arena.slice_mut(self.stop_off + 4..self.stop_off + 8);
+        cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
+        // The GEMV launches' ticket pairs (zero after every complete launch; zeroed here too, so that a
+        // launch cut short can never leave later ones skipping units).
+        let mut v = self.arena.slice_mut(self.tickets_off..self.tickets_off + 8 * self.prog.words.len());
         cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
         self.stopped = false;
         Ok(())
