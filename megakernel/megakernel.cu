@@ -17,7 +17,8 @@ struct MkCtl {
   unsigned* error;     // [0]: 0, or 1 + the first word whose wait ran past the time limit; [1]: its step
   unsigned long long timeout_ns;  // a wait longer than this (wall clock) is a hang: stop
   // The timeline (null: off): per executed unit, at unit_base[word] + unit, four u64: word << 48 |
-  // block << 32 | unit, then %globaltimer at the ticket, when the wait was over, and when done.
+  // block << 32 | unit, then %globaltimer at the ticket (MEGA_LEAN: for a block's later units of a word,
+  // when its previous unit was done: the ticket was taken then), when the wait was over, and when done.
   unsigned long long* stamps;
   const unsigned* unit_base;
   const unsigned* wait_stride;  // [n_words]: increments per step of the counter the word waits on
