@@ -144,7 +144,7 @@ fn smem_bytes_fit(p: &Program, w: &Word, blocks: u32, depth: usize) -> u32 {
     (0..=depth)
         .rev()
         .map(|d| smem_bytes_depth(p, w, d))
-        .find(|&b| blocks * (b + 1024) <= SMEM_PER_SM)
+        .find(|&b| blocks * (b + 1024 + STATIC_SMEM_ROOM) <= SMEM_PER_SM)
         .unwrap_or_else(|| smem_bytes_depth(p, w, 0))
 }
 
@@ -153,6 +153,9 @@ fn smem_bytes_fit(p: &Program, w: &Word, blocks: u32, depth: usize) -> u32 {
 /// be sized too deep and its launch refused with the driver's error.)
 const SMEM_PER_SM: u32 = 228 * 1024;
 const SMEM_PER_BLOCK: u32 = 227 * 1024;
+/// Room left per block for the kernels' static shared memory (K_GEMV's ticket slots, the megakernel's
+/// unit and wait flags: tens of bytes; ptxas reports them).
+const STATIC_SMEM_ROOM: u32 = 256;
 
 /// The megakernel's dynamic shared memory: at least every word's needs; up to the deepest weight ring
 /// (GEMV_DEPTH) any word wants, as far as MEGA_BLOCKS_PER_SM blocks still fit on an SM. The ops read
@@ -173,7 +176,7 @@ fn mega_smem_fit(p: &Program, per_sm: u32, depth: usize) -> u32 {
     let need = p.words.iter().map(|w| smem_bytes_depth(p, w, 0)).max().unwrap_or(0);
     let want = p.words.iter().map(|w| smem_bytes_depth(p, w, depth)).max().unwrap_or(0);
     // (less the driver's 1 KiB per block and room for the kernel's static shared memory)
-    let fit = ((SMEM_PER_SM / per_sm).saturating_sub(1024 + 256) / 128 * 128).min(SMEM_PER_BLOCK);
+    let fit = ((SMEM_PER_SM / per_sm).saturating_sub(1024 + STATIC_SMEM_ROOM) / 128 * 128).min(SMEM_PER_BLOCK);
     need.max(want.min(fit))
 }
 
@@ -1316,7 +1319,10 @@ mod tests {
             assert_eq!(smem_bytes_fit(&p, w, 2, 0), smem_bytes_depth(&p, w, 0));
             for blocks in 1..=4 {
                 let b = smem_bytes_fit(&p, w, blocks, 4);
-                assert!(blocks * (b + 1024) <= SMEM_PER_SM || b == smem_bytes_depth(&p, w, 0), "{blocks}: {b}");
+                assert!(
+                    blocks * (b + 1024 + STATIC_SMEM_ROOM) <= SMEM_PER_SM || b == smem_bytes_depth(&p, w, 0),
+                    "{blocks}: {b}"
+                );
                 assert!(b >= smem_bytes_depth(&p, w, 0));
             }
         }
@@ -1335,7 +1341,10 @@ mod tests {
         for per_sm in 1..=3 {
             assert_eq!(mega_smem_fit(&p, per_sm, 0), need);
             let s = mega_smem_fit(&p, per_sm, 4);
-            assert!(s >= need && per_sm * (s + 1024 + 256) <= SMEM_PER_SM && s <= SMEM_PER_BLOCK, "{per_sm}: {s}");
+            assert!(
+                s >= need && per_sm * (s + 1024 + STATIC_SMEM_ROOM) <= SMEM_PER_SM && s <= SMEM_PER_BLOCK,
+                "{per_sm}: {s}"
+            );
         }
     }
 }
