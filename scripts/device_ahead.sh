@@ -15,7 +15,6 @@ best() { grep -E "^== quick_27b|^  $1 " "$OUT/log.txt" | awk -v p="$1" '/^== qui
 G=$(best graph); M=$(best megakernel)
 echo "== chosen: L2_AHEAD=$G (graph) DOT_L2_AHEAD=$M (megakernel) ($(el) s)" | log
 export MK_CUDA_DEFINES="L2_AHEAD=$G DOT_L2_AHEAD=$M"
-ops_tiny
-run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+tiny_checks
 long_27b 200 "kernel "
 finish

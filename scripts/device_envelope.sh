@@ -11,8 +11,7 @@ for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-see
   MK_CUDA_DEFINES=MK_BREAK_ROPE timeout 150 $MK run experiments/gpu_small_negative.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small_negative.txt" 2>&1
   echo "exit $?" >> "$R/gpu_small_negative.txt" ) &
 bg_pid=$!
-ops_tiny
-run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+tiny_checks
 quick_27b "" ""
 long_27b 200 "kernel "
 wait_for $bg_pid "$R/gpu_small.txt" "$R/gpu_small_negative.txt"

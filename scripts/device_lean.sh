@@ -7,8 +7,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
-ops_tiny
-run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+tiny_checks
 quick_27b "" ""
 quick_27b "" "MEGA_LEAN=0 RECUR_SPLIT=0"
 quick_27b "" "MEGA_NOINLINE=1"

@@ -60,3 +60,9 @@ finish() {
   echo "== summary ($(el) s)"
   grep -E "^== |verdict|diff:|ms/token|error|exit" "$OUT/log.txt" | tail -40
 }
+# The checks on tiny: the op check, then reference vs graph, the megakernel's per-instruction identity
+# and its negative control.
+tiny_checks() {
+  ops_tiny
+  run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+}

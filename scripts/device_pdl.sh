@@ -8,8 +8,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 small_in_background 560
-ops_tiny
-run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+tiny_checks
 quick_27b "" ""
 quick_27b "" "GRAPH_PDL=0 MEGA_PREFETCH=0"
 quick_27b "" "PREFETCH_LINES=1"

@@ -7,8 +7,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 small_in_background 330
-ops_tiny
-run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+tiny_checks
 quick_27b "" ""
 long_27b 230 "kernel "
 wait_for $bg_pid "$R/gpu_small.txt"

@@ -8,8 +8,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 small_in_background 330
-ops_tiny
-run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+tiny_checks
 quick_27b "" ""
 quick_27b "" "MEGA_BLOCKS_PER_SM=2"
 quick_27b "" "GEMV_MIN_BLOCKS=3"

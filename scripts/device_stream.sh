@@ -9,8 +9,7 @@ set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 small_in_background 400
 ops_tiny
-MK_CUDA_DEFINES="GEMV_PIPE=0" ops_tiny
-run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
+MK_CUDA_DEFINES="GEMV_PIPE=0" tiny_checks
 quick_27b "" ""
 quick_27b "" "MEGA_GEMV_STREAM=1 MEGA_BLOCKS_PER_SM=2"
 long_27b 230 "kernel "
