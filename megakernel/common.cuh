@@ -79,6 +79,15 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #ifndef GEMV_MMA
 #define GEMV_MMA 0         // fp8 GEMV on tensor cores (mma_unit_fp8) instead of the CUDA-core dot_rows
 #endif
+// The GEMV inputs' one-round-trip preps (STREAM: the discrete kernels) cost the tensor-core path
+// spills (ptxas at 128 registers): it keeps the loop.
+#define ONE_TRIP_PREP(STREAM) ((STREAM) && !GEMV_MMA)
+#ifndef MMA_AHEAD
+#define MMA_AHEAD 2        // tensor-core GEMV: items (2 KB a warp) in flight while one is computed, discrete
+#endif
+#ifndef MEGA_MMA_AHEAD
+#define MEGA_MMA_AHEAD 1   // the same in the megakernel (its register budget)
+#endif
 #ifndef GEMV_PIPE
 #define GEMV_PIPE 1        // register path of fp8_stream: 1 issues the next item's weight loads before the
                            // current item's arithmetic; 0 loads, then computes, as dot_rows
@@ -753,24 +762,33 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, unsigned a0, unsigned a
 // Shared floats the tensor-core GEMV of a unit needs for NW weights of width K.
 __host__ __device__ constexpr unsigned mma_red_floats(unsigned nw, unsigned K) { return nw * ((K + KGROUP - 1) / KGROUP) * WARPS * 16; }
 
+// One item of the tensor-core stream: a warp's 16 rows x 128-wide chunk of one weight (lane (q, t): 16
+// bytes of row q and of row q + 8 at k0 + 16 t and k0 + 64 + 16 t) and the chunk's block scale.
+struct TcItem {
+  uint4 v[2][2];  // [64-wide half][row q, row q + 8]
+  float scale;
+};
+
 // The unit's rows [r0, r0 + 16) (those below r1 are real) of NW fp8 weights of width K (a multiple of
-// 64) times bf16 shared xs, per k-group over [g0, g1), on tensor cores (mma m16n8k16, bf16 in, fp32
-// accumulate). A 64-wide tile: lane (q = lane / 4, t = lane % 4) loads 16 bytes of row q and of row
-// q + 8 at k = 16 t, straight from checkpoint row order; mma j (0..3) takes their bytes 4j..4j+3 with
-// x[16 t + 4j ..+4) as B: a fixed permutation of k inside the tile, the same for A and B, so the
-// product is the dot product (every column of B is x: each of the 8 output columns is the result).
-// Warp w takes the tiles w, w + 8 of each group; ORDER: within a warp the tensor core's fixed
-// accumulation over its tiles in order; then per (weight, row, group) the 8 warps' sums in warp order
-// (`red`, shared); `part(i, row, g, v)` is called by thread i * 16 + row - r0 for groups in order.
-// Bits do not depend on which block runs the unit. Memory-level parallelism: GEMV_FP8_GROUPS groups'
-// loads (x 2 tiles x 2 rows x NW) are issued before their arithmetic.
-template <int NW, typename Part>
-__device__ void mma_unit_fp8(const DevCtx& c, const unsigned short* wid, unsigned r0, unsigned r1, const unsigned short* xs, unsigned g0, unsigned g1, float* red, Part part) {
+// 64) times the prepared bf16 input, per k-group over [g0, g1), on tensor cores (mma m16n8k16, bf16 in,
+// fp32 accumulate; seed 4.3). Warp w owns the 128-wide chunk w of every k-group (8 warps x 128 = one
+// group of 1,024): its items are (weight i, group g), g-major. An item's 64-wide half: lane (q = lane / 4,
+// t = lane % 4) holds 16 bytes of row q and of row q + 8 at k = 16 t, straight from checkpoint row order;
+// mma j (0..3) takes their bytes 4j..4j+3 with x[16 t + 4j ..+4) as B: a fixed permutation of k inside
+// the half, the same for A and B, so the product is the dot product (every column of B is x, each of the
+// 8 output columns is the result). The weights are dequantised as dot_rows does (the oracle's
+// bf16(e4m3 * scale), dequant2), so only the summation order differs from the CUDA-core path.
+// ORDER: per (weight, group, row) the tensor core's fixed accumulation over the chunk's two halves in
+// order, then the 8 warps' chunk sums in warp order (shared `red`); `part(i, row, g, v)` is called by
+// thread i * 16 + row - r0 for groups in order. Bits do not depend on which block runs the unit.
+// Memory-level parallelism: AHEAD items' loads (64 bytes a lane each) are in flight while one is
+// computed. `prep()` prepares the input in shared memory and returns it.
+template <int NW, int AHEAD, bool BS, typename Prep, typename Part>
+__device__ void mma_unit_bs(const DevCtx& c, const unsigned short* wid, unsigned r0, unsigned r1, Prep prep, unsigned g0, unsigned g1, Part part) {
   unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane >> 2, t = lane & 3;
-  unsigned ng = g1 - g0, kb = (K + 127) / 128;
+  unsigned ng = g1 - g0, kb = (K + 127) / 128, n = NW * ng;
   const unsigned char* wr[NW][2];
   const float* sc[NW];
-  bool bs[NW];
   bool ok0 = r0 + q < r1, ok1 = r0 + q + 8 < r1;
 #pragma unroll
   for (int i = 0; i < NW; ++i) {
@@ -778,72 +796,104 @@ __device__ void mma_unit_fp8(const DevCtx& c, const unsigned short* wid, unsigne
     wr[i][0] = base + (size_t)(r0 + q) * K + 16 * t;
     wr[i][1] = base + (size_t)(r0 + q + 8) * K + 16 * t;
     sc[i] = c.scales[wid[i]] + (size_t)(r0 / 128) * kb;
-    bs[i] = c.wbytes[wid[i]] == 1;
   }
-  for (unsigned g = g0; g < g1; g += GEMV_FP8_GROUPS) {
-    uint4 v[NW][GEMV_FP8_GROUPS][2][2];  // [weight][group][tile][row]
+  // Item tt: weight tt % NW, group g0 + tt / NW; its chunk starts at k0 (halves below kend are real).
+  auto k0_of = [&](unsigned tt) { return (g0 + tt / NW) * KGROUP + warp * 128; };
+  auto kend_of = [&](unsigned tt) { return min(K, (g0 + tt / NW + 1) * KGROUP); };
+  auto load = [&](TcItem& it, unsigned tt) {
+    unsigned i = tt % NW, k0 = k0_of(tt), kend = kend_of(tt);
+    const unsigned char* p0 = wr[0][0];
+    const unsigned char* p1 = wr[0][1];
+    const float* s = sc[0];
 #pragma unroll
-    for (int i = 0; i < NW; ++i)
+    for (int j = 1; j < NW; ++j)
+      if (i == (unsigned)j) {  // (no dynamic register index)
+        p0 = wr[j][0];
+        p1 = wr[j][1];
+        s = sc[j];
+      }
 #pragma unroll
-      for (int gg = 0; gg < GEMV_FP8_GROUPS; ++gg)
+    for (int h = 0; h < 2; ++h) {
+      bool ok = k0 + 64 * h < kend;
+      it.v[h][0] = ok && ok0 ? ldw(p0 + k0 + 64 * h) : make_uint4(0, 0, 0, 0);
+      it.v[h][1] = ok && ok1 ? ldw(p1 + k0 + 64 * h) : make_uint4(0, 0, 0, 0);
+    }
+    it.scale = k0 < kend ? s[k0 / 128] : 0.f;
+  };
+  auto compute = [&](const TcItem& it, unsigned tt, const unsigned short* xs, float* red) {
+    unsigned i = tt % NW, k0 = k0_of(tt), kend = kend_of(tt);
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    unsigned sb = __float_as_uint(it.scale * 0x1p120f) >> 16, s2 = sb | (sb << 16);
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          unsigned k0 = (g + gg) * KGROUP + (warp + WARPS * s) * 64;
-          bool ok = g + gg < g1 && k0 < min(K, (g + gg + 1) * KGROUP);
-          v[i][gg][s][0] = ok && ok0 ? ldw(wr[i][0] + k0) : make_uint4(0, 0, 0, 0);
-          v[i][gg][s][1] = ok && ok1 ? ldw(wr[i][1] + k0) : make_uint4(0, 0, 0, 0);
-        }
+    for (int h = 0; h < 2; ++h) {
+      if (k0 + 64 * h >= kend) continue;
+      uint4 xa = lds16(xs + k0 + 64 * h + 16 * t), xb = lds16(xs + k0 + 64 * h + 16 * t + 8);
+      unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+      unsigned wa[4] = {it.v[h][0].x, it.v[h][0].y, it.v[h][0].z, it.v[h][0].w};
+      unsigned wb[4] = {it.v[h][1].x, it.v[h][1].y, it.v[h][1].z, it.v[h][1].w};
 #pragma unroll
-    for (int gg = 0; gg < GEMV_FP8_GROUPS; ++gg) {
-      if (g + gg >= g1) break;
-#pragma unroll
-      for (int i = 0; i < NW; ++i) {
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          unsigned k0 = (g + gg) * KGROUP + (warp + WARPS * s) * 64;
-          if (k0 >= min(K, (g + gg + 1) * KGROUP)) break;
-          float scale = sc[i][k0 / 128];
-          unsigned sb = __float_as_uint(scale * 0x1p120f) >> 16, s2 = sb | (sb << 16);
-          const uint4* xp = (const uint4*)(xs + k0 + 16 * t);
-          uint4 xa = xp[0], xb = xp[1];
-          unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-          unsigned wa[4] = {v[i][gg][s][0].x, v[i][gg][s][0].y, v[i][gg][s][0].z, v[i][gg][s][0].w};
-          unsigned wb[4] = {v[i][gg][s][1].x, v[i][gg][s][1].y, v[i][gg][s][1].z, v[i][gg][s][1].w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            unsigned a0 = dequant2(e4m3x2_widen(wa[j], 0x9180), bs[i], s2, scale);
-            unsigned a1 = dequant2(e4m3x2_widen(wb[j], 0x9180), bs[i], s2, scale);
-            unsigned a2 = dequant2(e4m3x2_widen(wa[j], 0xB3A2), bs[i], s2, scale);
-            unsigned a3 = dequant2(e4m3x2_widen(wb[j], 0xB3A2), bs[i], s2, scale);
+      for (int j = 0; j < 4; ++j) {
+        unsigned a0 = dequant2(e4m3x2_widen(wa[j], 0x9180), BS, s2, it.scale);
+        unsigned a1 = dequant2(e4m3x2_widen(wb[j], 0x9180), BS, s2, it.scale);
+        unsigned a2 = dequant2(e4m3x2_widen(wa[j], 0xB3A2), BS, s2, it.scale);
+        unsigned a3 = dequant2(e4m3x2_widen(wb[j], 0xB3A2), BS, s2, it.scale);
 #ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: B's halves swapped, wrong k pairing
-            mma_bf16_16816(d, a0, a1, a2, a3, xw[2 * j + 1], xw[2 * j]);
+        mma_bf16_16816(d, a0, a1, a2, a3, xw[2 * j + 1], xw[2 * j]);
 #else
-            mma_bf16_16816(d, a0, a1, a2, a3, xw[2 * j], xw[2 * j + 1]);
+        mma_bf16_16816(d, a0, a1, a2, a3, xw[2 * j], xw[2 * j + 1]);
 #endif
-          }
-        }
-        if (t == 0) {
-          float* rr = red + ((size_t)(i * ng + (g + gg - g0)) * WARPS + warp) * 16;
-          rr[q] = d[0];
-          rr[q + 8] = d[2];
-        }
       }
     }
+    if (t == 0) {
+      float* rr = red + ((size_t)(i * ng + tt / NW) * WARPS + warp) * 16;
+      rr[q] = d[0];
+      rr[q + 8] = d[2];
+    }
+  };
+  // (prep() first: its loads and the items' together cost more registers than the overlap is worth; a
+  // block prepares the input only on its first unit of a word.)
+  const unsigned short* xs = prep();
+  float* red = (float*)((char*)xs + ((K * 2 + 15) / 16) * 16);
+  TcItem buf[AHEAD + 1];
+#pragma unroll
+  for (int j = 0; j < AHEAD; ++j)
+    if ((unsigned)j < n) load(buf[j], j);
+  for (unsigned base = 0; base < n; base += AHEAD + 1) {
+#pragma unroll
+    for (int j = 0; j <= AHEAD; ++j) {
+      unsigned tt = base + j;
+      if (tt + AHEAD < n) load(buf[(j + AHEAD) % (AHEAD + 1)], tt + AHEAD);
+      if (tt < n) compute(buf[j], tt, xs, red);
+    }
+  }
+  __syncthreads();
+  // The 8 warps' sums of each (weight, group, row), in warp order, into warp 0's slot (its own thread
+  // reads all 8 first), then each (weight, row) thread hands its groups out in order.
+  for (unsigned e = threadIdx.x; e < NW * ng * 16; e += THREADS) {
+    float* rr = red + (size_t)(e / 16) * WARPS * 16 + e % 16;
+    float v = 0.f;
+#pragma unroll
+    for (int k = 0; k < WARPS; ++k) v += rr[k * 16];  // ORDER: warps in order
+    rr[0] = v;
   }
   __syncthreads();
   unsigned me = threadIdx.x;
   if (me < NW * 16) {
     unsigned i = me / 16, row = me % 16;
     if (r0 + row < r1)
-      for (unsigned g = g0; g < g1; ++g) {
-        const float* rr = red + (size_t)(i * ng + (g - g0)) * WARPS * 16 + row;
-        float v = 0.f;
-        for (int k = 0; k < WARPS; ++k) v += rr[k * 16];  // ORDER: warps in order
-        part(i, r0 + row, g, v);
-      }
+      for (unsigned g = g0; g < g1; ++g) part(i, r0 + row, g, red[(size_t)(i * ng + (g - g0)) * WARPS * 16 + row]);
   }
   __syncthreads();
+}
+
+// mma_unit_bs with every weight's scales bf16-exact (BS: one fma.rn.bf16x2 per pair) or not.
+template <int NW, int AHEAD, typename Prep, typename Part>
+__device__ void mma_unit_fp8(const DevCtx& c, const unsigned short* wid, unsigned r0, unsigned r1, Prep prep, unsigned g0, unsigned g1, Part part) {
+  bool all_bs = true;
+#pragma unroll
+  for (int i = 0; i < NW; ++i) all_bs = all_bs && c.wbytes[wid[i]] == 1;
+  if (all_bs) mma_unit_bs<NW, AHEAD, true>(c, wid, r0, r1, prep, g0, g1, part);
+  else mma_unit_bs<NW, AHEAD, false>(c, wid, r0, r1, prep, g0, g1, part);
 }
 
 // Whether a weight takes the tensor-core path (fp8, width a multiple of 64 and the unit 16 rows) when
@@ -1046,10 +1096,8 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     return;
   }
   if (mma_path(c, wid, w)) {
-    const unsigned short* xs = prep();
-    float* red = (float*)((char*)xs + ((K * 2 + 15) / 16) * 16);
     float total = 0.f;
-    mma_unit_fp8<1>(c, wids, s.r0, s.r1, xs, s.g0, s.g1, red, [&](int, unsigned r, unsigned g, float v) {
+    mma_unit_fp8<1, STREAM ? MMA_AHEAD : MEGA_MMA_AHEAD>(c, wids, s.r0, s.r1, prep, s.g0, s.g1, [&](int, unsigned r, unsigned g, float v) {
       if (partial) out[(size_t)g * w.rows + r] = v;
       else total += v;  // ORDER: k-groups in order
       if (!partial && g + 1 == s.g1) epilogue(r, total);

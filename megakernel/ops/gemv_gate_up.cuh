@@ -2,7 +2,7 @@
 template <bool STREAM>
 __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  auto prep = [&] { return prepared_input<STREAM>(c, w, SLOT_W2, smem, fresh); };
+  auto prep = [&] { return prepared_input<ONE_TRIP_PREP(STREAM)>(c, w, SLOT_W2, smem, fresh); };
   unsigned short* out = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;
@@ -22,11 +22,9 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
   if (mma_path(c, wids[0], w) && mma_path(c, wids[1], w)) {
     // Gate (i = 0) and up (i = 1) of the unit's rows together; thread 16 + row has up and takes the
     // gate's total from the shared slot its partner (thread row) left.
-    unsigned short* xs = prep();
-    float* red = (float*)(smem + ((K * 2 + 15) / 16) * 16);
-    float* gate = red + mma_red_floats(2, K);
+    float* gate = (float*)(smem + ((K * 2 + 15) / 16) * 16) + mma_red_floats(2, K);
     float total = 0.f;
-    mma_unit_fp8<2>(c, wids, r0, r1, xs, 0, groups, red, [&](int i, unsigned r, unsigned g, float v) {
+    mma_unit_fp8<2, STREAM ? MMA_AHEAD : MEGA_MMA_AHEAD>(c, wids, r0, r1, prep, 0, groups, [&](int i, unsigned r, unsigned g, float v) {
       total += v;  // ORDER: k-groups in order
       if (g + 1 == groups && i == 0) gate[r - r0] = total;
     });

@@ -39,7 +39,7 @@ __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsi
       v[0] = p[lane];
       v[1] = p[32 + lane];
     };
-    if (STREAM && heads <= GATED_HEADS * WARPS) {
+    if (ONE_TRIP_PREP(STREAM) && heads <= GATED_HEADS * WARPS) {
       unsigned cw[GATED_HEADS][2], zw[GATED_HEADS][2];
 #pragma unroll
       for (int j = 0; j < GATED_HEADS; ++j)
