@@ -36,6 +36,9 @@
                            // per launch, on as many blocks as are resident (0: block b runs units b,
                            // b + grid, .. on ceil(units / rounds) blocks: uneven blocks per SM)
 #endif
+#ifndef GEMV_REVERSE
+#define GEMV_REVERSE 0     // a discrete GEMV launch of several words hands out the last word's units first
+#endif
 #ifndef GRAPH_PDL
 #define GRAPH_PDL 1        // the graph's kernels are launched programmatically dependent (the host reads
                            // this too): a kernel may start while its predecessor runs; a GEMV block first
@@ -548,6 +551,12 @@ __device__ __forceinline__ void cp_async_wait(unsigned pending) {
     default: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
   }
 }
+// 8 bytes of shared memory (a generic pointer into it).
+__device__ __forceinline__ uint2 lds8(const void* p) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(smem_addr(p)));
+  return v;
+}
 __device__ __forceinline__ float lds_f32(const void* p) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(p)));
@@ -787,14 +796,12 @@ template <int NW, int AHEAD, bool BS, typename Prep, typename Part>
 __device__ void mma_unit_bs(const DevCtx& c, const unsigned short* wid, unsigned r0, unsigned r1, Prep prep, unsigned g0, unsigned g1, Part part) {
   unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane >> 2, t = lane & 3;
   unsigned ng = g1 - g0, kb = (K + 127) / 128, n = NW * ng;
-  const unsigned char* wr[NW][2];
+  const unsigned char* wr[NW];  // row q's bytes at 16 t (row q + 8's are 8 K further)
   const float* sc[NW];
   bool ok0 = r0 + q < r1, ok1 = r0 + q + 8 < r1;
 #pragma unroll
   for (int i = 0; i < NW; ++i) {
-    const unsigned char* base = (const unsigned char*)c.bufs[wid[i]];
-    wr[i][0] = base + (size_t)(r0 + q) * K + 16 * t;
-    wr[i][1] = base + (size_t)(r0 + q + 8) * K + 16 * t;
+    wr[i] = (const unsigned char*)c.bufs[wid[i]] + (size_t)(r0 + q) * K + 16 * t;
     sc[i] = c.scales[wid[i]] + (size_t)(r0 / 128) * kb;
   }
   // Item tt: weight tt % NW, group g0 + tt / NW; its chunk starts at k0 (halves below kend are real).
@@ -802,21 +809,19 @@ __device__ void mma_unit_bs(const DevCtx& c, const unsigned short* wid, unsigned
   auto kend_of = [&](unsigned tt) { return min(K, (g0 + tt / NW + 1) * KGROUP); };
   auto load = [&](TcItem& it, unsigned tt) {
     unsigned i = tt % NW, k0 = k0_of(tt), kend = kend_of(tt);
-    const unsigned char* p0 = wr[0][0];
-    const unsigned char* p1 = wr[0][1];
+    const unsigned char* p0 = wr[0];
     const float* s = sc[0];
 #pragma unroll
     for (int j = 1; j < NW; ++j)
       if (i == (unsigned)j) {  // (no dynamic register index)
-        p0 = wr[j][0];
-        p1 = wr[j][1];
+        p0 = wr[j];
         s = sc[j];
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       bool ok = k0 + 64 * h < kend;
       it.v[h][0] = ok && ok0 ? ldw(p0 + k0 + 64 * h) : make_uint4(0, 0, 0, 0);
-      it.v[h][1] = ok && ok1 ? ldw(p1 + k0 + 64 * h) : make_uint4(0, 0, 0, 0);
+      it.v[h][1] = ok && ok1 ? ldw(p0 + (size_t)8 * K + k0 + 64 * h) : make_uint4(0, 0, 0, 0);
     }
     it.scale = k0 < kend ? s[k0 / 128] : 0.f;
   };
@@ -827,8 +832,7 @@ __device__ void mma_unit_bs(const DevCtx& c, const unsigned short* wid, unsigned
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (k0 + 64 * h >= kend) continue;
-      uint4 xa = lds16(xs + k0 + 64 * h + 16 * t), xb = lds16(xs + k0 + 64 * h + 16 * t + 8);
-      unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+      const unsigned short* xh = xs + k0 + 64 * h + 16 * t;
       unsigned wa[4] = {it.v[h][0].x, it.v[h][0].y, it.v[h][0].z, it.v[h][0].w};
       unsigned wb[4] = {it.v[h][1].x, it.v[h][1].y, it.v[h][1].z, it.v[h][1].w};
 #pragma unroll
@@ -837,10 +841,11 @@ __device__ void mma_unit_bs(const DevCtx& c, const unsigned short* wid, unsigned
         unsigned a1 = dequant2(e4m3x2_widen(wb[j], 0x9180), BS, s2, it.scale);
         unsigned a2 = dequant2(e4m3x2_widen(wa[j], 0xB3A2), BS, s2, it.scale);
         unsigned a3 = dequant2(e4m3x2_widen(wb[j], 0xB3A2), BS, s2, it.scale);
+        uint2 xb = lds8(xh + 4 * j);  // x[16 t + 4j ..+4): B's two registers
 #ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: B's halves swapped, wrong k pairing
-        mma_bf16_16816(d, a0, a1, a2, a3, xw[2 * j + 1], xw[2 * j]);
+        mma_bf16_16816(d, a0, a1, a2, a3, xb.y, xb.x);
 #else
-        mma_bf16_16816(d, a0, a1, a2, a3, xw[2 * j], xw[2 * j + 1]);
+        mma_bf16_16816(d, a0, a1, a2, a3, xb.x, xb.y);
 #endif
       }
     }

@@ -12,6 +12,19 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
   }
   return prog[wi];
 }
+// The same with the launch's words taken last first (GEMV_REVERSE): a GDN layer's norm-folded
+// projections share a launch as [qkv, z, b, a], and the b / a units (bf16, twice the bytes of the
+// others) would otherwise be its last tickets, a tail. Which block runs a unit changes no bits.
+__device__ __forceinline__ Word launch_word_rev(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i) {
+  unsigned wl = wi + nw - 1;
+  *u = i;
+  while (nw > 1 && *u >= prog[wl].units) {
+    *u -= prog[wl].units;
+    --wl;
+    --nw;
+  }
+  return prog[wl];
+}
 // UNIT_LOOP (a tunable, on by default): the host launches fewer blocks than units (every block the
 // same number of units, all co-resident) and a block runs units b, b + grid, ..; a GEMV's prepared
 // input (normed x in shared memory) is then computed once per block and word, not once per unit.
@@ -66,7 +79,7 @@ __device__ __forceinline__ void pdl_join() {
       unsigned nxt = i + gridDim.x;                                                                  \
       if (GEMV_DYNAMIC && threadIdx.x == 0) nxt = gridDim.x + atomicAdd(tk, 1u);                     \
       unsigned u;                                                                                    \
-      Word w = launch_word(prog, wi, nw, &u, i);                                                     \
+      Word w = GEMV_REVERSE ? launch_word_rev(prog, wi, nw, &u, i) : launch_word(prog, wi, nw, &u, i); \
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
       if (UNIT_SYNC || (here != last && last != 0xffffffffu)) __syncthreads();                       \
