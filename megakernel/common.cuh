@@ -114,7 +114,8 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #endif
 #ifndef MEGA_GEMV_STREAM
 #define MEGA_GEMV_STREAM 0 // the same for the megakernel: fp8_stream measured slower there (its 80-register
-                           // budget; results/pipe_*), so it keeps dot_rows
+                           // budget; results/pipe_*), so it keeps dot_rows; through the cp.async ring too
+                           // (GEMV_DEPTH 2 / 3: 18.1 / 17.9 against 14.2 ms/token, results/final_64b7705)
 #endif
 #ifndef GEMV_DEPTH
 #define GEMV_DEPTH 0       // fp8 GEMV items (NR rows x one k-group) each warp keeps in its cp.async ring
@@ -903,8 +904,10 @@ __device__ void mma_unit_fp8(const DevCtx& c, const unsigned short* wid, unsigne
 }
 
 // Whether a weight takes the tensor-core path (fp8, width a multiple of 64 and the unit 16 rows) when
-// GEMV_MMA is on. Off by default: measured slower on the H200 than the CUDA-core path (27B graph 21.5
-// against 17.6 ms/token, gate/up 30 % against 44 % of the read bandwidth; results/perf3_log).
+// GEMV_MMA is on. Off by default: the first version (loads then arithmetic, no pipeline) measured 21.5
+// against 17.6 ms/token (results/perf3_log); this pipelined one ties the graph at MMA_AHEAD=1 (12.43
+// against 12.41: the GEMVs are not issue-bound), spills at 2 and 3, and costs the megakernel 8 ms a
+// step in its per-unit block joins (22.2 against 14.0; results/mma_9f4c3b0).
 __device__ __forceinline__ bool mma_path(const DevCtx& c, unsigned short wid, const Word& w) {
   unsigned char wb = c.wbytes[wid];
   return GEMV_MMA && (wb == 1 || wb == 3) && c.cols[wid] % 64 == 0 && w.unit_rows == 16;
