@@ -66,6 +66,14 @@
                            // 16.81 ms/token (results/pdl_*); before every wait, ready or not, 19.84 against
                            // 16.88 (results/dyn_878650e): whole units ahead overfill L2
 #endif
+#ifndef GEMV_READ_ONLY
+#define GEMV_READ_ONLY 0   // DIAGNOSTIC, WRONG RESULTS: the fp8 GEMVs load their weights as ever but skip the
+                           // arithmetic (a XOR per chunk), to time the loop structure alone
+#endif
+#ifndef PREFETCH_GROUPS
+#define PREFETCH_GROUPS 0  // PDL_PREFETCH / MEGA_PREFETCH: only the unit's first k-groups of each row (a
+                           // unit's first loads, about 16-32 KB a block, not the whole unit; 0: all of it)
+#endif
 #ifndef PREFETCH_LINES
 #define PREFETCH_LINES 0   // L2 prefetches as one prefetch.global.L2 per 128-byte line (else bulk prefetches
                            // of up to 16 KB, cp.async.bulk.prefetch.L2)
@@ -341,6 +349,11 @@ __device__ __forceinline__ uint4 lds16(const void* p) {
 // CPU's fp32 product then bf16 for every row (the same bits for a bf16 scale: its product is exact).
 template <int NR, bool BS, bool LDS = true>
 __device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned short* xs, const float* scale, float* acc) {
+#if GEMV_READ_ONLY  // the diagnostic: the weights' bits folded into acc by two instructions a row, no x
+#pragma unroll
+  for (int i = 0; i < NR; ++i) acc[i] += __uint_as_float(((v[i].x ^ v[i].y ^ v[i].z ^ v[i].w) & 0x007fffffu) | 0x3f800000u);
+  return;
+#endif
   uint4 xa = LDS ? lds16(xs) : *(const uint4*)xs, xb = LDS ? lds16(xs + 8) : *(const uint4*)(xs + 8);
   unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
   unsigned s2[NR];
@@ -1038,7 +1051,7 @@ __device__ __forceinline__ bool tma_path(const Word& w) { return GEMV_TMA && w.u
 __device__ __forceinline__ void bulk_prefetch_l2(const void* p, unsigned bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
-__device__ void prefetch_unit(const DevCtx& c, const Word& w, unsigned u) {
+__device__ __noinline__ void prefetch_unit(const DevCtx& c, const Word& w, unsigned u) {  // (out of line: its registers are not the callers')
   unsigned nw;
   switch (w.opcode) {
     case OP_GEMV_GATE_UP: nw = 2; break;
@@ -1066,10 +1079,10 @@ __device__ void prefetch_unit(const DevCtx& c, const Word& w, unsigned u) {
           bulk_prefetch_l2(base + p, (unsigned)min((size_t)PREFETCH_PIECE, b - p));
       }
     };
-    if (w.k_parts == 1) {  // rows r0 .. r1: one range
+    if (w.k_parts == 1 && !PREFETCH_GROUPS) {  // rows r0 .. r1: one range
       range((size_t)s.r0 * K * eb, (size_t)s.r1 * K * eb, threadIdx.x, THREADS);
-    } else {  // each row's k-groups, a thread per row
-      unsigned k0 = s.g0 * KGROUP, k1 = min(K, s.g1 * KGROUP);
+    } else {  // each row's k-groups (the first PREFETCH_GROUPS of them), a thread per row
+      unsigned k0 = s.g0 * KGROUP, k1 = min(K, (PREFETCH_GROUPS ? min(s.g1, s.g0 + PREFETCH_GROUPS) : s.g1) * KGROUP);
       for (unsigned r = s.r0 + threadIdx.x; r < s.r1; r += THREADS) range(((size_t)r * K + k0) * eb, ((size_t)r * K + k1) * eb, 0, 1);
     }
   }
