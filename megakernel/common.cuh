@@ -95,7 +95,8 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 // spills (ptxas at 128 registers): it keeps the loop.
 #define ONE_TRIP_PREP(STREAM) ((STREAM) && !GEMV_MMA)
 #ifndef MMA_AHEAD
-#define MMA_AHEAD 2        // tensor-core GEMV: items (2 KB a warp) in flight while one is computed, discrete
+#define MMA_AHEAD 1        // tensor-core GEMV: items (2 KB a warp) in flight while one is computed, discrete
+                           // kernels (2 and 3 spill at 128 registers and measured slower: results/mma_9f4c3b0)
 #endif
 #ifndef MEGA_MMA_AHEAD
 #define MEGA_MMA_AHEAD 1   // the same in the megakernel (its register budget)
