@@ -66,6 +66,10 @@
                            // 16.81 ms/token (results/pdl_*); before every wait, ready or not, 19.84 against
                            // 16.88 (results/dyn_878650e): whole units ahead overfill L2
 #endif
+#ifndef ATTN_RS
+#define ATTN_RS 0          // attention scores: the query heads' warp sums by reduce-scatter (9 shuffles a
+                           // position instead of 5 a head; the same bits); not yet measured
+#endif
 #ifndef GEMV_READ_ONLY
 #define GEMV_READ_ONLY 0   // DIAGNOSTIC, WRONG RESULTS: the fp8 GEMVs load their weights as ever but skip the
                            // arithmetic (a XOR per chunk), to time the loop structure alone

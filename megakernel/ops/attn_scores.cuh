@@ -20,6 +20,33 @@ __device__ float block_max(float v, float* red) {
   return m;
 }
 
+// warp_sum of eight values at once, by reduce-scatter: at the steps xor 16, 8 and 4 a lane keeps half
+// of its values and sends its partner the other half, so head h's sum ends in lanes (l >> 2) & 7 == h
+// after 4 + 2 + 1 + 1 + 1 = 9 shuffles (warp_sum: 5 a head). ORDER: every addition is the butterfly's own
+// (a lane's partial plus its xor partner's; IEEE addition commutes, and the butterfly leaves the same
+// bits in every lane), so each head's sum is warp_sum's, bit for bit.
+static_assert(MAX_GROUP <= 8, "warp_sum_heads8 reduces at most eight query heads");
+__device__ __forceinline__ float warp_sum_heads8(const float* a) {
+  unsigned lane = threadIdx.x & 31;
+  bool b4 = lane & 16, b3 = lane & 8, b2 = lane & 4;
+  float b[4], c[2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // value i of this lane: head i + 4 b4
+    float send = b4 ? a[i] : a[i + 4];
+    b[i] = (b4 ? a[i + 4] : a[i]) + __shfl_xor_sync(0xffffffffu, send, 16);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {  // head i + 2 b3 + 4 b4
+    float send = b3 ? b[i] : b[i + 2];
+    c[i] = (b3 ? b[i + 2] : b[i]) + __shfl_xor_sync(0xffffffffu, send, 8);
+  }
+  float send = b2 ? c[0] : c[1];  // head b2 + 2 b3 + 4 b4 = (lane >> 2) & 7
+  float d = (b2 ? c[1] : c[0]) + __shfl_xor_sync(0xffffffffu, send, 4);
+  d += __shfl_xor_sync(0xffffffffu, d, 2);
+  d += __shfl_xor_sync(0xffffffffu, d, 1);
+  return d;
+}
+
 __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   unsigned pos = B<unsigned>(c, w.ops[SLOT_IN1])[0], n_ctx = pos + 1;
   unsigned parts = w.arg0, group = w.arg1, kvh = u / parts, part = u % parts;
@@ -65,6 +92,27 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
       unsigned j = j0 + t * WARPS;
       if (j >= p1) break;
       unsigned kw[4] = {kv[t].x, kv[t].y, kv[t].z, kv[t].w};
+#if ATTN_RS
+      float a[8];
+#pragma unroll
+      for (unsigned hh = 0; hh < 8; ++hh) {
+        a[hh] = 0.f;
+        if (hh >= group) continue;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          unsigned qw = q2[(hh * 4 + i) * 32 + lane];
+          a[hh] += lo_bf(qw) * lo_bf(kw[i]);
+          a[hh] += hi_bf(qw) * hi_bf(kw[i]);
+        }
+      }
+      float d = warp_sum_heads8(a);  // head (lane >> 2) & 7's warp_sum, bit for bit
+      unsigned hh = (lane >> 2) & 7;
+      if ((lane & 3) == 0 && hh < group) {
+        float s = bf(bf(d) * scaling);
+        sc[hh * ATTN_PART + j - p0] = s;
+        B<float>(c, w.ops[SLOT_OUT0])[(size_t)(kvh * group + hh) * max_ctx + j] = s;
+      }
+#else
 #pragma unroll
       for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
         if (hh >= group) break;
@@ -81,6 +129,7 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
           B<float>(c, w.ops[SLOT_OUT0])[(size_t)(kvh * group + hh) * max_ctx + j] = s;
         }
       }
+#endif
     }
   }
   __syncthreads();

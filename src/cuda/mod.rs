@@ -106,6 +106,67 @@ fn check_define_list(defs: &[String]) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// A lane-by-lane model of megakernel/ops/attn_scores.cuh's `warp_sum_heads8` (the reduce-scatter
+    /// behind ATTN_RS) against `warp_sum`'s butterfly: every head's sum, in the lanes that own it, bit
+    /// for bit. `swap` models a wrong kept half at the first step (the negative control: it must differ).
+    fn heads8(a: &[[f32; 8]; 32], swap: bool) -> [f32; 32] {
+        let shfl = |v: &[f32; 32], o: usize| -> [f32; 32] { std::array::from_fn(|l| v[l ^ o]) };
+        let bit = |l: usize, b: usize| l & (1 << b) != 0;
+        let mut b = [[0f32; 4]; 32];
+        for i in 0..4 {
+            let send: [f32; 32] = std::array::from_fn(|l| if bit(l, 4) { a[l][i] } else { a[l][i + 4] });
+            let r = shfl(&send, 16);
+            for l in 0..32 {
+                let keep = if bit(l, 4) != swap { a[l][i + 4] } else { a[l][i] };
+                b[l][i] = keep + r[l];
+            }
+        }
+        let mut c = [[0f32; 2]; 32];
+        for i in 0..2 {
+            let send: [f32; 32] = std::array::from_fn(|l| if bit(l, 3) { b[l][i] } else { b[l][i + 2] });
+            let r = shfl(&send, 8);
+            for l in 0..32 {
+                c[l][i] = (if bit(l, 3) { b[l][i + 2] } else { b[l][i] }) + r[l];
+            }
+        }
+        let send: [f32; 32] = std::array::from_fn(|l| if bit(l, 2) { c[l][0] } else { c[l][1] });
+        let r = shfl(&send, 4);
+        let mut d: [f32; 32] = std::array::from_fn(|l| (if bit(l, 2) { c[l][1] } else { c[l][0] }) + r[l]);
+        for o in [2, 1] {
+            let r = shfl(&d, o);
+            for l in 0..32 {
+                d[l] += r[l];
+            }
+        }
+        d
+    }
+
+    #[test]
+    fn attention_reduce_scatter_is_the_butterfly_bit_for_bit() {
+        let mut rng = crate::model::synth::Rng::new(7);
+        let mut wrong = 0;
+        for _ in 0..200 {
+            let a: [[f32; 8]; 32] = std::array::from_fn(|_| {
+                std::array::from_fn(|_| (rng.uniform() - 0.5) * 2f32.powi((rng.uniform() * 16.0) as i32))
+            });
+            let got = heads8(&a, false);
+            let bad = heads8(&a, true);
+            for h in 0..8 {
+                // warp_sum: v += shfl_xor(v, o) for o = 16, 8, 4, 2, 1; every lane ends with lane 0's bits.
+                let mut v: [f32; 32] = std::array::from_fn(|l| a[l][h]);
+                for o in [16, 8, 4, 2, 1] {
+                    v = std::array::from_fn(|l| v[l] + v[l ^ o]);
+                }
+                assert!(v.iter().all(|x| x.to_bits() == v[0].to_bits()));
+                for l in (0..32).filter(|l| (l >> 2) & 7 == h) {
+                    assert_eq!(got[l].to_bits(), v[0].to_bits(), "head {h} lane {l}");
+                    wrong += (bad[l].to_bits() != v[0].to_bits()) as usize;
+                }
+            }
+        }
+        assert!(wrong > 0, "the negative control was not caught");
+    }
+
     #[test]
     fn host_read_tunables_must_be_decimal() {
         let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Prepared for the next device session (not yet run), about 8 minutes:
+# 1. ATTN_RS=1 (the attention scores' warp sums by reduce-scatter, the same bits by construction): the
+#    op check on tiny with and without it (their AttnScores lines must be the same), then long32k_27b
+#    (32K, seek) with the defaults and with it;
+# 2. quick_27b with the defaults and with the weight prefetch before a wait capped at the unit's first
+#    k-groups of each row (PREFETCH_GROUPS 1 / 2, both paths at once: PDL_PREFETCH for the graph's
+#    early-launched blocks, MEGA_PREFETCH for a megakernel block that must wait);
+# 3. last, the diagnostic GEMV_READ_ONLY=1 (weights loaded, arithmetic skipped: WRONG RESULTS, its diff
+#    must differ), timing the GEMV loop structure alone: near probe4's 85.7 % would put the limit in the
+#    arithmetic's latency, near today's 42-58 % in the loop structure (bytes in flight, joins, tails).
+# Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
+set -uo pipefail
+source "$(dirname "$0")/device_lib.sh"
+$MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
+for v in "" "ATTN_RS=1"; do
+  echo "== ops tiny '$v' ($(el) s)" | log
+  MK_CUDA_DEFINES="$v" timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache \
+    > "$R/gpu_ops/tiny${v:+_attn_rs}.txt" 2>&1
+  grep -E "AttnScores|verdict" "$R/gpu_ops/tiny${v:+_attn_rs}.txt" | log
+done
+for v in "" "ATTN_RS=1"; do
+  echo "== long32k_27b '$v' ($(el) s)" | log
+  MK_CUDA_DEFINES="$v" timeout 150 $MK run experiments/long32k_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
+    | grep -E "ms/token|kernel Attn|results:|error" | log
+done
+quick_27b "" ""
+for g in 1 2; do quick_27b "" "MEGA_PREFETCH=1 PDL_PREFETCH=1 PREFETCH_GROUPS=$g"; done
+quick_27b "" "GEMV_READ_ONLY=1"
+finish drop-traces
