@@ -70,6 +70,14 @@
 #define ATTN_RS 0          // attention scores: the query heads' warp sums by reduce-scatter (9 shuffles a
                            // position instead of 5 a head; the same bits); not yet measured
 #endif
+#ifndef ATTN_PROLOGUE
+#define ATTN_PROLOGUE 0    // attention scores: the group's query heads normed and rotated together (the same
+                           // bits, one round trip to memory); not yet measured
+#endif
+#ifndef PV_STAGE
+#define PV_STAGE 0         // attention PV: the partitions' (max, sum) pairs staged in shared memory by the
+                           // whole block before the merge (the same bits); not yet measured
+#endif
 #ifndef GEMV_READ_ONLY
 #define GEMV_READ_ONLY 0   // DIAGNOSTIC, WRONG RESULTS: the fp8 GEMVs load their weights as ever but skip the
                            // arithmetic (a XOR per chunk), to time the loop structure alone

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Prepared for the next device session (not yet run), about 8 minutes:
-# 1. ATTN_RS=1 (the attention scores' warp sums by reduce-scatter, the same bits by construction): the
-#    op check on tiny with and without it (their AttnScores lines must be the same), then long32k_27b
-#    (32K, seek) with the defaults and with it;
+# 1. the attention reworks, each the same bits by construction (ATTN_RS: the scores' warp sums by
+#    reduce-scatter; ATTN_PROLOGUE: a group's query heads normed and rotated together; PV_STAGE: the
+#    partitions' statistics staged in shared memory before PV's merge): the op check on tiny with and
+#    without them (their AttnScores / AttnPv lines must be the same), then long32k_27b (32K, seek) with
+#    the defaults and with them;
 # 2. quick_27b with the defaults and with the weight prefetch before a wait capped at the unit's first
 #    k-groups of each row (PREFETCH_GROUPS 1 / 2, both paths at once: PDL_PREFETCH for the graph's
 #    early-launched blocks, MEGA_PREFETCH for a megakernel block that must wait);
@@ -13,13 +15,13 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
-for v in "" "ATTN_RS=1"; do
+for v in "" "ATTN_RS=1 ATTN_PROLOGUE=1 PV_STAGE=1"; do
   echo "== ops tiny '$v' ($(el) s)" | log
   MK_CUDA_DEFINES="$v" timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache \
-    > "$R/gpu_ops/tiny${v:+_attn_rs}.txt" 2>&1
-  grep -E "AttnScores|verdict" "$R/gpu_ops/tiny${v:+_attn_rs}.txt" | log
+    > "$R/gpu_ops/tiny${v:+_attn}.txt" 2>&1
+  grep -E "AttnScores|AttnPv|verdict" "$R/gpu_ops/tiny${v:+_attn}.txt" | log
 done
-for v in "" "ATTN_RS=1"; do
+for v in "" "ATTN_RS=1 ATTN_PROLOGUE=1 PV_STAGE=1"; do
   echo "== long32k_27b '$v' ($(el) s)" | log
   MK_CUDA_DEFINES="$v" timeout 150 $MK run experiments/long32k_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
     | grep -E "ms/token|kernel Attn|results:|error" | log

@@ -11,8 +11,19 @@ __device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* sme
   float* p = (float*)smem;             // [group][ATTN_PART]
   float* ml = p + group * ATTN_PART;   // [group][2], then the position groups' sums
   const unsigned short* vc = B<unsigned short>(c, w.ops[SLOT_ST1]);
+  // PV_STAGE: the group's (max, sum) pairs of every partition copied to shared memory by the whole block
+  // first (the position groups' sums' room, free until the end), so the merge below reads shared
+  // memory instead of a chain of n_parts global loads per head: the same values in the same order.
+  const float* stats = B<float>(c, w.ops[SLOT_IN1]) + (size_t)kvh * group * parts * 2;
+  float* staged = ml + 2 * MAX_GROUP;
+  const bool stage = PV_STAGE && n_parts <= 2 * d;  // (group x n_parts x 2 floats fit in 4 x group x d)
+  if (stage) {
+    for (unsigned i = threadIdx.x; i < group * n_parts * 2; i += THREADS)
+      staged[i] = stats[(size_t)(i / (2 * n_parts)) * parts * 2 + i % (2 * n_parts)];
+    __syncthreads();
+  }
   if (threadIdx.x < group) {
-    const float* st = B<float>(c, w.ops[SLOT_IN1]) + (size_t)(kvh * group + threadIdx.x) * parts * 2;
+    const float* st = stage ? staged + threadIdx.x * n_parts * 2 : stats + (size_t)threadIdx.x * parts * 2;
     float m = __int_as_float(0xff800000), l = 0.f;
     for (unsigned i = 0; i < n_parts; ++i) m = fmaxf(m, st[2 * i]);
     for (unsigned i = 0; i < n_parts; ++i) l += st[2 * i + 1] * expf(st[2 * i] - m);

@@ -47,6 +47,53 @@ __device__ __forceinline__ float warp_sum_heads8(const float* a) {
   return d;
 }
 
+// ATTN_PROLOGUE: head_norm then rope_head for each of the group's query heads (q_proj rows 2 d h ..,
+// gate rows between), all heads at once: every load issued first, one barrier for the heads' warp sums
+// (`red`: group x WARPS floats), the same sums in the same order (each head's warp_sum, then its warp
+// sums from 0 in warp order, as block_sum), the same roundings, so the same bits with 4 barriers
+// instead of 5 a head and one round trip to memory instead of two a head.
+__device__ void heads_norm_rope(const DevCtx& c, const unsigned short* src, const float* w, unsigned group, float* x, float* red, unsigned pos) {
+  unsigned d = c.head_dim, t = threadIdx.x, rot = c.rotary_dim, half = rot / 2;
+  float v[MAX_GROUP];
+#pragma unroll
+  for (unsigned h = 0; h < MAX_GROUP; ++h) v[h] = h < group && t < d ? bf2f(src[2 * d * h + t]) : 0.f;
+  float wt = t < d ? w[t] : 0.f;
+  const float* cs = c.rope + (size_t)pos * 2 * rot;
+  float c0 = t < rot ? cs[t] : 0.f, c1 = t < rot ? cs[rot + t] : 0.f;
+#pragma unroll
+  for (unsigned h = 0; h < MAX_GROUP; ++h) {
+    if (h >= group) break;
+    float s = warp_sum(v[h] * v[h]);
+    if ((t & 31) == 0) red[h * WARPS + (t >> 5)] = s;
+  }
+  __syncthreads();
+  if (t < group) {
+    float tot = 0.f;
+    for (int k = 0; k < WARPS; ++k) tot += red[t * WARPS + k];  // ORDER: warps in order, from 0 (block_sum)
+    red[group * WARPS + t] = 1.0f / sqrtf(tot * (1.0f / (float)d) + c.eps);
+  }
+  __syncthreads();
+  if (t < d)
+#pragma unroll
+    for (unsigned h = 0; h < MAX_GROUP; ++h)
+      if (h < group) x[h * d + t] = bf((v[h] * red[group * WARPS + h]) * (1.0f + wt));
+  __syncthreads();
+  float nv[MAX_GROUP];
+  if (t < rot)
+#pragma unroll
+    for (unsigned h = 0; h < MAX_GROUP; ++h)
+      if (h < group) {
+        float r = t < half ? -x[h * d + t + half] : x[h * d + t - half];
+        nv[h] = bf(bf(x[h * d + t] * c0) + bf(r * c1));
+      }
+  __syncthreads();
+  if (t < rot)
+#pragma unroll
+    for (unsigned h = 0; h < MAX_GROUP; ++h)
+      if (h < group) x[h * d + t] = nv[h];
+  __syncthreads();
+}
+
 __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   unsigned pos = B<unsigned>(c, w.ops[SLOT_IN1])[0], n_ctx = pos + 1;
   unsigned parts = w.arg0, group = w.arg1, kvh = u / parts, part = u % parts;
@@ -59,14 +106,19 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
   float* sc = red + WARPS;              // [group][ATTN_PART], then the packed queries q2
   const unsigned short* kc = B<unsigned short>(c, w.ops[SLOT_ST0]);
   float scaling = 1.0f / sqrtf((float)d);
-  for (unsigned hh = 0; hh < group; ++hh) {
-    unsigned h = kvh * group + hh;
-    head_norm(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * h, B<float>(c, w.ops[SLOT_W0]), q + hh * d, red);
 #ifdef MK_BREAK_ROPE  // negative control for gpu_small's envelope: queries rotated for the next position
-    rope_head(c, q + hh * d, min(pos + 1, c.max_ctx - 1));
+  const unsigned rpos = min(pos + 1, c.max_ctx - 1);
 #else
-    rope_head(c, q + hh * d, pos);
+  const unsigned rpos = pos;
 #endif
+  if (ATTN_PROLOGUE) {
+    heads_norm_rope(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * kvh * group, B<float>(c, w.ops[SLOT_W0]), group, q, sc, rpos);
+  } else {
+    for (unsigned hh = 0; hh < group; ++hh) {
+      unsigned h = kvh * group + hh;
+      head_norm(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * h, B<float>(c, w.ops[SLOT_W0]), q + hh * d, red);
+      rope_head(c, q + hh * d, rpos);
+    }
   }
   // The queries again, packed as bf16 pairs (exactly: q is bf16-valued after norm and RoPE) in the
   // order the lanes read them, [head][i][lane] = dims 8 lane + 2i, 8 lane + 2i + 1: one conflict-free
