@@ -6,7 +6,7 @@
 #    without them (their AttnScores / AttnPv lines must be the same), then long32k_27b (32K, seek) with
 #    the defaults and with them;
 # 2. quick_27b with the defaults and with the weight prefetch before a wait capped at the unit's first
-#    k-groups of each row (PREFETCH_GROUPS 1 / 2, both paths at once: PDL_PREFETCH for the graph's
+#    k-groups of each row (PREFETCH_GROUPS=2, both paths at once: PDL_PREFETCH for the graph's
 #    early-launched blocks, MEGA_PREFETCH for a megakernel block that must wait);
 # 3. last, the diagnostic GEMV_READ_ONLY=1 (weights loaded, arithmetic skipped: WRONG RESULTS, its diff
 #    must differ), timing the GEMV loop structure alone: near probe4's 85.7 % would put the limit in the
@@ -21,12 +21,15 @@ for v in "" "ATTN_RS=1 ATTN_PROLOGUE=1 PV_STAGE=1"; do
     > "$R/gpu_ops/tiny${v:+_attn}.txt" 2>&1
   grep -E "AttnScores|AttnPv|verdict" "$R/gpu_ops/tiny${v:+_attn}.txt" | log
 done
+# gpu_tiny (contexts to 268: two partitions) with and without them: the same diff line expected.
+run_checks gpu_tiny
+MK_CUDA_DEFINES="ATTN_RS=1 ATTN_PROLOGUE=1 PV_STAGE=1" run_checks gpu_tiny
 for v in "" "ATTN_RS=1 ATTN_PROLOGUE=1 PV_STAGE=1"; do
   echo "== long32k_27b '$v' ($(el) s)" | log
   MK_CUDA_DEFINES="$v" timeout 150 $MK run experiments/long32k_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
     | grep -E "ms/token|kernel Attn|results:|error" | log
 done
 quick_27b "" ""
-for g in 1 2; do quick_27b "" "MEGA_PREFETCH=1 PDL_PREFETCH=1 PREFETCH_GROUPS=$g"; done
+quick_27b "" "MEGA_PREFETCH=1 PDL_PREFETCH=1 PREFETCH_GROUPS=2"
 quick_27b "" "GEMV_READ_ONLY=1"
 finish drop-traces
