@@ -138,6 +138,10 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
                            // budget; results/pipe_*), so it keeps dot_rows; through the cp.async ring too
                            // (GEMV_DEPTH 2 / 3: 18.1 / 17.9 against 14.2 ms/token, results/final_64b7705)
 #endif
+#ifndef MEGA_STREAM_NR1
+#define MEGA_STREAM_NR1 0  // the megakernel's norm / residual / gated-norm GEMVs through fp8_stream one row at a
+                           // time (pipelined loads at half MEGA_GEMV_STREAM's registers); not yet measured
+#endif
 #ifndef GEMV_DEPTH
 #define GEMV_DEPTH 0       // fp8 GEMV items (NR rows x one k-group) each warp keeps in its cp.async ring
                            // in shared memory (the host sizes the discrete kernels' shared memory for it;
@@ -1149,6 +1153,21 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
       }
       total[i] = (g == s.g0 ? 0.f : total[i]) + v;  // ORDER: k-groups in order, from 0 as dot_rows' callers
       if (g + 1 == s.g1 && lane == 0) epilogue(row_of(set, i), total[i]);
+    });
+    return;
+  }
+  if (!STREAM && MEGA_STREAM_NR1 && (wb == 1 || wb == 3)) {
+    // The megakernel's fp8 rows one at a time through fp8_stream (row r0 + warp + 8 s: the next
+    // group's loads in flight while one is computed, half the registers of two rows); the same bits.
+    float total = 0.f;
+    auto row_of = [&](unsigned set, int) { return s.r0 + (threadIdx.x >> 5) + WARPS * set; };
+    fp8_stream<1>(c, wids, warp_sets(s.r0, s.r1, WARPS), s.r1, row_of, prep, s.g0, s.g1, smem, [&](unsigned set, int, unsigned g, float v) {
+      if (partial) {
+        if (lane == 0) out[(size_t)g * w.rows + row_of(set, 0)] = v;
+        return;
+      }
+      total = (g == s.g0 ? 0.f : total) + v;  // ORDER: k-groups in order, from 0 as dot_rows' callers
+      if (g + 1 == s.g1 && lane == 0) epilogue(row_of(set, 0), total);
     });
     return;
   }

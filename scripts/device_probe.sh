@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
-# Prepared for the next device session (not yet run), about 8 minutes:
+# Prepared for the next device session (not yet run), about 7 minutes (then device_probe2.sh):
 # 1. the attention reworks, each the same bits by construction (ATTN_RS: the scores' warp sums by
 #    reduce-scatter; ATTN_PROLOGUE: a group's query heads normed and rotated together; PV_STAGE: the
 #    partitions' statistics staged in shared memory before PV's merge): the op check on tiny with and
 #    without them (their AttnScores / AttnPv lines must be the same), then long32k_27b (32K, seek) with
 #    the defaults and with them;
-# 2. quick_27b with the defaults and with the weight prefetch before a wait capped at the unit's first
-#    k-groups of each row (PREFETCH_GROUPS=2, both paths at once: PDL_PREFETCH for the graph's
-#    early-launched blocks, MEGA_PREFETCH for a megakernel block that must wait);
-# 3. last, the diagnostic GEMV_READ_ONLY=1 (weights loaded, arithmetic skipped: WRONG RESULTS, its diff
+# 2. quick_27b with the defaults, then, last, the diagnostic GEMV_READ_ONLY=1 (weights loaded, arithmetic skipped: WRONG RESULTS, its diff
 #    must differ), timing the GEMV loop structure alone: near probe4's 85.7 % would put the limit in the
 #    arithmetic's latency, near today's 42-58 % in the loop structure (bytes in flight, joins, tails).
 # Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
@@ -30,6 +27,5 @@ for v in "" "ATTN_RS=1 ATTN_PROLOGUE=1 PV_STAGE=1"; do
     | grep -E "ms/token|kernel Attn|results:|error" | log
 done
 quick_27b "" ""
-quick_27b "" "MEGA_PREFETCH=1 PDL_PREFETCH=1 PREFETCH_GROUPS=2"
 quick_27b "" "GEMV_READ_ONLY=1"
 finish drop-traces
