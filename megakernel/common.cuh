@@ -140,7 +140,8 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #endif
 #ifndef MEGA_STREAM_NR1
 #define MEGA_STREAM_NR1 0  // the megakernel's norm / residual / gated-norm GEMVs through fp8_stream one row at a
-                           // time (pipelined loads at half MEGA_GEMV_STREAM's registers); not yet measured
+                           // time (pipelined loads at half MEGA_GEMV_STREAM's registers); 2: gate/up streamed
+                           // too (its gate and up rows together); not yet measured
 #endif
 #ifndef GEMV_DEPTH
 #define GEMV_DEPTH 0       // fp8 GEMV items (NR rows x one k-group) each warp keeps in its cp.async ring

@@ -35,7 +35,7 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
     return;
   }
   unsigned char wb = c.wbytes[wids[0]];
-  if (!STREAM || (wb != 1 && wb != 3)) {  // dot_rows (bf16 weights, or not streamed)
+  if (!(STREAM || MEGA_STREAM_NR1 >= 2) || (wb != 1 && wb != 3)) {  // dot_rows (bf16 weights, or not streamed)
     unsigned short* xs = prep();
     for (unsigned r = r0 + (threadIdx.x >> 5); r < r1; r += WARPS) {
       float acc[2] = {0.f, 0.f};
