@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared for the next device session (not yet run), about 7 minutes (then device_probe2.sh):
+# Prepared for the next device session (not yet run), about 5 minutes (then device_probe2.sh):
 # 1. the attention reworks, each the same bits by construction (ATTN_RS: the scores' warp sums by
 #    reduce-scatter; ATTN_PROLOGUE: a group's query heads normed and rotated together; PV_STAGE: the
 #    partitions' statistics staged in shared memory before PV's merge): the op check on tiny with and
