@@ -36,6 +36,11 @@
                            // per launch, on as many blocks as are resident (0: block b runs units b,
                            // b + grid, .. on ceil(units / rounds) blocks: uneven blocks per SM)
 #endif
+#ifndef TICKET_FENCE
+#define TICKET_FENCE 0     // fences around a discrete GEMV block's finished count (the formal order of its last
+                           // ticket before the count, and of the count before the last block's reset); not
+                           // yet measured (scripts/device_probe2.sh)
+#endif
 #ifndef GEMV_REVERSE
 #define GEMV_REVERSE 1     // a discrete GEMV launch of several words hands out the last word's units first
                            // (measured 27B graph 12.31 against 12.45 ms/token: results/rev_bc7d07f)

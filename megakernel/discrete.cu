@@ -94,7 +94,11 @@ __device__ __forceinline__ void pdl_join() {
       }                                                                                              \
       i = nxt;                                                                                       \
     }                                                                                                \
+    /* TICKET_FENCE: the block's last ticket ordered before its finished count (formally needed: */  \
+    /* without it only the ticket's returned value, read before the count, orders them) */            \
+    if (GEMV_DYNAMIC && TICKET_FENCE && threadIdx.x == 0) __threadfence();                            \
     if (GEMV_DYNAMIC && threadIdx.x == 0 && atomicAdd(tk + 1, 1u) == gridDim.x - 1) {                \
+      if (TICKET_FENCE) __threadfence();                                                             \
       tk[0] = 0;                                                                                     \
       tk[1] = 0;                                                                                     \
     }                                                                                                \
