@@ -59,7 +59,7 @@ __device__ __forceinline__ void pdl_join() {
       unsigned u0, n0 = 0;                                                                           \
       for (unsigned k = 0; k < nw; ++k) n0 += prog[wi + k].units;                                    \
       if (blockIdx.x < n0) {                                                                         \
-        Word w0 = launch_word(prog, wi, nw, &u0, blockIdx.x);                                        \
+        Word w0 = GEMV_REVERSE ? launch_word_rev(prog, wi, nw, &u0, blockIdx.x) : launch_word(prog, wi, nw, &u0, blockIdx.x); \
         prefetch_unit(c, w0, u0);                                                                    \
       }                                                                                              \
     }                                                                                                \
