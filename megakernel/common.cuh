@@ -683,6 +683,7 @@ __device__ void fp8_ring(const DevCtx& c, const unsigned short* wid, unsigned n,
 }
 
 template <bool B> struct BoolTag { static constexpr bool value = B; };
+template <int N> struct IntTag { static constexpr int value = N; };
 template <int NR, typename RowOf, typename Prep, typename Part>
 __device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned ns, unsigned lim, RowOf row_of, Prep prep, unsigned g0, unsigned g1, char* smem, Part part) {
   unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, kb = (K + 127) / 128, ng = g1 - g0, n = ns * ng;
@@ -1149,10 +1150,13 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     });
     return;
   }
-  if (STREAM && (wb == 1 || wb == 3)) {
-    float total[2] = {0.f, 0.f};
-    auto row_of = [&](unsigned set, int i) { return s.r0 + (threadIdx.x >> 5) + 2 * WARPS * set + WARPS * i; };
-    fp8_stream<2>(c, wids, warp_sets(s.r0, s.r1, 2 * WARPS), s.r1, row_of, prep, s.g0, s.g1, smem, [&](unsigned set, int i, unsigned g, float v) {
+  // fp8 rows through fp8_stream, NR rows a warp at a time (row r0 + warp + 8 (NR s + i)): two in the
+  // discrete kernels; one in the megakernel with MEGA_STREAM_NR1 (half the registers). The same bits.
+  auto stream = [&](auto nr_tag) {
+    constexpr int NR = decltype(nr_tag)::value;
+    float total[NR];
+    auto row_of = [&](unsigned set, int i) { return s.r0 + (threadIdx.x >> 5) + NR * WARPS * set + WARPS * i; };
+    fp8_stream<NR>(c, wids, warp_sets(s.r0, s.r1, NR * WARPS), s.r1, row_of, prep, s.g0, s.g1, smem, [&](unsigned set, int i, unsigned g, float v) {
       if (partial) {
         if (lane == 0) out[(size_t)g * w.rows + row_of(set, i)] = v;
         return;
@@ -1160,21 +1164,13 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
       total[i] = (g == s.g0 ? 0.f : total[i]) + v;  // ORDER: k-groups in order, from 0 as dot_rows' callers
       if (g + 1 == s.g1 && lane == 0) epilogue(row_of(set, i), total[i]);
     });
+  };
+  if (STREAM && (wb == 1 || wb == 3)) {
+    stream(IntTag<2>());
     return;
   }
   if (!STREAM && MEGA_STREAM_NR1 && (wb == 1 || wb == 3)) {
-    // The megakernel's fp8 rows one at a time through fp8_stream (row r0 + warp + 8 s: the next
-    // group's loads in flight while one is computed, half the registers of two rows); the same bits.
-    float total = 0.f;
-    auto row_of = [&](unsigned set, int) { return s.r0 + (threadIdx.x >> 5) + WARPS * set; };
-    fp8_stream<1>(c, wids, warp_sets(s.r0, s.r1, WARPS), s.r1, row_of, prep, s.g0, s.g1, smem, [&](unsigned set, int, unsigned g, float v) {
-      if (partial) {
-        if (lane == 0) out[(size_t)g * w.rows + row_of(set, 0)] = v;
-        return;
-      }
-      total = (g == s.g0 ? 0.f : total) + v;  // ORDER: k-groups in order, from 0 as dot_rows' callers
-      if (g + 1 == s.g1 && lane == 0) epilogue(row_of(set, 0), total);
-    });
+    stream(IntTag<1>());
     return;
   }
   const unsigned short* xs = prep();

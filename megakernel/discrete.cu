@@ -3,27 +3,15 @@
 // the b-th unit counted across those words. `fresh` (the ops' last argument) is false only when the
 // block's previous unit was of the same word, so that a GEMV may keep its prepared input. The megakernel calls the same op_* device functions, so
 // the arithmetic of a unit is the same.
-__device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i) {
-  *u = i;
-  while (nw > 1 && *u >= prog[wi].units) {
-    *u -= prog[wi].units;
-    ++wi;
-    --nw;
-  }
-  return prog[wi];
-}
-// The same with the launch's words taken last first (GEMV_REVERSE): a GDN layer's norm-folded
+// With `rev` (GEMV_REVERSE) the launch's words are taken last first: a GDN layer's norm-folded
 // projections share a launch as [qkv, z, b, a], and the b / a units (bf16, twice the bytes of the
 // others) would otherwise be its last tickets, a tail. Which block runs a unit changes no bits.
-__device__ __forceinline__ Word launch_word_rev(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i) {
-  unsigned wl = wi + nw - 1;
+__device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i, bool rev = false) {
+  auto at = [&](unsigned k) { return rev ? wi + nw - 1 - k : wi + k; };  // the k-th word handed out
+  unsigned k = 0;
   *u = i;
-  while (nw > 1 && *u >= prog[wl].units) {
-    *u -= prog[wl].units;
-    --wl;
-    --nw;
-  }
-  return prog[wl];
+  while (k + 1 < nw && *u >= prog[at(k)].units) *u -= prog[at(k++)].units;
+  return prog[at(k)];
 }
 // UNIT_LOOP (a tunable, on by default): the host launches fewer blocks than units (every block the
 // same number of units, all co-resident) and a block runs units b, b + grid, ..; a GEMV's prepared
@@ -59,7 +47,7 @@ __device__ __forceinline__ void pdl_join() {
       unsigned u0, n0 = 0;                                                                           \
       for (unsigned k = 0; k < nw; ++k) n0 += prog[wi + k].units;                                    \
       if (blockIdx.x < n0) {                                                                         \
-        Word w0 = GEMV_REVERSE ? launch_word_rev(prog, wi, nw, &u0, blockIdx.x) : launch_word(prog, wi, nw, &u0, blockIdx.x); \
+        Word w0 = launch_word(prog, wi, nw, &u0, blockIdx.x, GEMV_REVERSE); \
         prefetch_unit(c, w0, u0);                                                                    \
       }                                                                                              \
     }                                                                                                \
@@ -79,7 +67,7 @@ __device__ __forceinline__ void pdl_join() {
       unsigned nxt = i + gridDim.x;                                                                  \
       if (GEMV_DYNAMIC && threadIdx.x == 0) nxt = gridDim.x + atomicAdd(tk, 1u);                     \
       unsigned u;                                                                                    \
-      Word w = GEMV_REVERSE ? launch_word_rev(prog, wi, nw, &u, i) : launch_word(prog, wi, nw, &u, i); \
+      Word w = launch_word(prog, wi, nw, &u, i, GEMV_REVERSE); \
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
       if (UNIT_SYNC || (here != last && last != 0xffffffffu)) __syncthreads();                       \
