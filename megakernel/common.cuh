@@ -72,16 +72,34 @@
                            // 16.88 (results/dyn_878650e): whole units ahead overfill L2
 #endif
 #ifndef ATTN_RS
-#define ATTN_RS 0          // attention scores: the query heads' warp sums by reduce-scatter (9 shuffles a
-                           // position instead of 5 a head; the same bits); not yet measured
+#define ATTN_RS 1          // attention scores: the query heads' warp sums by reduce-scatter (9 shuffles a
+                           // position instead of 5 a head; the same bits). With ATTN_PROLOGUE and PV_STAGE
+                           // measured at 32K: graph 14.13 vs 14.69, megakernel 16.97 vs 17.79 ms/token;
+                           // context 16: graph 12.27 vs 12.38, megakernel 14.28 vs 14.14 (results/probe_16f76fa)
 #endif
 #ifndef ATTN_PROLOGUE
-#define ATTN_PROLOGUE 0    // attention scores: the group's query heads normed and rotated together (the same
-                           // bits, one round trip to memory); not yet measured
+#define ATTN_PROLOGUE 1    // attention scores: the group's query heads normed and rotated together (the same
+                           // bits, one round trip to memory); measured with ATTN_RS, above
 #endif
 #ifndef PV_STAGE
-#define PV_STAGE 0         // attention PV: the partitions' (max, sum) pairs staged in shared memory by the
-                           // whole block before the merge (the same bits); not yet measured
+#define PV_STAGE 1         // attention PV: the partitions' (max, sum) pairs staged in shared memory by the
+                           // whole block before the merge (the same bits); measured with ATTN_RS, above
+#endif
+#ifndef GEMV_RING
+#define GEMV_RING 0        // the discrete fp8 / bf16 GEMVs (not the lm_head) stream their weights through one
+                           // block-wide shared-memory ring fed by bulk copies across units (ring.cuh; the host
+                           // reads this too and launches the r_* kernels)
+#endif
+#ifndef RING_BLOCKS
+#define RING_BLOCKS 1      // GEMV_RING: the ring kernels' blocks per SM (their launch bounds; the host sizes the
+                           // ring so that as many fit in shared memory)
+#endif
+#ifndef RING_SLOTS
+#define RING_SLOTS 12      // GEMV_RING: the ring's 16 KB slots at most (fewer when shared memory is short)
+#endif
+#ifndef RING_EARLY
+#define RING_EARLY 1       // GEMV_RING: a block's first unit's copies are issued before griddepcontrol.wait
+                           // (weights never depend on the predecessor kernel)
 #endif
 #ifndef GEMV_READ_ONLY
 #define GEMV_READ_ONLY 0   // DIAGNOSTIC, WRONG RESULTS: the fp8 GEMVs load their weights as ever but skip the

@@ -6,12 +6,15 @@
 // With `rev` (GEMV_REVERSE) the launch's words are taken last first: a GDN layer's norm-folded
 // projections share a launch as [qkv, z, b, a], and the b / a units (bf16, twice the bytes of the
 // others) would otherwise be its last tickets, a tail. Which block runs a unit changes no bits.
-__device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i, bool rev = false) {
+__device__ __forceinline__ unsigned launch_word_at(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i, bool rev = false) {
   auto at = [&](unsigned k) { return rev ? wi + nw - 1 - k : wi + k; };  // the k-th word handed out
   unsigned k = 0;
   *u = i;
   while (k + 1 < nw && *u >= prog[at(k)].units) *u -= prog[at(k++)].units;
-  return prog[at(k)];
+  return at(k);
+}
+__device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i, bool rev = false) {
+  return prog[launch_word_at(prog, wi, nw, u, i, rev)];
 }
 // UNIT_LOOP (a tunable, on by default): the host launches fewer blocks than units (every block the
 // same number of units, all co-resident) and a block runs units b, b + grid, ..; a GEMV's prepared

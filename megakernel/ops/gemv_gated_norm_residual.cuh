@@ -2,8 +2,9 @@
 // z (IN1) and the plain weight W1: bf(bf(w * bf(x * rstd)) * silu(z)); then h[r] = bf(h[r] + bf(W0 . x))
 // or split-K partials.
 #define GATED_HEADS 6  // value heads per warp the one-round-trip gated norm handles (6 x 8 warps = 48, the 27B's)
-template <bool STREAM>
-__device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
+// The prepared input (into shared memory, when `fresh`): the gated norm of every value head.
+template <bool ONE_TRIP>
+__device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   const unsigned short* core = B<unsigned short>(c, w.ops[SLOT_IN0]);
   const unsigned short* z = B<unsigned short>(c, w.ops[SLOT_IN1]);
@@ -14,7 +15,7 @@ __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsi
   // butterfly. With STREAM (the discrete kernels) every load of the warp's heads is issued before any
   // arithmetic (one round trip to memory); else head by head. The same arithmetic either way (graph and
   // megakernel bits agree). The host refuses a GDN head size other than 128 (GDN_HEAD_DIM).
-  auto prep = [&]() -> const unsigned short* {
+  {
     unsigned short* xs = (unsigned short*)smem;
     if (!fresh) return xs;
     unsigned heads = K / d, warp = threadIdx.x >> 5;
@@ -39,7 +40,7 @@ __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsi
       v[0] = p[lane];
       v[1] = p[32 + lane];
     };
-    if (ONE_TRIP_PREP(STREAM) && heads <= GATED_HEADS * WARPS) {
+    if (ONE_TRIP && heads <= GATED_HEADS * WARPS) {
       unsigned cw[GATED_HEADS][2], zw[GATED_HEADS][2];
 #pragma unroll
       for (int j = 0; j < GATED_HEADS; ++j)
@@ -60,7 +61,11 @@ __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsi
     }
     __syncthreads();  // fresh is the same for the whole block
     return xs;
-  };
+  }
+}
+template <bool STREAM>
+__device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
+  auto prep = [&] { return gated_norm_input<ONE_TRIP_PREP(STREAM)>(c, w, smem, fresh); };
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   gemv_rows<STREAM>(c, w, u, w.ops[SLOT_W0], smem, prep, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
 }

@@ -91,6 +91,8 @@ pub struct Discrete {
     prog_off: usize,
     ctx: DevCtx,
     funcs: HashMap<Opcode, CudaFunction>,
+    /// GEMV_RING's kernels (r_*), by opcode: the four GEMV opcodes other than the lm_head.
+    ring_funcs: HashMap<Opcode, CudaFunction>,
     graph: Option<CudaGraph>,
     ctrl: usize,
     logits: usize,
@@ -130,6 +132,72 @@ pub struct Discrete {
     /// One event per pinned slot, recorded after its copy (event tracking is off for graph capture,
     /// so the slices' own events are never recorded: these are what a read waits for).
     pinned_ev: Vec<cudarc::driver::CudaEvent>,
+}
+
+/// The opcodes GEMV_RING streams (megakernel/ring.cu): every GEMV but the lm_head (bf16, 90 % already).
+const RING_OPS: [Opcode; 4] = [Opcode::GemvNorm, Opcode::GemvGateUp, Opcode::GemvGatedNormResidual, Opcode::GemvResidual];
+/// The ring's slot (16 rows x 1,024 fp8 bytes, or 8 rows x 1,024 bf16 elements) and its most slots.
+const RING_SLOT: u32 = 16384;
+const RING_MAX: u32 = 16;
+/// The ring kernels' static shared memory (two mbarriers and a 16-byte item record per slot), rounded up.
+const RING_STATIC: u32 = 1024;
+
+fn ring_on() -> bool {
+    super::cuda_define("GEMV_RING").unwrap_or(0) != 0
+}
+
+/// The ring's offset in a ring kernel's dynamic shared memory (ring_base in ring.cu): x (bf16, K) and
+/// 64 floats of block sums, 128-aligned.
+fn ring_base(k: u32) -> u32 {
+    ((k * 2).div_ceil(16) * 16 + 256).div_ceil(128) * 128
+}
+
+/// Dynamic shared memory of a ring launch with inputs of width `k`: the ring as deep as RING_SLOTS
+/// allows with RING_BLOCKS blocks per SM; None when fewer than 2 slots fit.
+fn ring_smem_for(k: u32, blocks: u32, want: u32) -> Option<u32> {
+    let (blocks, want) = (blocks.max(1), want.clamp(2, RING_MAX));
+    let base = ring_base(k);
+    let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + RING_STATIC).min(SMEM_PER_BLOCK - RING_STATIC);
+    let slots = (room.saturating_sub(base) / RING_SLOT).min(want);
+    (slots >= 2).then_some(base + slots * RING_SLOT)
+}
+
+/// Dynamic shared memory of the ring kernel for a launch of `words` (one stage, one opcode), or None
+/// when the launch keeps the k_* kernel: GEMV_RING off, another opcode, or a word the ring does not
+/// handle (inputs of different widths, units of other than 16 rows, rows whose bytes are not a
+/// multiple of 16, bf16 gate/up weights).
+fn ring_smem(p: &Program, words: &[Word]) -> Option<u32> {
+    if !ring_on() {
+        return None;
+    }
+    let blocks = super::cuda_define("RING_BLOCKS").unwrap_or(1);
+    ring_smem_with(p, words, blocks, super::cuda_define("RING_SLOTS").unwrap_or(12))
+}
+
+/// `ring_smem` for `blocks` ring blocks per SM and at most `slots` slots.
+fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32) -> Option<u32> {
+    if !RING_OPS.contains(&words.first()?.opcode) {
+        return None;
+    }
+    let k = p.buffers[words[0].op(crate::isa::slot::IN0)?].cols as u32;
+    for w in words {
+        let eb = |slot: usize| w.op(slot).map(|b| if p.buffers[b].elem_bytes == 2 { 2 } else { 1 });
+        let w0 = eb(crate::isa::slot::W0)?;
+        let ok = p.buffers[w.op(crate::isa::slot::IN0)?].cols as u32 == k
+            && w.unit_rows == 16
+            && w.m_rows == 1
+            && (k * w0) % 16 == 0
+            && (w.opcode != Opcode::GemvGateUp || (w0 == 1 && eb(crate::isa::slot::W1)? == 1));
+        if !ok {
+            return None;
+        }
+    }
+    ring_smem_for(k, blocks, slots)
+}
+
+/// The most dynamic shared memory any ring launch of the program takes (the kernels' opt-in).
+fn ring_launch_smem(p: &Program) -> Option<u32> {
+    p.words.iter().filter_map(|w| ring_smem(p, std::slice::from_ref(w))).max()
 }
 
 /// Dynamic shared memory a word's discrete kernel gets: its needs and the deepest weight ring (at most
@@ -453,6 +521,14 @@ impl Discrete {
             opt_in(&f, prog.words.iter().filter(|w| w.opcode == op).map(|w| smem_bytes(prog, w)).max().unwrap_or(0))?;
             funcs.insert(op, f);
         }
+        let mut ring_funcs = HashMap::new();
+        if ring_on() {
+            for op in RING_OPS {
+                let f = cu(module.load_function(&format!("r_{}", op.snake())), "cuModuleGetFunction (ring)")?;
+                opt_in(&f, ring_launch_smem(prog).unwrap_or(0))?;
+                ring_funcs.insert(op, f);
+            }
+        }
         let find = |name: &str| {
             prog.buffer_id(name).ok_or_else(|| Error::new(format!("gpu: the program has no {name} buffer")))
         };
@@ -474,6 +550,7 @@ impl Discrete {
             prog_off,
             ctx,
             funcs,
+            ring_funcs,
             graph: None,
             mk_off,
             mk_stride,
@@ -515,11 +592,22 @@ impl Discrete {
     fn launch_words(&self, first: usize, n: usize) -> Result<()> {
         let words = &self.prog.words[first..first + n];
         let w = &words[0];
-        let f = &self.funcs[&w.opcode];
         let units: u32 = words.iter().map(|w| w.units).sum();
-        let smem = words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
+        let ring = ring_smem(&self.prog, words).and_then(|b| Some((self.ring_funcs.get(&w.opcode)?, b)));
+        let (f, smem, grid) = match ring {
+            Some((f, smem)) => {
+                // all resident blocks, each taking units by ticket
+                let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, smem as usize, None).unwrap_or(1).max(1);
+                (f, smem, units.min(per_sm * self.gpu.sms).max(1))
+            }
+            None => {
+                let f = &self.funcs[&w.opcode];
+                let smem = words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
+                (f, smem, self.grid(f, w.opcode, units, smem))
+            }
+        };
         let cfg = LaunchConfig {
-            grid_dim: (self.grid(f, w.opcode, units, smem), 1, 1),
+            grid_dim: (grid, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: smem,
         };
@@ -600,18 +688,7 @@ impl Discrete {
     /// The graph's launches: runs of consecutive words with the same opcode, wait and signal (one
     /// stage: nothing orders them), one kernel each. Small words then share the GPU with big ones.
     pub fn launch_groups(&self) -> Vec<(usize, usize)> {
-        let mut out: Vec<(usize, usize)> = Vec::new();
-        for (i, w) in self.prog.words.iter().enumerate() {
-            if let Some(last) = out.last_mut() {
-                let f = &self.prog.words[last.0];
-                if (f.opcode, f.wait, f.wait_target, f.signal) == (w.opcode, w.wait, w.wait_target, w.signal) {
-                    last.1 += 1;
-                    continue;
-                }
-            }
-            out.push((i, 1));
-        }
-        out
+        launch_groups_of(&self.prog)
     }
 
     /// Zeroes the per-sequence state, the control block (position 0) and the activations.
@@ -1257,6 +1334,22 @@ impl Discrete {
     }
 }
 
+/// `Discrete::launch_groups` of a program: (first word, words) per launch.
+fn launch_groups_of(prog: &Program) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for (i, w) in prog.words.iter().enumerate() {
+        if let Some(last) = out.last_mut() {
+            let f = &prog.words[last.0];
+            if (f.opcode, f.wait, f.wait_target, f.signal) == (w.opcode, w.wait, w.wait_target, w.signal) {
+                last.1 += 1;
+                continue;
+            }
+        }
+        out.push((i, 1));
+    }
+    out
+}
+
 /// Per word: how much its wait counter grows in one step (the units of every word signalling it), so
 /// that step s of a multi-step launch waits for wait_target + s * stride (counters are not reset
 /// between the steps of one launch). 0 for a word that waits on nothing.
@@ -1284,6 +1377,44 @@ pub fn wait_strides(prog: &Program) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_shared_memory_fits_the_blocks_per_sm() {
+        // The 27B: x of 5,120 (most GEMVs), 6,144 (o_proj, GDN out_proj) and 17,408 (down).
+        assert_eq!(ring_base(5120), 10_496);
+        assert_eq!(ring_smem_for(5120, 1, 12), Some(10_496 + 12 * RING_SLOT));
+        assert_eq!(ring_smem_for(17_408, 1, 16), Some(ring_base(17_408) + 11 * RING_SLOT));
+        assert_eq!(ring_smem_for(5120, 2, 12), Some(10_496 + 6 * RING_SLOT));
+        assert_eq!(ring_smem_for(5120, 7, 12), None); // under 2 slots: the k_* kernel
+        for k in [64, 256, 5120, 6144, 17_408] {
+            for blocks in 1..=3 {
+                if let Some(b) = ring_smem_for(k, blocks, 16) {
+                    assert!(blocks * (b + 1024 + RING_STATIC) <= SMEM_PER_SM && b + RING_STATIC <= SMEM_PER_BLOCK);
+                    assert_eq!((b - ring_base(k)) % RING_SLOT, 0);
+                }
+            }
+        }
+        // Every GEMV launch of the 27B but the lm_head takes the ring; a launch mixing widths does not.
+        let p = prog_27b();
+        let d = launch_groups_of(&p);
+        let mut rings = 0;
+        for (first, n) in d {
+            let words = &p.words[first..first + n];
+            let r = ring_smem_with(&p, words, 1, 12);
+            assert_eq!(r.is_some(), RING_OPS.contains(&words[0].opcode), "{:?}", words[0].opcode);
+            rings += r.is_some() as usize;
+        }
+        assert!(rings > 200, "{rings} ring launches");
+        let gate = p.words.iter().find(|w| w.opcode == Opcode::GemvGateUp).unwrap().clone();
+        let down = p.words.iter().find(|w| w.opcode == Opcode::GemvResidual && w.layer == 0).unwrap().clone();
+        assert!(ring_smem_with(&p, &[gate.clone()], 1, 12).is_some());
+        let width = |w: &Word| p.buffers[w.op(crate::isa::slot::IN0).unwrap()].cols;
+        let o = p.words.iter().filter(|w| w.opcode == Opcode::GemvResidual).find(|w| width(w) != width(&down)).unwrap();
+        assert!(ring_smem_with(&p, &[down.clone(), o.clone()], 1, 12).is_none());
+        let mut lm = gate;
+        lm.opcode = Opcode::LmHead;
+        assert!(ring_smem_with(&p, &[lm], 1, 12).is_none());
+    }
 
     #[test]
     fn gemv_grids_cover_the_units() {

@@ -19,7 +19,7 @@ use crate::bail;
 use crate::error::{Context, Error, Result};
 
 /// The CUDA sources, in include order (one translation unit for NVRTC).
-const SOURCES: [(&str, &str); 21] = [
+const SOURCES: [(&str, &str); 22] = [
     ("common.cuh", include_str!("../../megakernel/common.cuh")),
     ("ops/embed.cuh", include_str!("../../megakernel/ops/embed.cuh")),
     ("ops/gemv_norm.cuh", include_str!("../../megakernel/ops/gemv_norm.cuh")),
@@ -38,6 +38,7 @@ const SOURCES: [(&str, &str); 21] = [
     ("ops/argmax.cuh", include_str!("../../megakernel/ops/argmax.cuh")),
     ("ops/end_step.cuh", include_str!("../../megakernel/ops/end_step.cuh")),
     ("discrete.cu", include_str!("../../megakernel/discrete.cu")),
+    ("ring.cu", include_str!("../../megakernel/ring.cu")),
     ("megakernel.cu", include_str!("../../megakernel/megakernel.cu")),
     ("sample.cu", include_str!("../../megakernel/sample.cu")),
     ("abi.cuh", include_str!("../../megakernel/abi.cuh")),
@@ -60,7 +61,7 @@ pub fn cuda_defines() -> Vec<String> {
 
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 9] = [
+pub const HOST_TUNABLES: [(&str, u32); 12] = [
     ("GEMV_TMA", 0),
     ("GEMV_DYNAMIC", 1),
     ("GRAPH_PDL", 1),
@@ -70,6 +71,9 @@ pub const HOST_TUNABLES: [(&str, u32); 9] = [
     ("GEMV_DEPTH", 0),
     ("GEMV_MIN_BLOCKS", 2),
     ("MEGA_GEMV_STREAM", 0),
+    ("GEMV_RING", 0),
+    ("RING_BLOCKS", 1),
+    ("RING_SLOTS", 12),
 ];
 
 /// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.
@@ -91,6 +95,9 @@ fn check_define_list(defs: &[String]) -> Result<()> {
         let (name, value) = d.split_once('=').unwrap_or((d.as_str(), ""));
         if HOST_TUNABLES.iter().any(|t| t.0 == name) && value.parse::<u32>().is_err() {
             bail!("MK_CUDA_DEFINES: {d}: {name} needs a decimal value (NAME=N): the host reads it too");
+        }
+        if name == "RING_SLOTS" && value.parse::<u32>().is_ok_and(|d| !(2..=16).contains(&d)) {
+            bail!("MK_CUDA_DEFINES: RING_SLOTS is 2..16");
         }
         if name == "TMA_DEPTH" && value == "0" {
             bail!("MK_CUDA_DEFINES: TMA_DEPTH must be at least 1");
@@ -325,7 +332,10 @@ fn nvrtc_with_log(src: &str, opts: &[String]) -> Result<(Vec<u8>, String)> {
     let log = unsafe { nres::get_program_log(prog) }.map(|v| cstr(&v)).unwrap_or_default();
     let out = (|| -> Result<Vec<u8>> {
         compiled.map_err(|e| {
-            Error::new(format!("NVRTC: {e:?}: {}", log.lines().take(8).collect::<Vec<_>>().join(" | ")))
+            // (from the first error, not the first warning)
+            let lines: Vec<&str> = log.lines().collect();
+            let first = lines.iter().position(|l| l.contains(": error")).unwrap_or(0);
+            Error::new(format!("NVRTC: {e:?}: {}", lines[first..].iter().take(8).copied().collect::<Vec<_>>().join(" | ")))
         })?;
         let mut size = 0usize;
         unsafe { nsys::nvrtcGetCUBINSize(prog, &mut size) }
