@@ -8,21 +8,27 @@
 // one block per SM, a deep ring fed by bulk copies and chunks handed out by ticket. This is that shape
 // for the engine's GEMV units (no code of the probe's is used).
 //
-// The launch's work is a sequence of items, each one 16 KB slot: (unit, k-group, sub) where sub picks
-// the gate (0) or up (1) tile of gate/up, or for bf16 weights the unit's rows 0-7 (0) or 8-15 (1); fp8
-// items hold the unit's 16 rows x 1,024 bytes of one k-group, bf16 items 8 rows x 2,048 bytes (one
-// bulk copy per row: rows are K apart in memory). Thread 0 is also the producer: it issues every item
-// whose slot is free, before consuming each item (non-blocking; it blocks only for the item the block
-// needs next), running ahead across units: it takes the next unit's ticket as it starts a unit, so a
-// block's ring stays full through unit boundaries. Every warp consumes every item in order (the slot's
-// full barrier: the copies' bytes; its empty barrier: one arrival per warp), so the item sequence, and
-// the phase of each barrier, is the same for all. RING_EARLY issues the block's first unit's copies
+// A unit's weight bytes, for each of its weights (sub 0; gate/up: the gate, then sub 1 the up), are
+// its rows' k-ranges one after another (row r0 from group g0, .., row r1 - 1 to group g1: one
+// contiguous range of memory when the unit spans whole rows, else a segment per row). That sequence is
+// cut into 16 KB items, each copied by one bulk copy per row segment it touches (one copy for whole
+// rows: many small copies from one thread measured 4.5x slower than the register stream, the issue
+// rate of 1 KB copies being the limit). Pieces of one (row, k-group) are 1,024 fp8 or 2,048 bf16
+// bytes and never straddle items. Thread 0 is also the producer: it issues every item whose slot is
+// free, before consuming each item (non-blocking; it blocks only for the item the block needs next),
+// running ahead across units: it takes the next unit's ticket as it starts a unit, so a block's ring
+// stays full through unit boundaries. Every warp consumes every item in order (the slot's full
+// barrier: the copies' bytes; its empty barrier: one arrival per warp), so the item sequence, and the
+// phase of each barrier, is the same for all. RING_EARLY issues the block's first unit's copies
 // before griddepcontrol.wait: weights never depend on the predecessor kernel.
 //
-// Bits: warp w computes rows w and w + 8 of each unit (bf16: row w of the half), every (row, group)
-// partial exactly as dot_rows (lane l's chunks in order, elements in order, one fma each, then the
-// butterfly), groups summed in order from 0, the same epilogues: the bits of the k_* kernels and of
-// the megakernel, which the per-instruction diff of every run checks.
+// Bits: warp w computes rows w and w + 8 of each unit (its pieces, wherever they fall), every
+// (row, group) partial exactly as dot_rows (lane l's chunks in order, elements in order, one fma each,
+// then the butterfly), groups summed in order from 0, the same epilogues: the bits of the k_* kernels
+// and of the megakernel, which the per-instruction diff of every run checks.
+#ifndef RING_BREAK
+#define RING_BREAK 0
+#endif
 #define RING_SLOT 16384u
 #define RING_MAX 16
 static_assert(RING_SLOTS >= 2 && RING_SLOTS <= RING_MAX, "RING_SLOTS is 2..16");
@@ -94,16 +100,21 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   __syncthreads();
 
   // ---- the producer's state (thread 0's; the other threads carry it unused) ----
-  unsigned p_i = blockIdx.x, p_next = 0, p_t = 0, p_g = 0, p_sub = 0, p_nsub = 1, p_u = 0;
+  unsigned p_i = blockIdx.x, p_next = 0, p_t = 0, p_c = 0, p_nc = 0, p_sub = 0, p_u = 0;
   bool p_have_next = false, p_unit_done = false, p_done = false;
   const Word* p_w = prog;
   GemvSpan p_s{0, 0, 0, 0};
+  auto p_chunks = [&]() {  // items of the current (unit, sub): its bytes in 16 KB pieces
+    unsigned short wid = (Op::GU && p_sub == 1) ? p_w->ops[SLOT_W1] : p_w->ops[SLOT_W0];
+    unsigned eb = c.wbytes[wid] == 2 ? 2 : 1;
+    p_nc = ((p_s.r1 - p_s.r0) * (min(K, p_s.g1 * KGROUP) - p_s.g0 * KGROUP) * eb + RING_SLOT - 1) / RING_SLOT;
+    p_c = 0;
+  };
   auto p_start = [&]() {  // unit p_i (< total) becomes the one being issued
     p_w = prog + launch_word_at(prog, wi, nw, &p_u, p_i, GEMV_REVERSE);
     p_s = gemv_span(*p_w, p_u, K);
-    p_g = p_s.g0;
     p_sub = 0;
-    p_nsub = (Op::GU || c.wbytes[p_w->ops[SLOT_W0]] == 2) ? 2 : 1;
+    p_chunks();
     p_unit_done = false;
   };
   auto p_ticket = [&]() {  // the block's next unit (taken as a unit starts: its latency hides)
@@ -129,16 +140,25 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     }
     unsigned short wid = (Op::GU && p_sub == 1) ? p_w->ops[SLOT_W1] : p_w->ops[SLOT_W0];
     unsigned eb = c.wbytes[wid] == 2 ? 2 : 1;
-    unsigned ra = p_s.r0 + (eb == 2 ? 8 * p_sub : 0), rz = min(p_s.r1, ra + (eb == 2 ? 8 : 16));
-    unsigned k0 = p_g * KGROUP, bytes = (min(K, k0 + KGROUP) - k0) * eb, n = rz > ra ? rz - ra : 0;
-    meta[s] = make_uint4(p_i, p_g, p_sub, 0);
-    mbar_expect_tx(&full[s], n * bytes);  // (n = 0: a plain arrival, the phase completes at once)
-    const char* src = (const char*)c.bufs[wid] + ((size_t)ra * K + k0) * eb;
-    for (unsigned j = 0; j < n; ++j) bulk_to_shared(ring + s * RING_SLOT + j * KGROUP * eb, src + (size_t)j * K * eb, bytes, &full[s]);
+    unsigned span = (min(K, p_s.g1 * KGROUP) - p_s.g0 * KGROUP) * eb, len = (p_s.r1 - p_s.r0) * span;
+    unsigned v0 = p_c * RING_SLOT, v1 = min(len, v0 + RING_SLOT);  // the item's range of the sequence
+    meta[s] = make_uint4(p_i, p_c, p_sub, 0);
+    mbar_expect_tx(&full[s], v1 - v0);
+    const char* base = (const char*)c.bufs[wid] + ((size_t)p_s.r0 * K + p_s.g0 * KGROUP) * eb;
+    char* dst = ring + s * RING_SLOT;
+    if (span == K * eb) {  // whole rows: the sequence is contiguous in memory
+      bulk_to_shared(dst, base + v0, v1 - v0, &full[s]);
+    } else {  // a segment per row (split-K units)
+      for (unsigned v = v0; v < v1;) {
+        unsigned j = v / span, e = min(v1, (j + 1) * span);
+        bulk_to_shared(dst + (v - v0), base + (size_t)j * K * eb + (v - j * span), e - v, &full[s]);
+        v = e;
+      }
+    }
     ++p_t;
-    if (++p_sub == p_nsub) {
-      p_sub = 0;
-      if (++p_g == p_s.g1) p_unit_done = true;
+    if (++p_c == p_nc) {
+      if (++p_sub == ((Op::GU) ? 2u : 1u)) p_unit_done = true;
+      else p_chunks();
     }
     return true;
   };
@@ -190,49 +210,65 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     GemvSpan sp = gemv_span(w, u, K);
     unsigned short wid = (Op::GU && m.z == 1) ? w.ops[SLOT_W1] : w.ops[SLOT_W0];
     bool bf16w = c.wbytes[wid] == 2, bs = c.wbytes[wid] == 1, partial = w.flags & FLAG_PARTIAL;
-    unsigned g = m.y, k0 = g * KGROUP, k1 = min(K, k0 + KGROUP);
+    unsigned eb = bf16w ? 2 : 1, G = sp.g1 - sp.g0, piece = KGROUP * eb;
+    unsigned span = (min(K, sp.g1 * KGROUP) - sp.g0 * KGROUP) * eb, n = (sp.r1 - sp.r0) * G;
+    // The item's pieces q0 .. q1 - 1 of the (unit, sub) sequence: piece q is row r0 + q / G, group
+    // g0 + q % G, at (q / G) span + (q % G) piece. (The host takes the ring only where pieces never
+    // straddle items: K a multiple of 1,024, or every (unit, sub) within one item.)
+    bool single = (sp.r1 - sp.r0) * span <= RING_SLOT;
+    unsigned q0 = single ? 0 : m.y * (RING_SLOT / piece), q1 = single ? n : min(n, q0 + RING_SLOT / piece);
     const char* slot = ring + s * RING_SLOT;
-#pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
-      if (bf16w && (unsigned)ri != m.z) continue;  // a bf16 item holds one of the two rows
-      unsigned r = sp.r0 + warp + WARPS * ri;
-      if (r >= sp.r1) continue;
+    // A lane's sum over piece q's chunks (dot_rows' order), for row r.
+    auto piece_acc = [&](unsigned q, unsigned r) {
+      unsigned g = sp.g0 + q % G, k0 = g * KGROUP, k1 = min(K, k0 + KGROUP);
+      const char* pc = slot + (q / G) * span + (q % G) * piece - m.y * RING_SLOT;
       float acc = 0.f;
       if (bf16w) {
-        const char* row = slot + warp * 2 * KGROUP;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          unsigned k = k0 + lane * 8 + j * 256;
-          if (k < k1) acc = chunk_bf16(lds16(row + 2 * (k - k0)), xs + k, acc);
+        for (int jj = 0; jj < 4; ++jj) {
+          unsigned k = k0 + lane * 8 + jj * 256;
+          if (k < k1) acc = chunk_bf16(lds16(pc + 2 * (k - k0)), xs + k, acc);
         }
       } else {
-        const char* row = slot + (warp + WARPS * ri) * KGROUP;
         const float* sc = c.scales[wid] + (size_t)(r / 128) * kb;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          unsigned k = k0 + lane * 16 + j * 512;
-          if (k < k1) acc = chunk_fp8(lds16(row + (k - k0)), xs + k, sc[k / 128], bs, acc);
+        for (int jj = 0; jj < 2; ++jj) {
+          unsigned k = k0 + lane * 16 + jj * 512;
+          if (k < k1) acc = chunk_fp8(lds16(pc + (k - k0)), xs + k, sc[k / 128], bs, acc);
         }
       }
-      float v = warp_sum(acc);
-      if (partial) {
-        if (lane == 0) B<float>(c, w.ops[SLOT_OUT0])[(size_t)g * w.rows + r] = v;
-      } else if (Op::GU && m.z == 1) {
-        t1[ri] = (g == sp.g0 ? 0.f : t1[ri]) + v;  // ORDER: k-groups in order, from 0
-      } else {
-        t0[ri] = (g == sp.g0 ? 0.f : t0[ri]) + v;
+      return acc;
+    };
+#pragma unroll
+    for (int ri = 0; ri < 2; ++ri) {
+      unsigned j = warp + WARPS * ri, r = sp.r0 + j;
+      // The piece's (row, group) partial v, taken in group order.
+      auto emit = [&](unsigned q, float v) {
+        unsigned g = sp.g0 + q % G;
+#if RING_BREAK  // the op check's negative control for the ring kernels: every row's first piece off by 1
+        if (g == sp.g0) v += 1.0f;
+#endif
+        if (partial) {
+          if (lane == 0) B<float>(c, w.ops[SLOT_OUT0])[(size_t)g * w.rows + r] = v;
+        } else if (Op::GU && m.z == 1) {
+          t1[ri] = (g == sp.g0 ? 0.f : t1[ri]) + v;  // ORDER: k-groups in order, from 0
+        } else {
+          t0[ri] = (g == sp.g0 ? 0.f : t0[ri]) + v;
+        }
+        // The row's last piece of the unit's last weight: the epilogue.
+        if (!partial && g + 1 == sp.g1 && (!Op::GU || m.z == 1) && lane == 0) Op::epi(c, w, r, t0[ri], t1[ri]);
+      };
+      unsigned a = max(q0, j * G), b = min(q1, (j + 1) * G);  // this row's pieces in the item
+      // Two pieces at a time (independent chains), emitted in order.
+      for (unsigned q = a; q < b; q += 2) {
+        float x0 = piece_acc(q, r), x1 = q + 1 < b ? piece_acc(q + 1, r) : 0.f;
+        float v0 = warp_sum(x0), v1 = warp_sum(x1);
+        emit(q, v0);
+        if (q + 1 < b) emit(q + 1, v1);
       }
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[s]);  // the warp is done with the slot
-    unsigned nsub = (Op::GU || bf16w) ? 2 : 1;
-    if (!partial && g + 1 == sp.g1 && m.z + 1 == nsub && lane == 0) {  // the unit's last item
-#pragma unroll
-      for (int ri = 0; ri < 2; ++ri) {
-        unsigned r = sp.r0 + warp + WARPS * ri;
-        if (r < sp.r1) Op::epi(c, w, r, t0[ri], t1[ri]);
-      }
-    }
   }
   // The ticket pair self-resets for the next launch (as K_GEMV: the block's last ticket was past the end).
   if (GEMV_DYNAMIC && threadIdx.x == 0 && atomicAdd(tk + 1, 1u) == gridDim.x - 1) {

@@ -165,7 +165,8 @@ fn ring_smem_for(k: u32, blocks: u32, want: u32) -> Option<u32> {
 /// Dynamic shared memory of the ring kernel for a launch of `words` (one stage, one opcode), or None
 /// when the launch keeps the k_* kernel: GEMV_RING off, another opcode, or a word the ring does not
 /// handle (inputs of different widths, units of other than 16 rows, rows whose bytes are not a
-/// multiple of 16, bf16 gate/up weights).
+/// multiple of 16, a width not a multiple of 1,024 whose unit does not fit one slot (its (row, group)
+/// pieces would straddle slots), bf16 gate/up weights).
 fn ring_smem(p: &Program, words: &[Word]) -> Option<u32> {
     if !ring_on() {
         return None;
@@ -187,6 +188,7 @@ fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32) -> Optio
             && w.unit_rows == 16
             && w.m_rows == 1
             && (k * w0) % 16 == 0
+            && (k % KGROUP as u32 == 0 || 16 * k * w0 <= RING_SLOT)
             && (w.opcode != Opcode::GemvGateUp || (w0 == 1 && eb(crate::isa::slot::W1)? == 1));
         if !ok {
             return None;
