@@ -29,6 +29,9 @@
 #ifndef RING_BREAK
 #define RING_BREAK 0
 #endif
+#ifndef RING_NOCOMPUTE
+#define RING_NOCOMPUTE 0  // DIAGNOSTIC, WRONG RESULTS: the consumers only wait for and release each item
+#endif
 #define RING_SLOT 16384u
 #define RING_MAX 16
 static_assert(RING_SLOTS >= 2 && RING_SLOTS <= RING_MAX, "RING_SLOTS is 2..16");
@@ -240,7 +243,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       return acc;
     };
 #pragma unroll
-    for (int ri = 0; ri < 2; ++ri) {
+    for (int ri = 0; ri < 2 && !RING_NOCOMPUTE; ++ri) {
       unsigned j = warp + WARPS * ri, r = sp.r0 + j;
       // The piece's (row, group) partial v, taken in group order.
       auto emit = [&](unsigned q, float v) {
