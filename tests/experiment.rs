@@ -196,4 +196,10 @@ fn a_gpu_only_experiment_without_a_gpu_says_so() {
     let s = summary(&dir).unwrap();
     assert!(s.contains("no path could run here"), "{s}");
     assert!(s.contains("skipped"), "{s}");
+    // A preset that is not in the cache is not generated for nothing (27 GB for the 27B).
+    let big = Experiment::parse(&text.replace("\"tiny\"", "\"qwen3.5-27b\"")).unwrap();
+    let o = opts("nogpu27b");
+    let dir = run(&big, &o).unwrap();
+    assert!(summary(&dir).unwrap().contains("no path could run here"));
+    assert!(!o.cache_root.join("qwen3.5-27b-seed0").exists(), "the 27B checkpoint was generated");
 }

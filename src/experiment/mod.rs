@@ -45,6 +45,11 @@ pub struct RunOptions {
     pub unit_rows: u32,
 }
 
+/// Where a preset's synthetic checkpoint lives in the cache.
+fn preset_dir(cache: &Path, name: &str, seed: u64) -> PathBuf {
+    cache.join(format!("{name}-seed{seed}"))
+}
+
 /// The checkpoint folder a model spec names, generating a preset's synthetic checkpoint on first use.
 pub fn resolve_model(m: &ModelSpec, cache: &Path, progress: &indicatif::ProgressBar) -> Result<PathBuf> {
     match m {
@@ -57,7 +62,7 @@ pub fn resolve_model(m: &ModelSpec, cache: &Path, progress: &indicatif::Progress
         }
         ModelSpec::Preset { name, seed } => {
             let cfg = ModelConfig::preset(name)?;
-            let dir = cache.join(format!("{name}-seed{seed}"));
+            let dir = preset_dir(cache, name, *seed);
             if !dir.join("model.safetensors.index.json").is_file() {
                 progress.println(format!(
                     "generating the synthetic {name} checkpoint (seed {seed}) into {}",
@@ -367,9 +372,18 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         (Some(_), Some(m)) => m,
         _ => &e.model,
     };
-    let ck_dir = resolve_model(model_spec, &opts.cache_root, &bar)?;
-    let ck = Checkpoint::open(&ck_dir)?;
-    let w = Weights::from_checkpoint(&ck);
+    // A preset's checkpoint is not generated when no path can run here (a GPU-only experiment without
+    // a GPU: 27 GB for the 27B); the record says nothing ran.
+    let nothing_runs = e.paths.iter().all(|p| paths::unavailable(*p).is_some());
+    let ck = match model_spec {
+        ModelSpec::Preset { name, seed } if nothing_runs && !preset_dir(&opts.cache_root, name, *seed).join("model.safetensors.index.json").is_file() => None,
+        _ => Some(Checkpoint::open(&resolve_model(model_spec, &opts.cache_root, &bar)?)?),
+    };
+    let cfg = match (&ck, model_spec) {
+        (Some(ck), _) => ck.config.clone(),
+        (None, ModelSpec::Preset { name, .. }) => ModelConfig::preset(name)?,
+        (None, ModelSpec::Checkpoint { .. }) => bail!("experiment: internal: a checkpoint spec is always opened"),
+    };
     let contexts = e.contexts();
     let steps = e.workload.decode_steps as usize;
     let need = *contexts.iter().max().unwrap_or(&1) as usize + steps;
@@ -381,7 +395,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         ModelSpec::Preset { name, .. } => name.clone(),
         ModelSpec::Checkpoint { .. } => "checkpoint".into(),
     };
-    let prog = compile(&ck.config, &name, &target)?;
+    let prog = compile(&cfg, &name, &target)?;
     let (sha, dirty) = record::git_state();
     let started = record::utc_stamp(std::time::SystemTime::now());
     let device = gpu.as_ref().map(|g| g.0.replace(' ', "-")).unwrap_or_else(|| "cpu".into());
@@ -402,7 +416,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         gpu: gpu.as_ref().map(|g| g.0.clone()),
         driver: gpu.as_ref().map(|g| g.1.clone()),
         nvrtc_options: Vec::new(),
-        checkpoint: ck_dir.display().to_string(),
+        checkpoint: ck.as_ref().map_or_else(|| "(not generated: no path could run here)".into(), |c| c.dir.display().to_string()),
         model: format!("{name}: {}", prog.shape),
         program_hash: Some(record::fnv_hex(&[&prog.encode_words()])),
         cuda_sources_hash: None,
@@ -430,13 +444,21 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
             }
         }
     }
+    let Some(ck) = ck.as_ref() else {
+        rec.notes.push("no path could run here (every path was skipped): nothing compared or timed".into());
+        bar.println("no path could run here: nothing compared or timed");
+        rec.finished_utc = Some(record::utc_stamp(std::time::SystemTime::now()));
+        res.save(&rec)?;
+        return Ok(res.dir.clone());
+    };
+    let w = Weights::from_checkpoint(ck);
     // Each GPU path gets its own upload and state (they step in lockstep in the diff pass).
     let mut gpu_paths = Vec::new();
     for p in runnable.iter().filter(|p| p.is_gpu()) {
         bar.println(format!("uploading the model to the GPU for the {} path", p.label()));
         let gpu = crate::cuda::Gpu::open()?;
         rec.nvrtc_options = gpu.options();
-        let d = crate::cuda::discrete::Discrete::new(gpu, &prog, &ck, &opts.cache_root)?;
+        let d = crate::cuda::discrete::Discrete::new(gpu, &prog, ck, &opts.cache_root)?;
         rec.cuda_sources_hash = Some(record::fnv_hex(&[crate::cuda::source().as_bytes()]));
         rec.notes.push(format!(
             "GPU arena of the {} path: {:.3} GB, one allocation",
@@ -465,12 +487,12 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let w_reordered = e
         .paths
         .contains(&PathName::ReferenceReordered)
-        .then(|| Weights::with_order(&ck, crate::model::ops::SumOrder::Reversed));
+        .then(|| Weights::with_order(ck, crate::model::ops::SumOrder::Reversed));
     let shared = Shared {
         w: &w,
         w_reordered: w_reordered.as_ref(),
         prog: &prog,
-        ck: &ck,
+        ck,
         graph: dev(PathName::Graph),
         mega: dev(PathName::Megakernel),
     };
