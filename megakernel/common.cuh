@@ -225,6 +225,10 @@ __device__ __forceinline__ float e4m3(unsigned b) {
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// The join of a block's THREADS threads: __syncthreads in every kernel launched with THREADS threads;
+// in the ring GEMV kernels (ring.cu), whose producer warp is extra, the join of the other warps only.
+#define BLOCK_SYNC() asm volatile("bar.sync 0, %0;" ::"n"(THREADS) : "memory")
+
 // ORDER: butterfly over lanes (xor 16, 8, 4, 2, 1); every lane ends with the same value.
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -236,15 +240,15 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float block_sum(float v, float* red) {
   v = warp_sum(v);
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
+  BLOCK_SYNC();
   float t = 0.f;
   if (threadIdx.x == 0) {
     for (int w = 0; w < WARPS; ++w) t += red[w];
     red[0] = t;
   }
-  __syncthreads();
+  BLOCK_SYNC();
   t = red[0];
-  __syncthreads();
+  BLOCK_SYNC();
   return t;
 }
 
@@ -319,7 +323,7 @@ __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned 
     float rstd = 1.0f / sqrtf(ss * (1.0f / (float)n) + eps);
     for (unsigned i = threadIdx.x; i < n; i += THREADS) out[i] = f2bf((bf2f(x[i]) * rstd) * (1.0f + w[i]));
   }
-  __syncthreads();
+  BLOCK_SYNC();
 }
 
 // A GEMV's prepared input in shared memory: x = IN0 (bf16, K = its width) as bf16 at smem[0..K), either
@@ -339,7 +343,7 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
       for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = *(const uint4*)(x + i);
     else
       for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
-    __syncthreads();
+    BLOCK_SYNC();
   }
   return xs;
 }

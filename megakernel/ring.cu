@@ -5,39 +5,51 @@
 // 42-58 % of the read ceiling; with the arithmetic removed (GEMV_READ_ONLY) only 57-68 %
 // (results/probe_16f76fa): the limit is the bytes in flight and each unit's ramp, not the arithmetic.
 // H200 probe 5 (shared/device/H200.md, style G) streamed a step's weights at 93 % of the floor with
-// one block per SM, a deep ring fed by bulk copies and chunks handed out by ticket. This is that shape
-// for the engine's GEMV units (no code of the probe's is used).
+// one block per SM, a loader warp feeding a deep ring by bulk copies and chunks handed out by ticket.
+// This is that shape for the engine's GEMV units (no code of the probe's is used).
+//
+// History (each measured on the H200, all with the same bits): thread 0 as the producer between its
+// own items and 16 copies of 1 KB per item, 55.7 ms/token against 12.3 (results/ring_37e2404); one
+// copy per 16 KB item, 62.2 (results/ring_d03d3b7); the consumers only waiting and releasing, 16.7,
+// and without the arithmetic, 50.6 (results/ringdiag_b5e5ad1): every item and piece re-derived its unit
+// through dependent global loads (word fields, buffer tables, block scales) on the critical path.
+// This version (third, not yet measured) moves all of that off it:
+// - a dedicated producer warp (the block has THREADS + 32 threads; the ops' joins are BLOCK_SYNC, the
+//   join of the THREADS consumer threads only), which alone touches tickets, copies and scales;
+// - the launch's words decoded once into shared memory (pointers, shapes), the consumers' per-unit
+//   values from there, the item record carrying (word, unit, chunk, sub);
+// - the unit's block-scale row (fp8) staged by the producer's lanes into the slot's scale area;
+// - ring reads without memory clobbers.
 //
 // A unit's weight bytes, for each of its weights (sub 0; gate/up: the gate, then sub 1 the up), are
 // its rows' k-ranges one after another (row r0 from group g0, .., row r1 - 1 to group g1: one
-// contiguous range of memory when the unit spans whole rows, else a segment per row). That sequence is
-// cut into 16 KB items, each copied by one bulk copy per row segment it touches (one copy for whole
-// rows: many small copies from one thread measured 4.5x slower than the register stream, the issue
-// rate of 1 KB copies being the limit). Pieces of one (row, k-group) are 1,024 fp8 or 2,048 bf16
-// bytes and never straddle items. Thread 0 is also the producer: it issues every item whose slot is
-// free, before consuming each item (non-blocking; it blocks only for the item the block needs next),
-// running ahead across units: it takes the next unit's ticket as it starts a unit, so a block's ring
-// stays full through unit boundaries. Every warp consumes every item in order (the slot's full
-// barrier: the copies' bytes; its empty barrier: one arrival per warp), so the item sequence, and the
-// phase of each barrier, is the same for all. RING_EARLY issues the block's first unit's copies
-// before griddepcontrol.wait: weights never depend on the predecessor kernel.
+// contiguous range of memory when the unit spans whole rows, else a segment per row), cut into 16 KB
+// items, one bulk copy per row segment an item touches. A (row, k-group) piece is 1,024 fp8 or 2,048
+// bf16 bytes and never straddles items (the host checks). Every consumer warp consumes every item in
+// order (the slot's full barrier: the copies' bytes and the producer's arrival; its empty barrier: one
+// arrival per consumer warp), so the item sequence, and the phase of each barrier, is the same for
+// all. RING_EARLY issues the block's first unit's first items before griddepcontrol.wait: weights and
+// scales never depend on the predecessor kernel.
 //
 // Bits: warp w computes rows w and w + 8 of each unit (its pieces, wherever they fall), every
 // (row, group) partial exactly as dot_rows (lane l's chunks in order, elements in order, one fma each,
 // then the butterfly), groups summed in order from 0, the same epilogues: the bits of the k_* kernels
 // and of the megakernel, which the per-instruction diff of every run checks.
 #ifndef RING_BREAK
-#define RING_BREAK 0
+#define RING_BREAK 0      // the op check's negative control for the ring kernels: every row's first piece off by 1
 #endif
 #ifndef RING_NOCOMPUTE
 #define RING_NOCOMPUTE 0  // DIAGNOSTIC, WRONG RESULTS: the consumers only wait for and release each item
 #endif
 #define RING_SLOT 16384u
 #define RING_MAX 16
+#define RING_WORDS 4      // words of one ring launch at most (a GDN layer's qkv, z, b, a)
+#define RING_SC 576u      // bytes of block scales per slot: a scale row of at most 144 blocks (K <= 18,432)
+#define RING_THREADS (THREADS + 32)
 static_assert(RING_SLOTS >= 2 && RING_SLOTS <= RING_MAX, "RING_SLOTS is 2..16");
 
 // The ring's byte offset in dynamic shared memory: after x (bf16, K) and 64 floats of block sums,
-// 128-aligned (the host's ring_smem_bytes lays out the same).
+// 128-aligned; the slots' scale areas follow the slots (the host's ring_smem_bytes lays out the same).
 __device__ __forceinline__ unsigned ring_base(unsigned K) { return (((K * 2 + 15) / 16) * 16 + 256 + 127) / 128 * 128; }
 
 __device__ __forceinline__ void mbar_init_n(unsigned long long* b, unsigned n) {
@@ -46,53 +58,93 @@ __device__ __forceinline__ void mbar_init_n(unsigned long long* b, unsigned n) {
 __device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
 }
-// Non-blocking: whether the phase of the given parity has completed.
-__device__ __forceinline__ bool mbar_test(unsigned long long* b, unsigned parity) {
-  unsigned ok;
-  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-               : "=r"(ok) : "r"(smem_addr(b)), "r"(parity) : "memory");
-  return ok;
+// 16 bytes of the ring: volatile (kept after the barrier wait, itself volatile with a memory clobber)
+// but without a memory clobber, so that nothing else is reloaded around it.
+__device__ __forceinline__ uint4 ring_ld16(const void* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)));
+  return v;
 }
+__device__ __forceinline__ float ring_ldf(const void* p) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(p)));
+  return v;
+}
+
+// One word of a ring launch, decoded once into shared memory (words in hand-out order).
+struct RingWord {
+  const unsigned char* w[2];  // weights: sub 0 (W0), sub 1 (gate/up's W1)
+  const float* s[2];          // their block scales (fp8)
+  void* out;                  // bf16 outputs, or fp32 split-K partials
+  unsigned first;             // the launch unit index of its first unit
+  unsigned units, rows, unit_rows, k_parts, wi;
+  unsigned char eb, bs, partial, pad;
+};
 
 // The per-op parts of a ring GEMV: the prepared input and the per-row epilogue (GU: gate/up, two
 // weights, the epilogue gets both totals).
 struct RingNorm {
   static constexpr bool GU = false;
   static __device__ const unsigned short* prep(const DevCtx& c, const Word& w, char* smem) { return prepared_input<true>(c, w, SLOT_W1, smem, true); }
-  static __device__ void epi(const DevCtx& c, const Word& w, unsigned r, float v, float) { B<unsigned short>(c, w.ops[SLOT_OUT0])[r] = f2bf(v); }
+  static __device__ void epi(unsigned short* out, unsigned r, float v, float) { out[r] = f2bf(v); }
 };
 struct RingResidual {
   static constexpr bool GU = false;
   static __device__ const unsigned short* prep(const DevCtx& c, const Word& w, char* smem) { return prepared_input<true>(c, w, SLOT_W1, smem, true); }
-  static __device__ void epi(const DevCtx& c, const Word& w, unsigned r, float v, float) {
-    unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-    h[r] = f2bf(bf2f(h[r]) + bf(v));
-  }
+  static __device__ void epi(unsigned short* h, unsigned r, float v, float) { h[r] = f2bf(bf2f(h[r]) + bf(v)); }
 };
 struct RingGatedNormResidual {
   static constexpr bool GU = false;
   static __device__ const unsigned short* prep(const DevCtx& c, const Word& w, char* smem) { return gated_norm_input<true>(c, w, smem, true); }
-  static __device__ void epi(const DevCtx& c, const Word& w, unsigned r, float v, float u) { RingResidual::epi(c, w, r, v, u); }
+  static __device__ void epi(unsigned short* h, unsigned r, float v, float u) { RingResidual::epi(h, r, v, u); }
 };
 struct RingGateUp {
   static constexpr bool GU = true;
   static __device__ const unsigned short* prep(const DevCtx& c, const Word& w, char* smem) { return prepared_input<true>(c, w, SLOT_W2, smem, true); }
-  static __device__ void epi(const DevCtx& c, const Word& w, unsigned r, float g, float u) {
-    B<unsigned short>(c, w.ops[SLOT_OUT0])[r] = f2bf(bf(silu(bf(g))) * bf(u));
-  }
+  static __device__ void epi(unsigned short* out, unsigned r, float g, float u) { out[r] = f2bf(bf(silu(bf(g))) * bf(u)); }
 };
+
+// The rows and k-groups of unit u of a word (gemv_span on the decoded word).
+__device__ __forceinline__ GemvSpan ring_span(const RingWord& rw, unsigned u, unsigned K) {
+  unsigned kp = u % rw.k_parts, rs = u / rw.k_parts, groups = (K + KGROUP - 1) / KGROUP;
+  return GemvSpan{rs * rw.unit_rows, min(rw.rows, rs * rw.unit_rows + rw.unit_rows), kp * groups / rw.k_parts, (kp + 1) * groups / rw.k_parts};
+}
 
 template <typename Op>
 __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const DevCtx& c, char* smem) {
   __shared__ unsigned long long full[RING_MAX], empty[RING_MAX];
-  __shared__ uint4 meta[RING_MAX];  // (launch unit index, k-group, sub, end) of the slot's item
+  __shared__ uint4 meta[RING_MAX];  // (word, sub | end << 8, unit in the word, chunk) of the slot's item
+  __shared__ RingWord words[RING_WORDS];
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned K = c.cols[prog[wi].ops[SLOT_IN0]], kb = (K + 127) / 128;
   char* ring = smem + ring_base(K);
-  const unsigned D = min((unsigned)RING_SLOTS, (dynamic_smem_bytes() - ring_base(K)) / RING_SLOT);
-  unsigned total = 0;
-  for (unsigned k = 0; k < nw; ++k) total += prog[wi + k].units;
+  const unsigned D = min((unsigned)RING_SLOTS, (dynamic_smem_bytes() - ring_base(K)) / (RING_SLOT + RING_SC));
+  char* scales = ring + D * RING_SLOT;  // slot s's block scales at s * RING_SC
   unsigned* tk = c.tickets + 2 * wi;
+  if (threadIdx.x < nw) {  // word k handed out k-th (GEMV_REVERSE: the last word first)
+    unsigned k = threadIdx.x, at = GEMV_REVERSE ? wi + nw - 1 - k : wi + k, first = 0;
+    for (unsigned j = 0; j < k; ++j) first += prog[GEMV_REVERSE ? wi + nw - 1 - j : wi + j].units;
+    const Word& w = prog[at];
+    RingWord rw;
+    for (int i = 0; i < 2; ++i) {
+      unsigned short id = (Op::GU && i == 1) ? w.ops[SLOT_W1] : w.ops[SLOT_W0];
+      rw.w[i] = (const unsigned char*)c.bufs[id];
+      rw.s[i] = c.scales[id];
+    }
+    unsigned char wb = c.wbytes[w.ops[SLOT_W0]];
+    rw.out = c.bufs[w.ops[SLOT_OUT0]];
+    rw.first = first;
+    rw.units = w.units;
+    rw.rows = w.rows;
+    rw.unit_rows = w.unit_rows;
+    rw.k_parts = w.k_parts;
+    rw.wi = at;
+    rw.eb = wb == 2 ? 2 : 1;
+    rw.bs = wb == 1;
+    rw.partial = (w.flags & FLAG_PARTIAL) != 0;
+    rw.pad = 0;
+    words[k] = rw;
+  }
   if (threadIdx.x == 0) {
     for (unsigned d = 0; d < D; ++d) {
       mbar_init_n(&full[d], 1);
@@ -100,171 +152,171 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  __syncthreads();  // (every thread of the block, the producer warp's too: the only such join)
+  unsigned total = 0;
+  for (unsigned k = 0; k < nw; ++k) total += words[k].units;
 
-  // ---- the producer's state (thread 0's; the other threads carry it unused) ----
-  unsigned p_i = blockIdx.x, p_next = 0, p_t = 0, p_c = 0, p_nc = 0, p_sub = 0, p_u = 0;
-  bool p_have_next = false, p_unit_done = false, p_done = false;
-  const Word* p_w = prog;
-  GemvSpan p_s{0, 0, 0, 0};
-  auto p_chunks = [&]() {  // items of the current (unit, sub): its bytes in 16 KB pieces
-    unsigned short wid = (Op::GU && p_sub == 1) ? p_w->ops[SLOT_W1] : p_w->ops[SLOT_W0];
-    unsigned eb = c.wbytes[wid] == 2 ? 2 : 1;
-    p_nc = ((p_s.r1 - p_s.r0) * (min(K, p_s.g1 * KGROUP) - p_s.g0 * KGROUP) * eb + RING_SLOT - 1) / RING_SLOT;
-    p_c = 0;
-  };
-  auto p_start = [&]() {  // unit p_i (< total) becomes the one being issued
-    p_w = prog + launch_word_at(prog, wi, nw, &p_u, p_i, GEMV_REVERSE);
-    p_s = gemv_span(*p_w, p_u, K);
-    p_sub = 0;
-    p_chunks();
-    p_unit_done = false;
-  };
-  auto p_ticket = [&]() {  // the block's next unit (taken as a unit starts: its latency hides)
-    p_next = GEMV_DYNAMIC ? gridDim.x + atomicAdd(tk, 1u) : p_i + gridDim.x;
-    p_have_next = true;
-  };
-  // Issues the next item into its slot, which must be free; false when it must wait for a ticket.
-  auto p_issue = [&]() -> bool {
-    unsigned s = p_t % D;
-    if (p_unit_done) {
-      if (!p_have_next) return false;
-      p_i = p_next;
-      p_have_next = false;
-      if (p_i >= total) {  // no more units: the end marker
-        meta[s] = make_uint4(0, 0, 0, 1);
-        mbar_arrive(&full[s]);
-        ++p_t;
-        p_done = true;
-        return true;
+  if (warp == WARPS) {  // ---- the producer warp: lane 0 issues, every lane stages scales ----
+    unsigned t = 0, i = blockIdx.x, next = 0, k = 0, u = 0, sub = 0, ch = 0, nc = 0, span = 0, len = 0;
+    GemvSpan sp{0, 0, 0, 0};
+    float sv[5];  // lane l's scales l + 32 j of the current (unit, sub)'s scale row (kb <= 144 < 160)
+    auto start_sub = [&]() {  // the current (unit, sub): its byte sequence and its scale row
+      const RingWord& rw = words[k];
+      span = (min(K, sp.g1 * KGROUP) - sp.g0 * KGROUP) * rw.eb;
+      len = (sp.r1 - sp.r0) * span;
+      nc = (len + RING_SLOT - 1) / RING_SLOT;
+      ch = 0;
+      if (rw.eb == 1) {
+        const float* srow = rw.s[sub] + (size_t)(sp.r0 / 128) * kb;
+#pragma unroll
+        for (int j = 0; j < 5; ++j) sv[j] = lane + 32 * j < kb ? srow[lane + 32 * j] : 0.f;
       }
-      p_start();
-      p_ticket();
-    }
-    unsigned short wid = (Op::GU && p_sub == 1) ? p_w->ops[SLOT_W1] : p_w->ops[SLOT_W0];
-    unsigned eb = c.wbytes[wid] == 2 ? 2 : 1;
-    unsigned span = (min(K, p_s.g1 * KGROUP) - p_s.g0 * KGROUP) * eb, len = (p_s.r1 - p_s.r0) * span;
-    unsigned v0 = p_c * RING_SLOT, v1 = min(len, v0 + RING_SLOT);  // the item's range of the sequence
-    meta[s] = make_uint4(p_i, p_c, p_sub, 0);
-    mbar_expect_tx(&full[s], v1 - v0);
-    const char* base = (const char*)c.bufs[wid] + ((size_t)p_s.r0 * K + p_s.g0 * KGROUP) * eb;
-    char* dst = ring + s * RING_SLOT;
-    if (span == K * eb) {  // whole rows: the sequence is contiguous in memory
-      bulk_to_shared(dst, base + v0, v1 - v0, &full[s]);
-    } else {  // a segment per row (split-K units)
-      for (unsigned v = v0; v < v1;) {
-        unsigned j = v / span, e = min(v1, (j + 1) * span);
-        bulk_to_shared(dst + (v - v0), base + (size_t)j * K * eb + (v - j * span), e - v, &full[s]);
-        v = e;
+    };
+    auto start_unit = [&]() {  // unit i (< total): its word and span
+      k = 0;
+      while (k + 1 < nw && i >= words[k + 1].first) ++k;
+      u = i - words[k].first;
+      sp = ring_span(words[k], u, K);
+      sub = 0;
+      start_sub();
+    };
+    // Item t into its slot (free): the scales, the record, the copies; then the next item's place.
+    auto issue = [&]() {
+      unsigned s = t % D;
+      const RingWord& rw = words[k];
+      if (rw.eb == 1) {
+        float* dst = (float*)(scales + s * RING_SC);
+#pragma unroll
+        for (int j = 0; j < 5; ++j)
+          if (lane + 32 * j < kb) dst[lane + 32 * j] = sv[j];
       }
-    }
-    ++p_t;
-    if (++p_c == p_nc) {
-      if (++p_sub == ((Op::GU) ? 2u : 1u)) p_unit_done = true;
-      else p_chunks();
-    }
-    return true;
-  };
-  // Issues items while their slots are free; blocks only while item need - 1 is not yet issued.
-  auto produce = [&](unsigned need) {
-    while (!p_done) {
-      if (p_t >= D) {
-        unsigned long long* e = &empty[p_t % D];
-        unsigned par = (p_t / D - 1) & 1;  // the slot's previous item consumed by every warp
-        if (!mbar_test(e, par)) {
-          if (p_t >= need) return;
-          mbar_wait(e, par);
+      __syncwarp();  // the lanes' scales before lane 0's arrival (release)
+      if (lane == 0) {
+        unsigned v0 = ch * RING_SLOT, v1 = min(len, v0 + RING_SLOT);
+        meta[s] = make_uint4(k, sub, u, ch);
+        mbar_expect_tx(&full[s], v1 - v0);
+        const unsigned char* base = rw.w[sub] + ((size_t)sp.r0 * K + sp.g0 * KGROUP) * rw.eb;
+        char* dst = ring + s * RING_SLOT;
+        if (span == K * rw.eb) {  // whole rows: the sequence is contiguous in memory
+          bulk_to_shared(dst, base + v0, v1 - v0, &full[s]);
+        } else {  // a segment per row (split-K units)
+          for (unsigned v = v0; v < v1;) {
+            unsigned j = v / span, e = min(v1, (j + 1) * span);
+            bulk_to_shared(dst + (v - v0), base + (size_t)j * K * rw.eb + (v - j * span), e - v, &full[s]);
+            v = e;
+          }
         }
       }
-      if (!p_issue()) return;
+      ++t;
+      if (++ch == nc && ++sub < (Op::GU ? 2u : 1u)) start_sub();
+    };
+    auto wait_slot = [&]() {  // the slot of item t free (its previous item released by every consumer)
+      if (t >= D && lane == 0) mbar_wait(&empty[t % D], (t / D - 1) & 1);
+      __syncwarp();
+    };
+    start_unit();
+    if (RING_EARLY)
+      while (t < D && sub < (Op::GU ? 2u : 1u)) issue();
+    pdl_join();
+    if (DEVICE_STOP && stopped(c)) {  // the copies in flight land before the block leaves (no ticket taken)
+      if (lane == 0)
+        for (unsigned q = 0; q < t; ++q) mbar_wait(&full[q % D], (q / D) & 1);
+      return;
     }
-  };
-
-  if (threadIdx.x == 0) {
-    p_start();
-    if (RING_EARLY) produce(0);  // the first unit's items, as many as the ring holds
-  }
-  pdl_join();
-  if (DEVICE_STOP && stopped(c)) {
-    // The copies in flight land before the block leaves (no ticket was taken).
-    if (threadIdx.x == 0)
-      for (unsigned t = 0; t < p_t; ++t) mbar_wait(&full[t % D], (t / D) & 1);
+    for (;;) {
+      if (lane == 0) next = GEMV_DYNAMIC ? gridDim.x + atomicAdd(tk, 1u) : i + gridDim.x;  // used at the unit's end
+      while (sub < (Op::GU ? 2u : 1u)) {
+        wait_slot();
+        issue();
+      }
+      i = __shfl_sync(0xffffffffu, next, 0);
+      if (i >= total) break;
+      start_unit();
+    }
+    wait_slot();  // the end marker
+    if (lane == 0) {
+      meta[t % D] = make_uint4(0, 1u << 8, 0, 0);
+      mbar_arrive(&full[t % D]);
+      // The ticket pair self-resets for the next launch (as K_GEMV: this block's last ticket was past the end).
+      if (GEMV_DYNAMIC && atomicAdd(tk + 1, 1u) == gridDim.x - 1) {
+        tk[0] = 0;
+        tk[1] = 0;
+      }
+    }
     return;
   }
-  if (threadIdx.x == 0) p_ticket();
 
-  // ---- every warp consumes every item in order ----
+  // ---- the consumer warps: every item in order ----
+  pdl_join();
+  if (DEVICE_STOP && stopped(c)) return;
   const unsigned short* xs = (const unsigned short*)smem;
   unsigned last_word = 0xffffffffu;
   float t0[2] = {0.f, 0.f}, t1[2] = {0.f, 0.f};  // the warp's rows' totals (t1: the up weight's)
   for (unsigned t = 0;; ++t) {
-    if (threadIdx.x == 0) produce(t + 1);
     unsigned s = t % D;
     mbar_wait(&full[s], (t / D) & 1);
-    uint4 m = lds16(&meta[s]);  // (ld.shared, volatile asm: after the barrier's acquire)
-    if (m.w) break;
-    unsigned u, widx = launch_word_at(prog, wi, nw, &u, m.x, GEMV_REVERSE);
-    const Word& w = prog[widx];
-    if (widx != last_word) {  // another word's input (the first, or a launch of several words)
-      if (last_word != 0xffffffffu) __syncthreads();  // every warp is done reading the previous one
-      xs = Op::prep(c, w, smem);
-      last_word = widx;
+    uint4 m = ring_ld16(&meta[s]);
+    if (m.y >> 8) break;
+    const RingWord& rw = words[m.x];
+    if (m.x != last_word) {  // another word's input (the first, or a launch of several words)
+      if (last_word != 0xffffffffu) BLOCK_SYNC();  // every consumer is done reading the previous one
+      xs = Op::prep(c, prog[rw.wi], smem);
+      last_word = m.x;
     }
-    GemvSpan sp = gemv_span(w, u, K);
-    unsigned short wid = (Op::GU && m.z == 1) ? w.ops[SLOT_W1] : w.ops[SLOT_W0];
-    bool bf16w = c.wbytes[wid] == 2, bs = c.wbytes[wid] == 1, partial = w.flags & FLAG_PARTIAL;
-    unsigned eb = bf16w ? 2 : 1, G = sp.g1 - sp.g0, piece = KGROUP * eb;
-    unsigned span = (min(K, sp.g1 * KGROUP) - sp.g0 * KGROUP) * eb, n = (sp.r1 - sp.r0) * G;
+    const unsigned sub = m.y, eb = rw.eb, piece = KGROUP * eb;
+    const GemvSpan sp = ring_span(rw, m.z, K);
+    const unsigned G = sp.g1 - sp.g0, span = (min(K, sp.g1 * KGROUP) - sp.g0 * KGROUP) * eb, n = (sp.r1 - sp.r0) * G;
     // The item's pieces q0 .. q1 - 1 of the (unit, sub) sequence: piece q is row r0 + q / G, group
     // g0 + q % G, at (q / G) span + (q % G) piece. (The host takes the ring only where pieces never
     // straddle items: K a multiple of 1,024, or every (unit, sub) within one item.)
-    bool single = (sp.r1 - sp.r0) * span <= RING_SLOT;
-    unsigned q0 = single ? 0 : m.y * (RING_SLOT / piece), q1 = single ? n : min(n, q0 + RING_SLOT / piece);
-    const char* slot = ring + s * RING_SLOT;
-    // A lane's sum over piece q's chunks (dot_rows' order), for row r.
-    auto piece_acc = [&](unsigned q, unsigned r) {
+    const bool single = (sp.r1 - sp.r0) * span <= RING_SLOT;
+    const unsigned q0 = single ? 0 : m.w * (RING_SLOT / piece), q1 = single ? n : min(n, q0 + RING_SLOT / piece);
+    const char* slot = ring + s * RING_SLOT - m.w * RING_SLOT;  // (sequence offsets minus the item's start)
+    const char* sc = scales + s * RING_SC;
+    const bool bf16w = eb == 2, bs = rw.bs, partial = rw.partial;
+    // A lane's sum over piece q's chunks (dot_rows' order).
+    auto piece_acc = [&](unsigned q) {
       unsigned g = sp.g0 + q % G, k0 = g * KGROUP, k1 = min(K, k0 + KGROUP);
-      const char* pc = slot + (q / G) * span + (q % G) * piece - m.y * RING_SLOT;
+      const char* pc = slot + (q / G) * span + (q % G) * piece;
       float acc = 0.f;
       if (bf16w) {
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
           unsigned k = k0 + lane * 8 + jj * 256;
-          if (k < k1) acc = chunk_bf16(lds16(pc + 2 * (k - k0)), xs + k, acc);
+          if (k < k1) acc = chunk_bf16(ring_ld16(pc + 2 * (k - k0)), xs + k, acc);
         }
       } else {
-        const float* sc = c.scales[wid] + (size_t)(r / 128) * kb;
 #pragma unroll
         for (int jj = 0; jj < 2; ++jj) {
           unsigned k = k0 + lane * 16 + jj * 512;
-          if (k < k1) acc = chunk_fp8(lds16(pc + (k - k0)), xs + k, sc[k / 128], bs, acc);
+          if (k < k1) acc = chunk_fp8(ring_ld16(pc + (k - k0)), xs + k, ring_ldf(sc + 4 * (k / 128)), bs, acc);
         }
       }
       return acc;
     };
 #pragma unroll
     for (int ri = 0; ri < 2 && !RING_NOCOMPUTE; ++ri) {
-      unsigned j = warp + WARPS * ri, r = sp.r0 + j;
+      const unsigned j = warp + WARPS * ri, r = sp.r0 + j;
       // The piece's (row, group) partial v, taken in group order.
       auto emit = [&](unsigned q, float v) {
         unsigned g = sp.g0 + q % G;
-#if RING_BREAK  // the op check's negative control for the ring kernels: every row's first piece off by 1
+#if RING_BREAK
         if (g == sp.g0) v += 1.0f;
 #endif
         if (partial) {
-          if (lane == 0) B<float>(c, w.ops[SLOT_OUT0])[(size_t)g * w.rows + r] = v;
-        } else if (Op::GU && m.z == 1) {
+          if (lane == 0) ((float*)rw.out)[(size_t)g * rw.rows + r] = v;
+        } else if (Op::GU && sub == 1) {
           t1[ri] = (g == sp.g0 ? 0.f : t1[ri]) + v;  // ORDER: k-groups in order, from 0
         } else {
           t0[ri] = (g == sp.g0 ? 0.f : t0[ri]) + v;
         }
         // The row's last piece of the unit's last weight: the epilogue.
-        if (!partial && g + 1 == sp.g1 && (!Op::GU || m.z == 1) && lane == 0) Op::epi(c, w, r, t0[ri], t1[ri]);
+        if (!partial && g + 1 == sp.g1 && (!Op::GU || sub == 1) && lane == 0) Op::epi((unsigned short*)rw.out, r, t0[ri], t1[ri]);
       };
-      unsigned a = max(q0, j * G), b = min(q1, (j + 1) * G);  // this row's pieces in the item
+      const unsigned a = max(q0, j * G), b = min(q1, (j + 1) * G);  // this row's pieces in the item
       // Two pieces at a time (independent chains), emitted in order.
       for (unsigned q = a; q < b; q += 2) {
-        float x0 = piece_acc(q, r), x1 = q + 1 < b ? piece_acc(q + 1, r) : 0.f;
+        float x0 = piece_acc(q), x1 = q + 1 < b ? piece_acc(q + 1) : 0.f;
         float v0 = warp_sum(x0), v1 = warp_sum(x1);
         emit(q, v0);
         if (q + 1 < b) emit(q + 1, v1);
@@ -273,15 +325,10 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[s]);  // the warp is done with the slot
   }
-  // The ticket pair self-resets for the next launch (as K_GEMV: the block's last ticket was past the end).
-  if (GEMV_DYNAMIC && threadIdx.x == 0 && atomicAdd(tk + 1, 1u) == gridDim.x - 1) {
-    tk[0] = 0;
-    tk[1] = 0;
-  }
 }
 
 #define K_RING(name, OpT)                                                                            \
-  extern "C" __global__ void __launch_bounds__(THREADS, RING_BLOCKS) r_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
+  extern "C" __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS) r_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(128) char smem[];                                                    \
     ring_launch<OpT>(prog, wi, nw, c, smem);                                                         \
   }

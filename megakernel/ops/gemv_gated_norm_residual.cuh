@@ -59,7 +59,7 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
         head(hh, cw, zw);
       }
     }
-    __syncthreads();  // fresh is the same for the whole block
+    BLOCK_SYNC();  // fresh is the same for the whole block
     return xs;
   }
 }

@@ -136,10 +136,15 @@ pub struct Discrete {
 
 /// The opcodes GEMV_RING streams (megakernel/ring.cu): every GEMV but the lm_head (bf16, 90 % already).
 const RING_OPS: [Opcode; 4] = [Opcode::GemvNorm, Opcode::GemvGateUp, Opcode::GemvGatedNormResidual, Opcode::GemvResidual];
-/// The ring's slot (16 rows x 1,024 fp8 bytes, or 8 rows x 1,024 bf16 elements) and its most slots.
+/// The ring's slot (16 KB of a unit's weight bytes), its block-scale area (a scale row of at most 144
+/// blocks), its most slots and words per launch, and its block (the consumers and a producer warp).
 const RING_SLOT: u32 = 16384;
+const RING_SC: u32 = 576;
 const RING_MAX: u32 = 16;
-/// The ring kernels' static shared memory (two mbarriers and a 16-byte item record per slot), rounded up.
+const RING_WORDS: usize = 4;
+const RING_THREADS: u32 = 256 + 32;
+/// The ring kernels' static shared memory (two mbarriers and a 16-byte item record per slot, the
+/// launch's decoded words), rounded up.
 const RING_STATIC: u32 = 1024;
 
 fn ring_on() -> bool {
@@ -158,8 +163,8 @@ fn ring_smem_for(k: u32, blocks: u32, want: u32) -> Option<u32> {
     let (blocks, want) = (blocks.max(1), want.clamp(2, RING_MAX));
     let base = ring_base(k);
     let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + RING_STATIC).min(SMEM_PER_BLOCK - RING_STATIC);
-    let slots = (room.saturating_sub(base) / RING_SLOT).min(want);
-    (slots >= 2).then_some(base + slots * RING_SLOT)
+    let slots = (room.saturating_sub(base) / (RING_SLOT + RING_SC)).min(want);
+    (slots >= 2).then_some(base + slots * (RING_SLOT + RING_SC))
 }
 
 /// Dynamic shared memory of the ring kernel for a launch of `words` (one stage, one opcode), or None
@@ -177,7 +182,7 @@ fn ring_smem(p: &Program, words: &[Word]) -> Option<u32> {
 
 /// `ring_smem` for `blocks` ring blocks per SM and at most `slots` slots.
 fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32) -> Option<u32> {
-    if !RING_OPS.contains(&words.first()?.opcode) {
+    if !RING_OPS.contains(&words.first()?.opcode) || words.len() > RING_WORDS {
         return None;
     }
     let k = p.buffers[words[0].op(crate::isa::slot::IN0)?].cols as u32;
@@ -189,6 +194,7 @@ fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32) -> Optio
             && w.m_rows == 1
             && (k * w0) % 16 == 0
             && (k % KGROUP as u32 == 0 || 16 * k * w0 <= RING_SLOT)
+            && 4 * k.div_ceil(128) <= RING_SC
             && (w.opcode != Opcode::GemvGateUp || (w0 == 1 && eb(crate::isa::slot::W1)? == 1));
         if !ok {
             return None;
@@ -596,21 +602,22 @@ impl Discrete {
         let w = &words[0];
         let units: u32 = words.iter().map(|w| w.units).sum();
         let ring = ring_smem(&self.prog, words).and_then(|b| Some((self.ring_funcs.get(&w.opcode)?, b)));
-        let (f, smem, grid) = match ring {
+        let (f, smem, grid, threads) = match ring {
             Some((f, smem)) => {
                 // all resident blocks, each taking units by ticket
-                let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(256, smem as usize, None).unwrap_or(1).max(1);
-                (f, smem, units.min(per_sm * self.gpu.sms).max(1))
+                let per_sm =
+                    f.occupancy_max_active_blocks_per_multiprocessor(RING_THREADS, smem as usize, None).unwrap_or(1).max(1);
+                (f, smem, units.min(per_sm * self.gpu.sms).max(1), RING_THREADS)
             }
             None => {
                 let f = &self.funcs[&w.opcode];
                 let smem = words.iter().map(|w| smem_bytes(&self.prog, w)).max().unwrap_or(0);
-                (f, smem, self.grid(f, w.opcode, units, smem))
+                (f, smem, self.grid(f, w.opcode, units, smem), 256)
             }
         };
         let cfg = LaunchConfig {
             grid_dim: (grid, 1, 1),
-            block_dim: (256, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: smem,
         };
         let prog_ptr = self.base + self.prog_off as u64;
@@ -1383,16 +1390,17 @@ mod tests {
     #[test]
     fn ring_shared_memory_fits_the_blocks_per_sm() {
         // The 27B: x of 5,120 (most GEMVs), 6,144 (o_proj, GDN out_proj) and 17,408 (down).
+        let slot = RING_SLOT + RING_SC;
         assert_eq!(ring_base(5120), 10_496);
-        assert_eq!(ring_smem_for(5120, 1, 12), Some(10_496 + 12 * RING_SLOT));
-        assert_eq!(ring_smem_for(17_408, 1, 16), Some(ring_base(17_408) + 11 * RING_SLOT));
-        assert_eq!(ring_smem_for(5120, 2, 12), Some(10_496 + 6 * RING_SLOT));
+        assert_eq!(ring_smem_for(5120, 1, 12), Some(10_496 + 12 * slot));
+        assert_eq!(ring_smem_for(17_408, 1, 16), Some(ring_base(17_408) + 11 * slot));
+        assert_eq!(ring_smem_for(5120, 2, 12), Some(10_496 + 6 * slot));
         assert_eq!(ring_smem_for(5120, 7, 12), None); // under 2 slots: the k_* kernel
         for k in [64, 256, 5120, 6144, 17_408] {
             for blocks in 1..=3 {
                 if let Some(b) = ring_smem_for(k, blocks, 16) {
                     assert!(blocks * (b + 1024 + RING_STATIC) <= SMEM_PER_SM && b + RING_STATIC <= SMEM_PER_BLOCK);
-                    assert_eq!((b - ring_base(k)) % RING_SLOT, 0);
+                    assert_eq!((b - ring_base(k)) % (RING_SLOT + RING_SC), 0);
                 }
             }
         }
@@ -1431,6 +1439,67 @@ mod tests {
         }
     }
     use crate::isa::Opcode;
+
+    /// A model of ring.cu's item and piece arithmetic (producer: each (unit, sub) byte sequence cut
+    /// into RING_SLOT items; consumer: the pieces q0..q1 of an item at (q / G) span + (q % G) piece):
+    /// on every ring launch of every preset, each (row, k-group) piece of each unit lies inside the
+    /// bytes its item's copies bring, within the slot, and is computed exactly once. Negative control:
+    /// with pieces placed at q x 1,024 elements (the second version's arithmetic, wrong for rows
+    /// narrower than a k-group) the model finds a piece outside its item.
+    fn ring_pieces_ok(p: &Program, naive_offsets: bool) -> bool {
+        for (first, n) in launch_groups_of(p) {
+            let words = &p.words[first..first + n];
+            if ring_smem_with(p, words, 1, 12).is_none() {
+                continue;
+            }
+            for w in words {
+                let k = p.buffers[w.op(crate::isa::slot::IN0).unwrap()].cols as u64;
+                let eb = if p.buffers[w.op(crate::isa::slot::W0).unwrap()].elem_bytes == 2 { 2 } else { 1 };
+                let groups = k.div_ceil(KGROUP as u64);
+                for u in 0..w.units as u64 {
+                    let (kp, rs) = (u % w.k_parts as u64, u / w.k_parts as u64);
+                    let (r0, r1) = (rs * w.unit_rows as u64, (rs * w.unit_rows as u64 + w.unit_rows as u64).min(w.rows as u64));
+                    let (g0, g1) = (kp * groups / w.k_parts as u64, (kp + 1) * groups / w.k_parts as u64);
+                    let (g, piece) = (g1 - g0, KGROUP as u64 * eb);
+                    let span = ((g1 * KGROUP as u64).min(k) - g0 * KGROUP as u64) * eb;
+                    let (len, slot) = ((r1 - r0) * span, RING_SLOT as u64);
+                    let n = (r1 - r0) * g;
+                    let mut seen = vec![0u32; n as usize];
+                    for c in 0..len.div_ceil(slot) {
+                        let (v0, v1) = (c * slot, len.min(c * slot + slot));
+                        let single = len <= slot;
+                        let q0 = if single { 0 } else { c * (slot / piece) };
+                        let q1 = if single { n } else { n.min(q0 + slot / piece) };
+                        for q in q0..q1 {
+                            let gg = g0 + q % g;
+                            let width = ((gg * KGROUP as u64 + KGROUP as u64).min(k) - gg * KGROUP as u64) * eb;
+                            let at = if naive_offsets { q * piece } else { (q / g) * span + (q % g) * piece };
+                            if at < v0 || at + width > v1 {
+                                return false;
+                            }
+                            seen[q as usize] += 1;
+                        }
+                    }
+                    if seen.iter().any(|&x| x != 1) {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    #[test]
+    fn ring_items_cover_every_piece_once() {
+        for preset in ["tiny", "small", "qwen3.5-27b"] {
+            let cfg = crate::model::config::ModelConfig::preset(preset).unwrap();
+            let p = crate::compiler::compile(&cfg, preset, &crate::compiler::h200(1)).unwrap();
+            assert!(ring_pieces_ok(&p, false), "{preset}");
+        }
+        let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
+        let p = crate::compiler::compile(&cfg, "tiny", &crate::compiler::h200(1)).unwrap();
+        assert!(!ring_pieces_ok(&p, true), "the negative control passed");
+    }
 
     fn prog_27b() -> Program {
         let cfg = crate::model::config::ModelConfig::preset("qwen3.5-27b").unwrap();
