@@ -47,6 +47,7 @@
 #define RING_SC 576u      // bytes of block scales per slot: a scale row of at most 144 blocks (K <= 18,432)
 #define RING_THREADS (THREADS + 32)
 static_assert(RING_SLOTS >= 2 && RING_SLOTS <= RING_MAX, "RING_SLOTS is 2..16");
+static_assert(!(GEMV_RING && GEMV_MMA), "the ring computes dot_rows' order; GEMV_MMA changes the k_* kernels' order");
 
 // The ring's byte offset in dynamic shared memory: after x (bf16, K) and 64 floats of block sums,
 // 128-aligned; the slots' scale areas follow the slots (the host's ring_smem_bytes lays out the same).
@@ -54,6 +55,10 @@ __device__ __forceinline__ unsigned ring_base(unsigned K) { return (((K * 2 + 15
 
 __device__ __forceinline__ void mbar_init_n(unsigned long long* b, unsigned n) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(n) : "memory");
+}
+// The bytes a phase waits for, without an arrival (sm_90): the copies may be issued before the arrival.
+__device__ __forceinline__ void mbar_expect_tx_only(unsigned long long* b, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
@@ -84,24 +89,25 @@ struct RingWord {
 // The per-op parts of a ring GEMV: the prepared input and the per-row epilogue (GU: gate/up, two
 // weights, the epilogue gets both totals).
 struct RingNorm {
-  static constexpr bool GU = false;
+  static constexpr bool GU = false, RES = false;
   static __device__ const unsigned short* prep(const DevCtx& c, const Word& w, char* smem) { return prepared_input<true>(c, w, SLOT_W1, smem, true); }
-  static __device__ void epi(unsigned short* out, unsigned r, float v, float) { out[r] = f2bf(v); }
+  static __device__ void epi(unsigned short* out, unsigned r, float v, float, float) { out[r] = f2bf(v); }
 };
 struct RingResidual {
-  static constexpr bool GU = false;
+  static constexpr bool GU = false, RES = true;
   static __device__ const unsigned short* prep(const DevCtx& c, const Word& w, char* smem) { return prepared_input<true>(c, w, SLOT_W1, smem, true); }
-  static __device__ void epi(unsigned short* h, unsigned r, float v, float) { h[r] = f2bf(bf2f(h[r]) + bf(v)); }
+  // h0: bf2f(h[r]), loaded at the row's first piece (off the critical path): f2bf(bf2f(h[r]) + bf(v))
+  static __device__ void epi(unsigned short* h, unsigned r, float v, float, float h0) { h[r] = f2bf(h0 + bf(v)); }
 };
 struct RingGatedNormResidual {
-  static constexpr bool GU = false;
+  static constexpr bool GU = false, RES = true;
   static __device__ const unsigned short* prep(const DevCtx& c, const Word& w, char* smem) { return gated_norm_input<true>(c, w, smem, true); }
-  static __device__ void epi(unsigned short* h, unsigned r, float v, float u) { RingResidual::epi(h, r, v, u); }
+  static __device__ void epi(unsigned short* h, unsigned r, float v, float u, float h0) { RingResidual::epi(h, r, v, u, h0); }
 };
 struct RingGateUp {
-  static constexpr bool GU = true;
+  static constexpr bool GU = true, RES = false;
   static __device__ const unsigned short* prep(const DevCtx& c, const Word& w, char* smem) { return prepared_input<true>(c, w, SLOT_W2, smem, true); }
-  static __device__ void epi(unsigned short* out, unsigned r, float g, float u) { out[r] = f2bf(bf(silu(bf(g))) * bf(u)); }
+  static __device__ void epi(unsigned short* out, unsigned r, float g, float u, float) { out[r] = f2bf(bf(silu(bf(g))) * bf(u)); }
 };
 
 // The rows and k-groups of unit u of a word (gemv_span on the decoded word).
@@ -132,6 +138,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       rw.s[i] = c.scales[id];
     }
     unsigned char wb = c.wbytes[w.ops[SLOT_W0]];
+    // bf16-exact scales (code 1) on the fast path only when every weight of the word has them, as fp8_stream
+    bool all_bs = wb == 1 && (!Op::GU || c.wbytes[w.ops[SLOT_W1]] == 1);
     rw.out = c.bufs[w.ops[SLOT_OUT0]];
     rw.first = first;
     rw.units = w.units;
@@ -140,7 +148,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     rw.k_parts = w.k_parts;
     rw.wi = at;
     rw.eb = wb == 2 ? 2 : 1;
-    rw.bs = wb == 1;
+    rw.bs = all_bs;
     rw.partial = (w.flags & FLAG_PARTIAL) != 0;
     rw.pad = 0;
     words[k] = rw;
@@ -184,17 +192,9 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     auto issue = [&]() {
       unsigned s = t % D;
       const RingWord& rw = words[k];
-      if (rw.eb == 1) {
-        float* dst = (float*)(scales + s * RING_SC);
-#pragma unroll
-        for (int j = 0; j < 5; ++j)
-          if (lane + 32 * j < kb) dst[lane + 32 * j] = sv[j];
-      }
-      __syncwarp();  // the lanes' scales before lane 0's arrival (release)
-      if (lane == 0) {
+      if (lane == 0) {  // the copies first (their bytes expected, no arrival yet: the phase cannot complete)
         unsigned v0 = ch * RING_SLOT, v1 = min(len, v0 + RING_SLOT);
-        meta[s] = make_uint4(k, sub, u, ch);
-        mbar_expect_tx(&full[s], v1 - v0);
+        mbar_expect_tx_only(&full[s], v1 - v0);
         const unsigned char* base = rw.w[sub] + ((size_t)sp.r0 * K + sp.g0 * KGROUP) * rw.eb;
         char* dst = ring + s * RING_SLOT;
         if (span == K * rw.eb) {  // whole rows: the sequence is contiguous in memory
@@ -207,11 +207,25 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
           }
         }
       }
+      if (rw.eb == 1) {  // then the block scales (their loads may still be in flight)
+        float* dst = (float*)(scales + s * RING_SC);
+#pragma unroll
+        for (int j = 0; j < 5; ++j)
+          if (lane + 32 * j < kb) dst[lane + 32 * j] = sv[j];
+      }
+      __syncwarp();  // the lanes' scales before lane 0's arrival (release)
+      if (lane == 0) {
+        meta[s] = make_uint4(k, sub, u, ch);
+        mbar_arrive(&full[s]);
+      }
       ++t;
       if (++ch == nc && ++sub < (Op::GU ? 2u : 1u)) start_sub();
     };
     auto wait_slot = [&]() {  // the slot of item t free (its previous item released by every consumer)
-      if (t >= D && lane == 0) mbar_wait(&empty[t % D], (t / D - 1) & 1);
+      if (t >= D && lane == 0) {
+        mbar_wait(&empty[t % D], (t / D - 1) & 1);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the consumers' reads before the next copy (insurance)
+      }
       __syncwarp();
     };
     start_unit();
@@ -250,34 +264,57 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   pdl_join();
   if (DEVICE_STOP && stopped(c)) return;
   const unsigned short* xs = (const unsigned short*)smem;
-  unsigned last_word = 0xffffffffu;
+  unsigned last_word = 0xffffffffu, last_unit = 0xffffffffu;
   float t0[2] = {0.f, 0.f}, t1[2] = {0.f, 0.f};  // the warp's rows' totals (t1: the up weight's)
+  float h0[2] = {0.f, 0.f};                      // the residual's prior h[r] (bf16 bits), loaded early
+  // The current unit, decoded once (not per item): its word, span and derived sizes.
+  GemvSpan sp{0, 0, 0, 0};
+  unsigned G = 1, span = 0, n = 0, eb = 1, piece = KGROUP;
+  bool single = true, bf16w = false, bs = false, partial = false;
+  void* out = nullptr;
+  unsigned wrows = 0;
+  unsigned s = 0, phase = 0;  // item t's slot and its full barrier's parity (counters, no divisions)
   for (unsigned t = 0;; ++t) {
-    unsigned s = t % D;
-    mbar_wait(&full[s], (t / D) & 1);
+    mbar_wait(&full[s], phase);
     uint4 m = ring_ld16(&meta[s]);
     if (m.y >> 8) break;
-    const RingWord& rw = words[m.x];
     if (m.x != last_word) {  // another word's input (the first, or a launch of several words)
-      if (last_word != 0xffffffffu) BLOCK_SYNC();  // every consumer is done reading the previous one
-      xs = Op::prep(c, prog[rw.wi], smem);
+      if (last_word != 0xffffffffu) {
+        __syncwarp();
+        BLOCK_SYNC();  // every consumer is done reading the previous one
+      }
+      xs = Op::prep(c, prog[words[m.x].wi], smem);
       last_word = m.x;
+      last_unit = 0xffffffffu;
     }
-    const unsigned sub = m.y, eb = rw.eb, piece = KGROUP * eb;
-    const GemvSpan sp = ring_span(rw, m.z, K);
-    const unsigned G = sp.g1 - sp.g0, span = (min(K, sp.g1 * KGROUP) - sp.g0 * KGROUP) * eb, n = (sp.r1 - sp.r0) * G;
+    const unsigned key = m.z * 2 + (m.y & 1);  // (unit, sub)
+    if (key != last_unit) {
+      const RingWord& rw = words[m.x];
+      sp = ring_span(rw, m.z, K);
+      eb = rw.eb;
+      piece = KGROUP * eb;
+      G = sp.g1 - sp.g0;
+      span = (min(K, sp.g1 * KGROUP) - sp.g0 * KGROUP) * eb;
+      n = (sp.r1 - sp.r0) * G;
+      single = (sp.r1 - sp.r0) * span <= RING_SLOT;
+      bf16w = eb == 2;
+      bs = rw.bs;
+      partial = rw.partial;
+      out = rw.out;
+      wrows = rw.rows;
+      last_unit = key;
+    }
+    const unsigned sub = m.y;
     // The item's pieces q0 .. q1 - 1 of the (unit, sub) sequence: piece q is row r0 + q / G, group
     // g0 + q % G, at (q / G) span + (q % G) piece. (The host takes the ring only where pieces never
     // straddle items: K a multiple of 1,024, or every (unit, sub) within one item.)
-    const bool single = (sp.r1 - sp.r0) * span <= RING_SLOT;
     const unsigned q0 = single ? 0 : m.w * (RING_SLOT / piece), q1 = single ? n : min(n, q0 + RING_SLOT / piece);
     const char* slot = ring + s * RING_SLOT - m.w * RING_SLOT;  // (sequence offsets minus the item's start)
     const char* sc = scales + s * RING_SC;
-    const bool bf16w = eb == 2, bs = rw.bs, partial = rw.partial;
-    // A lane's sum over piece q's chunks (dot_rows' order).
-    auto piece_acc = [&](unsigned q) {
-      unsigned g = sp.g0 + q % G, k0 = g * KGROUP, k1 = min(K, k0 + KGROUP);
-      const char* pc = slot + (q / G) * span + (q % G) * piece;
+    // A lane's sum over row j's piece of group g (dot_rows' order).
+    auto piece_acc = [&](unsigned j, unsigned g) {
+      unsigned k0 = g * KGROUP, k1 = min(K, k0 + KGROUP);
+      const char* pc = slot + j * span + (g - sp.g0) * piece;
       float acc = 0.f;
       if (bf16w) {
 #pragma unroll
@@ -297,33 +334,41 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
 #pragma unroll
     for (int ri = 0; ri < 2 && !RING_NOCOMPUTE; ++ri) {
       const unsigned j = warp + WARPS * ri, r = sp.r0 + j;
-      // The piece's (row, group) partial v, taken in group order.
-      auto emit = [&](unsigned q, float v) {
-        unsigned g = sp.g0 + q % G;
+      // The (row, group) partial v, taken in group order.
+      auto emit = [&](unsigned g, float v) {
 #if RING_BREAK
         if (g == sp.g0) v += 1.0f;
 #endif
         if (partial) {
-          if (lane == 0) ((float*)rw.out)[(size_t)g * rw.rows + r] = v;
+          if (lane == 0) ((float*)out)[(size_t)g * wrows + r] = v;
         } else if (Op::GU && sub == 1) {
           t1[ri] = (g == sp.g0 ? 0.f : t1[ri]) + v;  // ORDER: k-groups in order, from 0
         } else {
           t0[ri] = (g == sp.g0 ? 0.f : t0[ri]) + v;
         }
         // The row's last piece of the unit's last weight: the epilogue.
-        if (!partial && g + 1 == sp.g1 && (!Op::GU || sub == 1) && lane == 0) Op::epi((unsigned short*)rw.out, r, t0[ri], t1[ri]);
+        if (!partial && g + 1 == sp.g1 && (!Op::GU || sub == 1) && lane == 0) Op::epi((unsigned short*)out, r, t0[ri], t1[ri], h0[ri]);
       };
-      const unsigned a = max(q0, j * G), b = min(q1, (j + 1) * G);  // this row's pieces in the item
+      // This row's pieces in the item: groups ga .. gb - 1.
+      const unsigned a = max(q0, j * G), b = min(q1, (j + 1) * G);
+      if (a >= b) continue;
+      const unsigned ga = sp.g0 + (a - j * G), gb = sp.g0 + (b - j * G);
+      // The residual's h[r], loaded at the row's first piece: its latency hides behind the row's pieces.
+      if (Op::RES && !partial && ga == sp.g0 && lane == 0) h0[ri] = bf2f(((const unsigned short*)out)[r]);
       // Two pieces at a time (independent chains), emitted in order.
-      for (unsigned q = a; q < b; q += 2) {
-        float x0 = piece_acc(q), x1 = q + 1 < b ? piece_acc(q + 1) : 0.f;
+      for (unsigned g = ga; g < gb; g += 2) {
+        float x0 = piece_acc(j, g), x1 = g + 1 < gb ? piece_acc(j, g + 1) : 0.f;
         float v0 = warp_sum(x0), v1 = warp_sum(x1);
-        emit(q, v0);
-        if (q + 1 < b) emit(q + 1, v1);
+        emit(g, v0);
+        if (g + 1 < gb) emit(g + 1, v1);
       }
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(&empty[s]);  // the warp is done with the slot
+    if (++s == D) {
+      s = 0;
+      phase ^= 1u;
+    }
   }
 }
 

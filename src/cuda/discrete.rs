@@ -135,7 +135,8 @@ pub struct Discrete {
 }
 
 /// The opcodes GEMV_RING streams (megakernel/ring.cu): every GEMV but the lm_head (bf16, 90 % already).
-const RING_OPS: [Opcode; 4] = [Opcode::GemvNorm, Opcode::GemvGateUp, Opcode::GemvGatedNormResidual, Opcode::GemvResidual];
+const RING_OPS: [Opcode; 4] =
+    [Opcode::GemvNorm, Opcode::GemvGateUp, Opcode::GemvGatedNormResidual, Opcode::GemvResidual];
 /// The ring's slot (16 KB of a unit's weight bytes), its block-scale area (a scale row of at most 144
 /// blocks), its most slots and words per launch, and its block (the consumers and a producer warp).
 const RING_SLOT: u32 = 16384;
@@ -605,8 +606,10 @@ impl Discrete {
         let (f, smem, grid, threads) = match ring {
             Some((f, smem)) => {
                 // all resident blocks, each taking units by ticket
-                let per_sm =
-                    f.occupancy_max_active_blocks_per_multiprocessor(RING_THREADS, smem as usize, None).unwrap_or(1).max(1);
+                let per_sm = f
+                    .occupancy_max_active_blocks_per_multiprocessor(RING_THREADS, smem as usize, None)
+                    .unwrap_or(1)
+                    .max(1);
                 (f, smem, units.min(per_sm * self.gpu.sms).max(1), RING_THREADS)
             }
             None => {
@@ -615,11 +618,7 @@ impl Discrete {
                 (f, smem, self.grid(f, w.opcode, units, smem), 256)
             }
         };
-        let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: smem,
-        };
+        let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
         let prog_ptr = self.base + self.prog_off as u64;
         let (wi, nw) = (first as u32, n as u32);
         let what = || format!("launch words {first}..{} ({:?})", first + n, w.opcode);
@@ -1458,7 +1457,8 @@ mod tests {
                 let groups = k.div_ceil(KGROUP as u64);
                 for u in 0..w.units as u64 {
                     let (kp, rs) = (u % w.k_parts as u64, u / w.k_parts as u64);
-                    let (r0, r1) = (rs * w.unit_rows as u64, (rs * w.unit_rows as u64 + w.unit_rows as u64).min(w.rows as u64));
+                    let (r0, r1) =
+                        (rs * w.unit_rows as u64, (rs * w.unit_rows as u64 + w.unit_rows as u64).min(w.rows as u64));
                     let (g0, g1) = (kp * groups / w.k_parts as u64, (kp + 1) * groups / w.k_parts as u64);
                     let (g, piece) = (g1 - g0, KGROUP as u64 * eb);
                     let span = ((g1 * KGROUP as u64).min(k) - g0 * KGROUP as u64) * eb;

@@ -335,7 +335,10 @@ fn nvrtc_with_log(src: &str, opts: &[String]) -> Result<(Vec<u8>, String)> {
             // (from the first error, not the first warning)
             let lines: Vec<&str> = log.lines().collect();
             let first = lines.iter().position(|l| l.contains(": error")).unwrap_or(0);
-            Error::new(format!("NVRTC: {e:?}: {}", lines[first..].iter().take(8).copied().collect::<Vec<_>>().join(" | ")))
+            Error::new(format!(
+                "NVRTC: {e:?}: {}",
+                lines[first..].iter().take(8).copied().collect::<Vec<_>>().join(" | ")
+            ))
         })?;
         let mut size = 0usize;
         unsafe { nsys::nvrtcGetCUBINSize(prog, &mut size) }

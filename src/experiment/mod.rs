@@ -376,7 +376,12 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     // a GPU: 27 GB for the 27B); the record says nothing ran.
     let nothing_runs = e.paths.iter().all(|p| paths::unavailable(*p).is_some());
     let ck = match model_spec {
-        ModelSpec::Preset { name, seed } if nothing_runs && !preset_dir(&opts.cache_root, name, *seed).join("model.safetensors.index.json").is_file() => None,
+        ModelSpec::Preset { name, seed }
+            if nothing_runs
+                && !preset_dir(&opts.cache_root, name, *seed).join("model.safetensors.index.json").is_file() =>
+        {
+            None
+        }
         _ => Some(Checkpoint::open(&resolve_model(model_spec, &opts.cache_root, &bar)?)?),
     };
     let cfg = match (&ck, model_spec) {
@@ -416,7 +421,9 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         gpu: gpu.as_ref().map(|g| g.0.clone()),
         driver: gpu.as_ref().map(|g| g.1.clone()),
         nvrtc_options: Vec::new(),
-        checkpoint: ck.as_ref().map_or_else(|| "(not generated: no path could run here)".into(), |c| c.dir.display().to_string()),
+        checkpoint: ck
+            .as_ref()
+            .map_or_else(|| "(not generated: no path could run here)".into(), |c| c.dir.display().to_string()),
         model: format!("{name}: {}", prog.shape),
         program_hash: Some(record::fnv_hex(&[&prog.encode_words()])),
         cuda_sources_hash: None,
