@@ -18,7 +18,8 @@
 //   join of the THREADS consumer threads only), which alone touches tickets, copies and scales;
 // - the launch's words decoded once into shared memory (pointers, shapes), the consumers' per-unit
 //   values from there, the item record carrying (word, unit, chunk, sub);
-// - the unit's block-scale row (fp8) staged by the producer's lanes into the slot's scale area;
+// - the unit's block-scale row (fp8) brought into the slot's scale area with each item (a bulk copy;
+//   by the producer's lanes where a row is not whole 16-byte chunks);
 // - ring reads without memory clobbers.
 //
 // A unit's weight bytes, for each of its weights (sub 0; gate/up: the gate, then sub 1 the up), are
@@ -168,13 +169,16 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     unsigned t = 0, i = blockIdx.x, next = 0, k = 0, u = 0, sub = 0, ch = 0, nc = 0, span = 0, len = 0;
     GemvSpan sp{0, 0, 0, 0};
     float sv[5];  // lane l's scales l + 32 j of the current (unit, sub)'s scale row (kb <= 144 < 160)
+    // Scale rows of whole 16-byte chunks (kb % 4 == 0: every 27B weight) come by a bulk copy with each
+    // item, else the lanes load and store them (the tiny preset).
+    const bool scale_copy = kb % 4 == 0;
     auto start_sub = [&]() {  // the current (unit, sub): its byte sequence and its scale row
       const RingWord& rw = words[k];
       span = (min(K, sp.g1 * KGROUP) - sp.g0 * KGROUP) * rw.eb;
       len = (sp.r1 - sp.r0) * span;
       nc = (len + RING_SLOT - 1) / RING_SLOT;
       ch = 0;
-      if (rw.eb == 1) {
+      if (rw.eb == 1 && !scale_copy) {  // (else each item's copies bring the scale row)
         const float* srow = rw.s[sub] + (size_t)(sp.r0 / 128) * kb;
 #pragma unroll
         for (int j = 0; j < 5; ++j) sv[j] = lane + 32 * j < kb ? srow[lane + 32 * j] : 0.f;
@@ -194,7 +198,9 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       const RingWord& rw = words[k];
       if (lane == 0) {  // the copies first (their bytes expected, no arrival yet: the phase cannot complete)
         unsigned v0 = ch * RING_SLOT, v1 = min(len, v0 + RING_SLOT);
-        mbar_expect_tx_only(&full[s], v1 - v0);
+        bool sc = rw.eb == 1 && scale_copy;
+        mbar_expect_tx_only(&full[s], v1 - v0 + (sc ? kb * 4 : 0));
+        if (sc) bulk_to_shared(scales + s * RING_SC, rw.s[sub] + (size_t)(sp.r0 / 128) * kb, kb * 4, &full[s]);
         const unsigned char* base = rw.w[sub] + ((size_t)sp.r0 * K + sp.g0 * KGROUP) * rw.eb;
         char* dst = ring + s * RING_SLOT;
         if (span == K * rw.eb) {  // whole rows: the sequence is contiguous in memory
@@ -207,7 +213,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
           }
         }
       }
-      if (rw.eb == 1) {  // then the block scales (their loads may still be in flight)
+      if (rw.eb == 1 && !scale_copy) {  // then the block scales (their loads may still be in flight)
         float* dst = (float*)(scales + s * RING_SC);
 #pragma unroll
         for (int j = 0; j < 5; ++j)
