@@ -4,7 +4,8 @@
 # shared-memory ring fed by bulk copies across units. Checks first: the op check on tiny through the ring
 # kernels and its negative control RING_BREAK=1 (it must FAIL), gpu_tiny against the CPU reference, the
 # megakernel (dot_rows) against the ring graph per instruction; then the ring's mechanics alone
-# (RING_NOCOMPUTE=1, wrong results by design: graph only) and quick_27b: defaults, the ring (1 block per
+# (RING_NOCOMPUTE=1) and without the arithmetic (GEMV_READ_ONLY=1), wrong results by design, graph only;
+# then quick_27b: defaults, the ring (1 block per
 # SM, 12 slots), 2 blocks per SM with 6 slots each, 8 slots, without the early copies.
 # (First and second versions: results/ring_37e2404, results/ring_d03d3b7, results/ringdiag_b5e5ad1.)
 # Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
@@ -18,9 +19,11 @@ for v in "GEMV_RING=1" "GEMV_RING=1 RING_BREAK=1"; do
   grep -E "^Gemv|verdict|error" "$R/gpu_ops/tiny_${v// /_}.txt" | log
 done
 MK_CUDA_DEFINES="GEMV_RING=1" run_checks gpu_tiny mega_tiny_debug
-echo "== ring_probe 'GEMV_RING=1 RING_NOCOMPUTE=1' ($(el) s)" | log
-MK_CUDA_DEFINES="GEMV_RING=1 RING_NOCOMPUTE=1" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache --results "$R" 2>&1 \
-  | grep -E "ms/token|kernel Gemv|error" | log
+for v in "GEMV_RING=1 RING_NOCOMPUTE=1" "GEMV_RING=1 GEMV_READ_ONLY=1"; do
+  echo "== ring_probe '$v' ($(el) s)" | log
+  MK_CUDA_DEFINES="$v" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache --results "$R" 2>&1 \
+    | grep -E "ms/token|kernel Gemv|error" | log
+done
 quick_27b "" ""
 quick_27b "" "GEMV_RING=1"
 quick_27b "" "GEMV_RING=1 RING_BLOCKS=2 RING_SLOTS=6"
