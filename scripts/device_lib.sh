@@ -20,6 +20,13 @@ ops_tiny() {
   timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache > "$R/gpu_ops/tiny.txt" 2>&1
   tail -1 "$R/gpu_ops/tiny.txt" | log
 }
+# The op check on tiny with NVRTC defines $1 into gpu_ops/tiny$2.txt, the lines matching $3 logged.
+ops_tiny_with() {
+  echo "== ops tiny '$1' ($(el) s)" | log
+  MK_CUDA_DEFINES="$1" timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache \
+    > "$R/gpu_ops/tiny$2.txt" 2>&1
+  grep -E "$3" "$R/gpu_ops/tiny$2.txt" | log
+}
 run_checks() {
   for x in "$@"; do
     echo "== $x ($(el) s)" | log

@@ -13,12 +13,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
-for v in "" "ATTN_RS=1 ATTN_PROLOGUE=1 PV_STAGE=1"; do
-  echo "== ops tiny '$v' ($(el) s)" | log
-  MK_CUDA_DEFINES="$v" timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache \
-    > "$R/gpu_ops/tiny${v:+_attn}.txt" 2>&1
-  grep -E "AttnScores|AttnPv|verdict" "$R/gpu_ops/tiny${v:+_attn}.txt" | log
-done
+for v in "" "ATTN_RS=1 ATTN_PROLOGUE=1 PV_STAGE=1"; do ops_tiny_with "$v" "${v:+_attn}" "AttnScores|AttnPv|verdict"; done
 # gpu_tiny (contexts to 268: two partitions) with and without them: the same diff line expected.
 run_checks gpu_tiny
 MK_CUDA_DEFINES="ATTN_RS=1 ATTN_PROLOGUE=1 PV_STAGE=1" run_checks gpu_tiny

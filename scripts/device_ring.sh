@@ -12,12 +12,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
-for v in "GEMV_RING=1" "GEMV_RING=1 RING_BREAK=1"; do
-  echo "== ops tiny '$v' ($(el) s)" | log
-  MK_CUDA_DEFINES="$v" timeout 90 $MK gpu ops /tmp/mkcache/tiny-seed0 --steps 1 --cache /tmp/mkcache \
-    > "$R/gpu_ops/tiny_${v// /_}.txt" 2>&1
-  grep -E "^Gemv|verdict|error" "$R/gpu_ops/tiny_${v// /_}.txt" | log
-done
+for v in "GEMV_RING=1" "GEMV_RING=1 RING_BREAK=1"; do ops_tiny_with "$v" "_${v// /_}" "^Gemv|verdict|error"; done
 MK_CUDA_DEFINES="GEMV_RING=1" run_checks gpu_tiny mega_tiny_debug
 for v in "GEMV_RING=1 RING_NOCOMPUTE=1" "GEMV_RING=1 GEMV_READ_ONLY=1"; do
   echo "== ring_probe '$v' ($(el) s)" | log
