@@ -272,15 +272,15 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   const unsigned short* xs = (const unsigned short*)smem;
   unsigned last_word = 0xffffffffu, last_unit = 0xffffffffu;
   float t0[2] = {0.f, 0.f}, t1[2] = {0.f, 0.f};  // the warp's rows' totals (t1: the up weight's)
-  float h0[2] = {0.f, 0.f};                      // the residual's prior h[r] (bf16 bits), loaded early
+  float h0[2] = {0.f, 0.f};                      // the residual's prior bf2f(h[r]), loaded early
   // The current unit, decoded once (not per item): its word, span and derived sizes.
   GemvSpan sp{0, 0, 0, 0};
   unsigned G = 1, span = 0, n = 0, eb = 1, piece = KGROUP;
   bool single = true, bf16w = false, bs = false, partial = false;
   void* out = nullptr;
   unsigned wrows = 0;
-  unsigned s = 0, phase = 0;  // item t's slot and its full barrier's parity (counters, no divisions)
-  for (unsigned t = 0;; ++t) {
+  unsigned s = 0, phase = 0;  // the next item's slot and its full barrier's parity (counters, no divisions)
+  for (;;) {
     mbar_wait(&full[s], phase);
     uint4 m = ring_ld16(&meta[s]);
     if (m.y >> 8) break;
