@@ -1176,7 +1176,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   // discrete kernels; one in the megakernel with MEGA_STREAM_NR1 (half the registers). The same bits.
   auto stream = [&](auto nr_tag) {
     constexpr int NR = decltype(nr_tag)::value;
-    float total[NR];
+    float total[NR] = {};  // (set from the first group on; zeroed only to quiet the compiler)
     auto row_of = [&](unsigned set, int i) { return s.r0 + (threadIdx.x >> 5) + NR * WARPS * set + WARPS * i; };
     fp8_stream<NR>(c, wids, warp_sets(s.r0, s.r1, NR * WARPS), s.r1, row_of, prep, s.g0, s.g1, smem, [&](unsigned set, int i, unsigned g, float v) {
       if (partial) {
