@@ -12,6 +12,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 $MK synth --preset tiny --seed 0 --out /tmp/mkcache/tiny-seed0 > /dev/null
+ops_tiny_with "" "" "verdict|error"  # the default kernels (their joins are BLOCK_SYNC now)
 for v in "GEMV_RING=1" "GEMV_RING=1 RING_BREAK=1"; do ops_tiny_with "$v" "_${v// /_}" "^Gemv|verdict|error"; done
 MK_CUDA_DEFINES="GEMV_RING=1" run_checks gpu_tiny mega_tiny_debug
 for v in "GEMV_RING=1 RING_NOCOMPUTE=1" "GEMV_RING=1 GEMV_READ_ONLY=1"; do
