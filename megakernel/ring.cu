@@ -11,8 +11,11 @@
 // History (each measured on the H200, all with the same bits): thread 0 as the producer between its
 // own items and 16 copies of 1 KB per item, 55.7 ms/token against 12.3 (results/ring_37e2404); one
 // copy per 16 KB item, 62.2 (results/ring_d03d3b7); the consumers only waiting and releasing, 16.7,
-// and without the arithmetic, 50.6 (results/ringdiag_b5e5ad1): every item and piece re-derived its unit
-// through dependent global loads (word fields, buffer tables, block scales) on the critical path.
+// and without the arithmetic, 50.6 (results/ringdiag_b5e5ad1). Derived (not measured): thread 0
+// refilled slots only between its own items, with a non-blocking test made as it finished an item,
+// usually before the other warps had released it, so a freed slot waited a whole item for its refill
+// and the ring ran about one item deep (latency-bound at ~1 us per 16 KB, as measured, at any depth);
+// and every item and piece re-derived its unit through dependent global loads on the critical path.
 // This version (third, not yet measured) moves all of that off it:
 // - a dedicated producer warp (the block has THREADS + 32 threads; the ops' joins are BLOCK_SYNC, the
 //   join of the THREADS consumer threads only), which alone touches tickets, copies and scales;
