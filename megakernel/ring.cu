@@ -120,6 +120,9 @@ __device__ __forceinline__ GemvSpan ring_span(const RingWord& rw, unsigned u, un
   return GemvSpan{rs * rw.unit_rows, min(rw.rows, rs * rw.unit_rows + rw.unit_rows), kp * groups / rw.k_parts, (kp + 1) * groups / rw.k_parts};
 }
 
+// The kernels' static shared memory within the host's RING_STATIC (1,024 bytes).
+static_assert(RING_MAX * (2 * 8 + 16) + RING_WORDS * sizeof(RingWord) <= 1024, "ring static shared memory over RING_STATIC");
+
 template <typename Op>
 __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const DevCtx& c, char* smem) {
   __shared__ unsigned long long full[RING_MAX], empty[RING_MAX];
@@ -381,6 +384,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   }
 }
 
+// The kernels only when the ring is on (the host loads them only then): the default module stays as it was.
+#if GEMV_RING
 #define K_RING(name, OpT)                                                                            \
   extern "C" __global__ void __launch_bounds__(RING_THREADS, RING_BLOCKS) r_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(128) char smem[];                                                    \
@@ -390,3 +395,4 @@ K_RING(gemv_norm, RingNorm)
 K_RING(gemv_gate_up, RingGateUp)
 K_RING(gemv_gated_norm_residual, RingGatedNormResidual)
 K_RING(gemv_residual, RingResidual)
+#endif

@@ -200,6 +200,7 @@ fn a_gpu_only_experiment_without_a_gpu_says_so() {
     let big = Experiment::parse(&text.replace("\"tiny\"", "\"qwen3.5-27b\"")).unwrap();
     let o = opts("nogpu27b");
     let dir = run(&big, &o).unwrap();
-    assert!(summary(&dir).unwrap().contains("no path could run here"));
+    let s = summary(&dir).unwrap();
+    assert!(s.contains("no path could run here") && s.contains("skipped") && s.contains("not run"), "{s}");
     assert!(!o.cache_root.join("qwen3.5-27b-seed0").exists(), "the 27B checkpoint was generated");
 }

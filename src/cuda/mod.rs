@@ -99,6 +99,9 @@ fn check_define_list(defs: &[String]) -> Result<()> {
         if name == "RING_SLOTS" && value.parse::<u32>().is_ok_and(|d| !(2..=16).contains(&d)) {
             bail!("MK_CUDA_DEFINES: RING_SLOTS is 2..16");
         }
+        if name == "RING_BLOCKS" && value.parse::<u32>().is_ok_and(|d| !(1..=7).contains(&d)) {
+            bail!("MK_CUDA_DEFINES: RING_BLOCKS is 1..7 (blocks of 288 threads per SM)");
+        }
         if name == "TMA_DEPTH" && value == "0" {
             bail!("MK_CUDA_DEFINES: TMA_DEPTH must be at least 1");
         }
@@ -178,7 +181,18 @@ mod tests {
     fn host_read_tunables_must_be_decimal() {
         let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert!(check_define_list(&l(&["GEMV_TMA=1", "TMA_DEPTH=4", "ATTN_UNROLL=8", "MK_BREAK_GEMV"])).is_ok());
-        for bad in ["GEMV_TMA", "TMA_DEPTH=(3)", "UNIT_LOOP=0x1", "TMA_DEPTH=0", "GEMV_DEPTH=5"] {
+        assert!(check_define_list(&l(&["GEMV_RING=1", "RING_BLOCKS=2", "RING_SLOTS=6"])).is_ok());
+        for bad in [
+            "GEMV_TMA",
+            "TMA_DEPTH=(3)",
+            "UNIT_LOOP=0x1",
+            "TMA_DEPTH=0",
+            "GEMV_DEPTH=5",
+            "RING_SLOTS=1",
+            "RING_SLOTS=17",
+            "RING_BLOCKS=0",
+            "RING_BLOCKS=8",
+        ] {
             assert!(check_define_list(&l(&[bad])).is_err(), "{bad}");
         }
     }

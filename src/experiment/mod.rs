@@ -451,6 +451,13 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
             }
         }
     }
+    let dropped: Vec<String> = e
+        .diffs
+        .iter()
+        .filter(|d| !runnable.contains(&d.a) || !runnable.contains(&d.b))
+        .map(|d| format!("diff {} vs {} not run: a path was skipped", d.a.label(), d.b.label()))
+        .collect();
+    rec.notes.extend(dropped);
     let Some(ck) = ck.as_ref() else {
         rec.notes.push("no path could run here (every path was skipped): nothing compared or timed".into());
         bar.println("no path could run here: nothing compared or timed");
@@ -504,13 +511,6 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         mega: dev(PathName::Megakernel),
     };
     res.save(&rec)?;
-    let dropped: Vec<String> = e
-        .diffs
-        .iter()
-        .filter(|d| !runnable.contains(&d.a) || !runnable.contains(&d.b))
-        .map(|d| format!("diff {} vs {} not run: a path was skipped", d.a.label(), d.b.label()))
-        .collect();
-    rec.notes.extend(dropped);
     let ctx = RunCtx { e, shared: &shared, runnable: &runnable, contexts: &contexts, steps, total: need, bar: &bar };
     // A failure part-way still leaves everything measured so far on disk, with the reason.
     let outcome = if runnable.is_empty() {
