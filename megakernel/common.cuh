@@ -97,6 +97,11 @@
 #ifndef RING_SLOTS
 #define RING_SLOTS 12      // GEMV_RING: the ring's 16 KB slots at most (fewer when shared memory is short)
 #endif
+#ifndef RING_STAMPS
+#define RING_STAMPS 0      // GEMV_RING DIAGNOSTIC: block 0 of the RING_STAMPS-th ring launch of the process prints
+                           // its first 64 items' clock64 stamps (issue, landing, warps 0 and 7 done, slot free)
+                           // with device printf; the host reads this too (static shared memory)
+#endif
 #ifndef RING_EARLY
 #define RING_EARLY 1       // GEMV_RING: a block's first unit's copies are issued before griddepcontrol.wait
                            // (weights never depend on the predecessor kernel)

@@ -120,14 +120,25 @@ __device__ __forceinline__ GemvSpan ring_span(const RingWord& rw, unsigned u, un
   return GemvSpan{rs * rw.unit_rows, min(rw.rows, rs * rw.unit_rows + rw.unit_rows), kp * groups / rw.k_parts, (kp + 1) * groups / rw.k_parts};
 }
 
-// The kernels' static shared memory within the host's RING_STATIC (1,024 bytes).
-static_assert(RING_MAX * (2 * 8 + 16) + RING_WORDS * sizeof(RingWord) <= 1024, "ring static shared memory over RING_STATIC");
+// RING_STAMPS: the items stamped, and the ring launches so far in this process (to stamp a warm one).
+#define RING_STAMP_ITEMS 64
+__device__ unsigned ring_launches;
+// The kernels' static shared memory within the host's RING_STATIC (1,024 bytes; RING_STAMPS: 3,584 more).
+static_assert(RING_MAX * (2 * 8 + 16) + RING_WORDS * sizeof(RingWord) + 16 <= 1024, "ring static shared memory over RING_STATIC");
+static_assert(5 * RING_STAMP_ITEMS * 8 <= 3584, "ring stamps over the host's room");
 
 template <typename Op>
 __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const DevCtx& c, char* smem) {
   __shared__ unsigned long long full[RING_MAX], empty[RING_MAX];
   __shared__ uint4 meta[RING_MAX];  // (word, sub | end << 8, unit in the word, chunk) of the slot's item
   __shared__ RingWord words[RING_WORDS];
+  __shared__ unsigned stamping;  // RING_STAMPS: this block stamps its items
+#if RING_STAMPS
+  // clock64 of item t: issued (lane 0 after its copies), slot free (the producer's wait over), landed
+  // (warp 0's wait over), warp 0 done, warp 7 done.
+  __shared__ long long st_issue[RING_STAMP_ITEMS], st_free[RING_STAMP_ITEMS], st_land[RING_STAMP_ITEMS],
+      st_done0[RING_STAMP_ITEMS], st_done7[RING_STAMP_ITEMS];
+#endif
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned K = c.cols[prog[wi].ops[SLOT_IN0]], kb = (K + 127) / 128;
   char* ring = smem + ring_base(K);
@@ -161,6 +172,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     words[k] = rw;
   }
   if (threadIdx.x == 0) {
+    stamping = 0;
+    if (RING_STAMPS && blockIdx.x == 0) stamping = atomicAdd(&ring_launches, 1u) + 1 == RING_STAMPS;
     for (unsigned d = 0; d < D; ++d) {
       mbar_init_n(&full[d], 1);
       mbar_init_n(&empty[d], WARPS);
@@ -229,6 +242,9 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       if (lane == 0) {
         meta[s] = make_uint4(k, sub, u, ch);
         mbar_arrive(&full[s]);
+#if RING_STAMPS
+        if (stamping && t < RING_STAMP_ITEMS) st_issue[t] = clock64();
+#endif
       }
       ++t;
       if (++ch == nc && ++sub < (Op::GU ? 2u : 1u)) start_sub();
@@ -238,6 +254,9 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
         mbar_wait(&empty[t % D], (t / D - 1) & 1);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the consumers' reads before the next copy (insurance)
       }
+#if RING_STAMPS
+      if (lane == 0 && stamping && t < RING_STAMP_ITEMS) st_free[t] = clock64();
+#endif
       __syncwarp();
     };
     start_unit();
@@ -286,8 +305,12 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   void* out = nullptr;
   unsigned wrows = 0;
   unsigned s = 0, phase = 0;  // the next item's slot and its full barrier's parity (counters, no divisions)
-  for (;;) {
+  for (unsigned t = 0;; ++t) {  // (t: the item, for RING_STAMPS)
+    (void)t;
     mbar_wait(&full[s], phase);
+#if RING_STAMPS
+    if (stamping && lane == 0 && warp == 0 && t < RING_STAMP_ITEMS) st_land[t] = clock64();
+#endif
     uint4 m = ring_ld16(&meta[s]);
     if (m.y >> 8) break;
     if (m.x != last_word) {  // another word's input (the first, or a launch of several words)
@@ -376,12 +399,28 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       }
     }
     __syncwarp();
+#if RING_STAMPS
+    if (stamping && lane == 0 && t < RING_STAMP_ITEMS) {
+      if (warp == 0) st_done0[t] = clock64();
+      if (warp == WARPS - 1) st_done7[t] = clock64();
+    }
+#endif
     if (lane == 0) mbar_arrive(&empty[s]);  // the warp is done with the slot
     if (++s == D) {
       s = 0;
       phase ^= 1u;
     }
   }
+#if RING_STAMPS
+  // (the producer's stamps were written before its end marker's release; warp 7's before this join)
+  BLOCK_SYNC();
+  if (stamping && threadIdx.x == 0) {
+    printf("ring stamps: launch %u, word %u, %u slots, K %u (clock64 from item 0's issue)\n", (unsigned)RING_STAMPS, wi, D, K);
+    for (unsigned t = 0; t < RING_STAMP_ITEMS; ++t)
+      printf("ring item %u issue %lld free %lld land %lld done0 %lld done7 %lld\n", t, st_issue[t] - st_issue[0],
+             t >= D ? st_free[t] - st_issue[0] : 0ll, st_land[t] - st_issue[0], st_done0[t] - st_issue[0], st_done7[t] - st_issue[0]);
+  }
+#endif
 }
 
 // The kernels only when the ring is on (the host loads them only then): the default module stays as it was.

@@ -163,7 +163,9 @@ fn ring_base(k: u32) -> u32 {
 fn ring_smem_for(k: u32, blocks: u32, want: u32) -> Option<u32> {
     let (blocks, want) = (blocks.max(1), want.clamp(2, RING_MAX));
     let base = ring_base(k);
-    let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + RING_STATIC).min(SMEM_PER_BLOCK - RING_STATIC);
+    // (RING_STAMPS, a diagnostic: 3,584 bytes of stamps in static shared memory)
+    let stat = RING_STATIC + if super::cuda_define("RING_STAMPS").unwrap_or(0) != 0 { 3584 } else { 0 };
+    let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + stat).min(SMEM_PER_BLOCK - stat);
     let slots = (room.saturating_sub(base) / (RING_SLOT + RING_SC)).min(want);
     (slots >= 2).then_some(base + slots * (RING_SLOT + RING_SC))
 }

@@ -61,7 +61,7 @@ pub fn cuda_defines() -> Vec<String> {
 
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 12] = [
+pub const HOST_TUNABLES: [(&str, u32); 13] = [
     ("GEMV_TMA", 0),
     ("GEMV_DYNAMIC", 1),
     ("GRAPH_PDL", 1),
@@ -74,6 +74,7 @@ pub const HOST_TUNABLES: [(&str, u32); 12] = [
     ("GEMV_RING", 0),
     ("RING_BLOCKS", 1),
     ("RING_SLOTS", 12),
+    ("RING_STAMPS", 0),
 ];
 
 /// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.
