@@ -441,7 +441,17 @@ fn run(cli: Cli) -> Result<()> {
             let t = std::time::Instant::now();
             let (n, log) = mk::cuda::compile_check(&arch, resources)?;
             if resources {
-                print!("{log}");
+                // ptxas's per-kernel report as a table (the raw report is NVRTC's log)
+                println!(
+                    "{:32} {:>9} {:>12} {:>11} {:>11}",
+                    "kernel", "registers", "spill stores", "spill loads", "static smem"
+                );
+                for k in mk::cuda::ptxas_resources(&log) {
+                    println!(
+                        "{:32} {:>9} {:>12} {:>11} {:>11}",
+                        k.name, k.registers, k.spill_stores, k.spill_loads, k.static_smem
+                    );
+                }
             }
             println!("compiled for {arch}: CUBIN {n} bytes in {:.2} s", t.elapsed().as_secs_f64());
         }

@@ -179,6 +179,32 @@ mod tests {
     }
 
     #[test]
+    fn ptxas_reports_parse_into_one_row_per_kernel() {
+        let log = "ptxas info    : Compiling entry function 'k_gemv_norm' for 'sm_90'\n\
+                   ptxas info    : Function properties for k_gemv_norm\n\
+                   ptxas         .     24 bytes stack frame, 64 bytes spill stores, 92 bytes spill loads\n\
+                   ptxas info    : Used 128 registers, used 1 barriers, 16 bytes smem\n\
+                   ptxas info    : Compile time = 1.0 ms\n\
+                   ptxas info    : Compiling entry function 'k_embed' for 'sm_90'\n\
+                   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+                   ptxas info    : Used 20 registers, used 0 barriers\n";
+        let r = ptxas_resources(log);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            r[0],
+            KernelResources {
+                name: "k_gemv_norm".into(),
+                registers: 128,
+                spill_stores: 64,
+                spill_loads: 92,
+                static_smem: 16
+            }
+        );
+        assert_eq!((r[1].name.as_str(), r[1].registers, r[1].spill_stores, r[1].static_smem), ("k_embed", 20, 0, 0));
+        assert!(ptxas_resources("no report").is_empty());
+    }
+
+    #[test]
     fn host_read_tunables_must_be_decimal() {
         let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert!(check_define_list(&l(&["GEMV_TMA=1", "TMA_DEPTH=4", "ATTN_UNROLL=8", "MK_BREAK_GEMV"])).is_ok());
@@ -326,6 +352,41 @@ pub fn compile_check(arch: &str, resources: bool) -> Result<(usize, String)> {
     }
     let (cubin, log) = nvrtc_with_log(&source(), &opts)?;
     Ok((cubin.len(), log))
+}
+
+/// One kernel's resources from ptxas's verbose report.
+#[derive(Debug, PartialEq)]
+pub struct KernelResources {
+    pub name: String,
+    pub registers: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+    pub static_smem: u32,
+}
+
+/// Parses ptxas's `-v` report into one row per kernel (entry functions only), in report order: the
+/// `Compiling entry function 'NAME'` line, then its spill line and its `Used N registers` line.
+pub fn ptxas_resources(log: &str) -> Vec<KernelResources> {
+    let num_before = |l: &str, unit: &str| -> Option<u32> {
+        let i = l.find(unit)?;
+        l[..i].split_whitespace().last()?.parse().ok()
+    };
+    let mut out: Vec<KernelResources> = Vec::new();
+    for l in log.lines() {
+        if let Some(rest) = l.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or("").to_string();
+            out.push(KernelResources { name, registers: 0, spill_stores: 0, spill_loads: 0, static_smem: 0 });
+        } else if let Some(k) = out.last_mut() {
+            if l.contains("spill stores") {
+                k.spill_stores = num_before(l, "bytes spill stores").unwrap_or(0);
+                k.spill_loads = num_before(l, "bytes spill loads").unwrap_or(0);
+            } else if l.contains("Used") && l.contains("registers") {
+                k.registers = num_before(l, "registers").unwrap_or(0);
+                k.static_smem = num_before(l, "bytes smem").unwrap_or(0);
+            }
+        }
+    }
+    out
 }
 
 fn cstr(v: &[c_char]) -> String {
