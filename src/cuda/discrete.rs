@@ -160,11 +160,10 @@ fn ring_base(k: u32) -> u32 {
 
 /// Dynamic shared memory of a ring launch with inputs of width `k`: the ring as deep as RING_SLOTS
 /// allows with RING_BLOCKS blocks per SM; None when fewer than 2 slots fit.
-fn ring_smem_for(k: u32, blocks: u32, want: u32) -> Option<u32> {
+/// `stat`: the kernels' static shared memory (RING_STATIC, more with RING_STAMPS).
+fn ring_smem_for(k: u32, blocks: u32, want: u32, stat: u32) -> Option<u32> {
     let (blocks, want) = (blocks.max(1), want.clamp(2, RING_MAX));
     let base = ring_base(k);
-    // (RING_STAMPS, a diagnostic: 3,584 bytes of stamps in static shared memory)
-    let stat = RING_STATIC + if super::cuda_define("RING_STAMPS").unwrap_or(0) != 0 { 3584 } else { 0 };
     let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + stat).min(SMEM_PER_BLOCK - stat);
     let slots = (room.saturating_sub(base) / (RING_SLOT + RING_SC)).min(want);
     (slots >= 2).then_some(base + slots * (RING_SLOT + RING_SC))
@@ -180,11 +179,13 @@ fn ring_smem(p: &Program, words: &[Word]) -> Option<u32> {
         return None;
     }
     let blocks = super::cuda_define("RING_BLOCKS").unwrap_or(1);
-    ring_smem_with(p, words, blocks, super::cuda_define("RING_SLOTS").unwrap_or(12))
+    // (RING_STAMPS, a diagnostic: 3,584 bytes of stamps in static shared memory)
+    let stat = RING_STATIC + if super::cuda_define("RING_STAMPS").unwrap_or(0) != 0 { 3584 } else { 0 };
+    ring_smem_with(p, words, blocks, super::cuda_define("RING_SLOTS").unwrap_or(12), stat)
 }
 
 /// `ring_smem` for `blocks` ring blocks per SM and at most `slots` slots.
-fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32) -> Option<u32> {
+fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32) -> Option<u32> {
     if !RING_OPS.contains(&words.first()?.opcode) || words.len() > RING_WORDS {
         return None;
     }
@@ -203,7 +204,7 @@ fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32) -> Optio
             return None;
         }
     }
-    ring_smem_for(k, blocks, slots)
+    ring_smem_for(k, blocks, slots, stat)
 }
 
 /// The most dynamic shared memory any ring launch of the program takes (the kernels' opt-in).
@@ -1393,13 +1394,13 @@ mod tests {
         // The 27B: x of 5,120 (most GEMVs), 6,144 (o_proj, GDN out_proj) and 17,408 (down).
         let slot = RING_SLOT + RING_SC;
         assert_eq!(ring_base(5120), 10_496);
-        assert_eq!(ring_smem_for(5120, 1, 12), Some(10_496 + 12 * slot));
-        assert_eq!(ring_smem_for(17_408, 1, 16), Some(ring_base(17_408) + 11 * slot));
-        assert_eq!(ring_smem_for(5120, 2, 12), Some(10_496 + 6 * slot));
-        assert_eq!(ring_smem_for(5120, 7, 12), None); // under 2 slots: the k_* kernel
+        assert_eq!(ring_smem_for(5120, 1, 12, RING_STATIC), Some(10_496 + 12 * slot));
+        assert_eq!(ring_smem_for(17_408, 1, 16, RING_STATIC), Some(ring_base(17_408) + 11 * slot));
+        assert_eq!(ring_smem_for(5120, 2, 12, RING_STATIC), Some(10_496 + 6 * slot));
+        assert_eq!(ring_smem_for(5120, 7, 12, RING_STATIC), None); // under 2 slots: the k_* kernel
         for k in [64, 256, 5120, 6144, 17_408] {
             for blocks in 1..=3 {
-                if let Some(b) = ring_smem_for(k, blocks, 16) {
+                if let Some(b) = ring_smem_for(k, blocks, 16, RING_STATIC) {
                     assert!(blocks * (b + 1024 + RING_STATIC) <= SMEM_PER_SM && b + RING_STATIC <= SMEM_PER_BLOCK);
                     assert_eq!((b - ring_base(k)) % (RING_SLOT + RING_SC), 0);
                 }
@@ -1411,20 +1412,20 @@ mod tests {
         let mut rings = 0;
         for (first, n) in d {
             let words = &p.words[first..first + n];
-            let r = ring_smem_with(&p, words, 1, 12);
+            let r = ring_smem_with(&p, words, 1, 12, RING_STATIC);
             assert_eq!(r.is_some(), RING_OPS.contains(&words[0].opcode), "{:?}", words[0].opcode);
             rings += r.is_some() as usize;
         }
         assert!(rings > 200, "{rings} ring launches");
         let gate = p.words.iter().find(|w| w.opcode == Opcode::GemvGateUp).unwrap().clone();
         let down = p.words.iter().find(|w| w.opcode == Opcode::GemvResidual && w.layer == 0).unwrap().clone();
-        assert!(ring_smem_with(&p, &[gate.clone()], 1, 12).is_some());
+        assert!(ring_smem_with(&p, &[gate.clone()], 1, 12, RING_STATIC).is_some());
         let width = |w: &Word| p.buffers[w.op(crate::isa::slot::IN0).unwrap()].cols;
         let o = p.words.iter().filter(|w| w.opcode == Opcode::GemvResidual).find(|w| width(w) != width(&down)).unwrap();
-        assert!(ring_smem_with(&p, &[down.clone(), o.clone()], 1, 12).is_none());
+        assert!(ring_smem_with(&p, &[down.clone(), o.clone()], 1, 12, RING_STATIC).is_none());
         let mut lm = gate;
         lm.opcode = Opcode::LmHead;
-        assert!(ring_smem_with(&p, &[lm], 1, 12).is_none());
+        assert!(ring_smem_with(&p, &[lm], 1, 12, RING_STATIC).is_none());
     }
 
     #[test]
@@ -1450,7 +1451,7 @@ mod tests {
     fn ring_pieces_ok(p: &Program, naive_offsets: bool) -> bool {
         for (first, n) in launch_groups_of(p) {
             let words = &p.words[first..first + n];
-            if ring_smem_with(p, words, 1, 12).is_none() {
+            if ring_smem_with(p, words, 1, 12, RING_STATIC).is_none() {
                 continue;
             }
             for w in words {
