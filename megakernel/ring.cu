@@ -35,10 +35,14 @@
 // all. RING_EARLY issues the block's first unit's first items before griddepcontrol.wait: weights and
 // scales never depend on the predecessor kernel.
 //
-// Bits: warp w computes rows w and w + 8 of each unit (its pieces, wherever they fall), every
-// (row, group) partial exactly as dot_rows (lane l's chunks in order, elements in order, one fma each,
-// then the butterfly), groups summed in order from 0, the same epilogues: the bits of the k_* kernels
-// and of the megakernel, which the per-instruction diff of every run checks.
+// Bits: an item's pieces are dealt to the consumer warps in turn (piece q of the item to warp q % 8, two
+// at a time), so that every warp works on every item (rows to warps left ~3 of 8 warps busy per item of
+// a split-K unit: results/ring3_ea76f3b). Every (row, group) partial is computed exactly as dot_rows
+// (lane l's chunks in order, elements in order, one fma each, then the butterfly); split-K partials go
+// to memory as before, and a whole-row unit's partials to shared memory (pv), summed per row in group
+// order from 0 by the row's warp after the unit's last item (one join of the consumers per unit), the
+// same epilogues: the bits of the k_* kernels and of the megakernel, which the per-instruction diff of
+// every run checks.
 #ifndef RING_BREAK
 #define RING_BREAK 0      // the op check's negative control for the ring kernels: every row's first piece off by 1
 #endif
@@ -50,6 +54,7 @@
 #define RING_WORDS 4      // words of one ring launch at most (a GDN layer's qkv, z, b, a)
 #define RING_SC 576u      // bytes of block scales per slot: a scale row of at most 144 blocks (K <= 18,432)
 #define RING_THREADS (THREADS + 32)
+#define RING_PV 288       // (row, group) partials of a whole-row unit: 16 rows x 18 groups, both weights (host-checked)
 static_assert(RING_SLOTS >= 2 && RING_SLOTS <= RING_MAX, "RING_SLOTS is 2..16");
 static_assert(!(GEMV_RING && GEMV_MMA), "the ring computes dot_rows' order; GEMV_MMA changes the k_* kernels' order");
 
@@ -123,14 +128,15 @@ __device__ __forceinline__ GemvSpan ring_span(const RingWord& rw, unsigned u, un
 // RING_STAMPS: the items stamped, and the ring launches so far in this process (to stamp a warm one).
 #define RING_STAMP_ITEMS 64
 __device__ unsigned ring_launches;
-// The kernels' static shared memory within the host's RING_STATIC (1,024 bytes; RING_STAMPS: 3,584 more).
-static_assert(RING_MAX * (2 * 8 + 16) + RING_WORDS * sizeof(RingWord) + 16 <= 1024, "ring static shared memory over RING_STATIC");
+// The kernels' static shared memory within the host's RING_STATIC (3,136 bytes; RING_STAMPS: 3,584 more).
+static_assert(RING_MAX * (2 * 8 + 16) + RING_WORDS * sizeof(RingWord) + 16 + 2 * RING_PV * 4 <= 3136, "ring static shared memory over RING_STATIC");
 static_assert(5 * RING_STAMP_ITEMS * 8 <= 3584, "ring stamps over the host's room");
 
 template <typename Op>
 __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const DevCtx& c, char* smem) {
   __shared__ unsigned long long full[RING_MAX], empty[RING_MAX];
-  __shared__ uint4 meta[RING_MAX];  // (word, sub | end << 8, unit in the word, chunk) of the slot's item
+  __shared__ uint4 meta[RING_MAX];  // (word, sub | end << 8 | unit's last item << 9, unit in the word, chunk)
+  __shared__ float pv[2][RING_PV];  // a whole-row unit's (row, group) partials (weight, row, group order), by unit parity
   __shared__ RingWord words[RING_WORDS];
   __shared__ unsigned stamping;  // RING_STAMPS: this block stamps its items
 #if RING_STAMPS
@@ -240,7 +246,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       }
       __syncwarp();  // the lanes' scales before lane 0's arrival (release)
       if (lane == 0) {
-        meta[s] = make_uint4(k, sub, u, ch);
+        const bool last = ch + 1 == nc && sub + 1 == (Op::GU ? 2u : 1u);  // the unit's last item
+        meta[s] = make_uint4(k, sub | (unsigned)last << 9, u, ch);
         mbar_arrive(&full[s]);
 #if RING_STAMPS
         if (stamping && t < RING_STAMP_ITEMS) st_issue[t] = clock64();
@@ -296,8 +303,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   if (DEVICE_STOP && stopped(c)) return;
   const unsigned short* xs = (const unsigned short*)smem;
   unsigned last_word = 0xffffffffu, last_unit = 0xffffffffu;
-  float t0[2] = {0.f, 0.f}, t1[2] = {0.f, 0.f};  // the warp's rows' totals (t1: the up weight's)
-  float h0[2] = {0.f, 0.f};                      // the residual's prior bf2f(h[r]), loaded early
+  float h0[2] = {0.f, 0.f};  // the residual's prior bf2f(h[r]) of the warp's rows, loaded at the unit's start
   // The current unit, decoded once (not per item): its word, span and derived sizes.
   GemvSpan sp{0, 0, 0, 0};
   unsigned G = 1, span = 0, n = 0, eb = 1, piece = KGROUP;
@@ -305,6 +311,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   void* out = nullptr;
   unsigned wrows = 0;
   unsigned s = 0, phase = 0;  // the next item's slot and its full barrier's parity (counters, no divisions)
+  unsigned par = 0;           // the unit's half of pv
   for (unsigned t = 0;; ++t) {  // (t: the item, for RING_STAMPS)
     (void)t;
     mbar_wait(&full[s], phase);
@@ -312,7 +319,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     if (stamping && lane == 0 && warp == 0 && t < RING_STAMP_ITEMS) st_land[t] = clock64();
 #endif
     uint4 m = ring_ld16(&meta[s]);
-    if (m.y >> 8) break;
+    if ((m.y >> 8) & 1) break;
     if (m.x != last_word) {  // another word's input (the first, or a launch of several words)
       if (last_word != 0xffffffffu) {
         __syncwarp();
@@ -322,7 +329,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       last_word = m.x;
       last_unit = 0xffffffffu;
     }
-    const unsigned key = m.z * 2 + (m.y & 1);  // (unit, sub)
+    const unsigned sub = m.y & 255u, key = m.z * 2 + sub;  // (unit, sub)
     if (key != last_unit) {
       const RingWord& rw = words[m.x];
       sp = ring_span(rw, m.z, K);
@@ -338,17 +345,21 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       out = rw.out;
       wrows = rw.rows;
       last_unit = key;
+      // The residual's h[r] of the warp's rows at the unit's start: its latency hides behind the unit.
+      if (Op::RES && !partial && sub == 0 && lane == 0)
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri)
+          if (sp.r0 + warp + WARPS * ri < sp.r1) h0[ri] = bf2f(((const unsigned short*)out)[sp.r0 + warp + WARPS * ri]);
     }
-    const unsigned sub = m.y;
     // The item's pieces q0 .. q1 - 1 of the (unit, sub) sequence: piece q is row r0 + q / G, group
     // g0 + q % G, at (q / G) span + (q % G) piece. (The host takes the ring only where pieces never
     // straddle items: K a multiple of 1,024, or every (unit, sub) within one item.)
     const unsigned q0 = single ? 0 : m.w * (RING_SLOT / piece), q1 = single ? n : min(n, q0 + RING_SLOT / piece);
     const char* slot = ring + s * RING_SLOT - m.w * RING_SLOT;  // (sequence offsets minus the item's start)
     const char* sc = scales + s * RING_SC;
-    // A lane's sum over row j's piece of group g (dot_rows' order).
-    auto piece_acc = [&](unsigned j, unsigned g) {
-      unsigned k0 = g * KGROUP, k1 = min(K, k0 + KGROUP);
+    // A lane's sum over piece q (row j, group g) in dot_rows' order.
+    auto piece_acc = [&](unsigned q) {
+      unsigned j = q / G, g = sp.g0 + (q - j * G), k0 = g * KGROUP, k1 = min(K, k0 + KGROUP);
       const char* pc = slot + j * span + (g - sp.g0) * piece;
       float acc = 0.f;
       if (bf16w) {
@@ -366,36 +377,23 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       }
       return acc;
     };
-#pragma unroll
-    for (int ri = 0; ri < 2 && !RING_NOCOMPUTE; ++ri) {
-      const unsigned j = warp + WARPS * ri, r = sp.r0 + j;
-      // The (row, group) partial v, taken in group order.
-      auto emit = [&](unsigned g, float v) {
+    // Piece q's partial v (lane 0): a split-K partial to memory, else to pv for the unit's end.
+    auto put = [&](unsigned q, float v) {
+      unsigned j = q / G, g = sp.g0 + (q - j * G);
 #if RING_BREAK
-        if (g == sp.g0) v += 1.0f;
+      if (g == sp.g0) v += 1.0f;
 #endif
-        if (partial) {
-          if (lane == 0) ((float*)out)[(size_t)g * wrows + r] = v;
-        } else if (Op::GU && sub == 1) {
-          t1[ri] = (g == sp.g0 ? 0.f : t1[ri]) + v;  // ORDER: k-groups in order, from 0
-        } else {
-          t0[ri] = (g == sp.g0 ? 0.f : t0[ri]) + v;
-        }
-        // The row's last piece of the unit's last weight: the epilogue.
-        if (!partial && g + 1 == sp.g1 && (!Op::GU || sub == 1) && lane == 0) Op::epi((unsigned short*)out, r, t0[ri], t1[ri], h0[ri]);
-      };
-      // This row's pieces in the item: groups ga .. gb - 1.
-      const unsigned a = max(q0, j * G), b = min(q1, (j + 1) * G);
-      if (a >= b) continue;
-      const unsigned ga = sp.g0 + (a - j * G), gb = sp.g0 + (b - j * G);
-      // The residual's h[r], loaded at the row's first piece: its latency hides behind the row's pieces.
-      if (Op::RES && !partial && ga == sp.g0 && lane == 0) h0[ri] = bf2f(((const unsigned short*)out)[r]);
-      // Two pieces at a time (independent chains), emitted in order.
-      for (unsigned g = ga; g < gb; g += 2) {
-        float x0 = piece_acc(j, g), x1 = g + 1 < gb ? piece_acc(j, g + 1) : 0.f;
-        float v0 = warp_sum(x0), v1 = warp_sum(x1);
-        emit(g, v0);
-        if (g + 1 < gb) emit(g + 1, v1);
+      if (partial) ((float*)out)[(size_t)g * wrows + sp.r0 + j] = v;
+      else pv[par][sub * n + q] = v;
+    };
+    // The warp's pieces: q0 + warp, q0 + warp + 8, .. two at a time (independent chains).
+    for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += 2 * WARPS) {
+      const bool two = q + WARPS < q1;
+      float x0 = piece_acc(q), x1 = two ? piece_acc(q + WARPS) : 0.f;
+      float v0 = warp_sum(x0), v1 = warp_sum(x1);
+      if (lane == 0) {
+        put(q, v0);
+        if (two) put(q + WARPS, v1);
       }
     }
     __syncwarp();
@@ -409,6 +407,24 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     if (++s == D) {
       s = 0;
       phase ^= 1u;
+    }
+    // A whole-row unit's end: every warp's partials in pv, then warp w's rows w and w + 8, their groups
+    // summed in order from 0 (ORDER: as dot_rows' t = 0 + v_0 + v_1 + ..), the epilogue. (pv's halves
+    // alternate by unit: the next unit's writes cannot reach this one's before its end's join.)
+    if (((m.y >> 9) & 1) && !partial && !RING_NOCOMPUTE) {
+      BLOCK_SYNC();
+      if (lane == 0)
+#pragma unroll
+        for (int ri = 0; ri < 2; ++ri) {
+          const unsigned j = warp + WARPS * ri;
+          if (sp.r0 + j >= sp.r1) continue;
+          float t0 = 0.f, t1 = 0.f;
+          for (unsigned g = 0; g < G; ++g) t0 += pv[par][j * G + g];
+          if (Op::GU)
+            for (unsigned g = 0; g < G; ++g) t1 += pv[par][n + j * G + g];
+          Op::epi((unsigned short*)out, sp.r0 + j, t0, t1, h0[ri]);
+        }
+      par ^= 1u;
     }
   }
 #if RING_STAMPS

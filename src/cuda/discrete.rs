@@ -145,8 +145,10 @@ const RING_MAX: u32 = 16;
 const RING_WORDS: usize = 4;
 const RING_THREADS: u32 = 256 + 32;
 /// The ring kernels' static shared memory (two mbarriers and a 16-byte item record per slot, the
-/// launch's decoded words), rounded up.
-const RING_STATIC: u32 = 1024;
+/// launch's decoded words, two halves of RING_PV floats of whole-row partials), rounded up.
+const RING_STATIC: u32 = 3136;
+/// A whole-row unit's (row, group) partials, both weights (RING_PV in ring.cu).
+const RING_PV: u32 = 288;
 
 fn ring_on() -> bool {
     super::cuda_define("GEMV_RING").unwrap_or(0) != 0
@@ -173,7 +175,7 @@ fn ring_smem_for(k: u32, blocks: u32, want: u32, stat: u32) -> Option<u32> {
 /// when the launch keeps the k_* kernel: GEMV_RING off, another opcode, or a word the ring does not
 /// handle (inputs of different widths, units of other than 16 rows, rows whose bytes are not a
 /// multiple of 16, a width not a multiple of 1,024 whose unit does not fit one slot (its (row, group)
-/// pieces would straddle slots), bf16 gate/up weights).
+/// pieces would straddle slots), bf16 gate/up weights, more (row, group) partials per unit than RING_PV).
 fn ring_smem(p: &Program, words: &[Word]) -> Option<u32> {
     if !ring_on() {
         return None;
@@ -186,6 +188,7 @@ fn ring_smem(p: &Program, words: &[Word]) -> Option<u32> {
 
 /// `ring_smem` for `blocks` ring blocks per SM and at most `slots` slots.
 fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32) -> Option<u32> {
+    let subs = |w: &Word| if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
     if !RING_OPS.contains(&words.first()?.opcode) || words.len() > RING_WORDS {
         return None;
     }
@@ -199,6 +202,7 @@ fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u3
             && (k * w0) % 16 == 0
             && (k % KGROUP as u32 == 0 || 16 * k * w0 <= RING_SLOT)
             && 4 * k.div_ceil(128) <= RING_SC
+            && subs(w) * 16 * k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1)) <= RING_PV
             && (w.opcode != Opcode::GemvGateUp || (w0 == 1 && eb(crate::isa::slot::W1)? == 1));
         if !ok {
             return None;
