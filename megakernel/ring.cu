@@ -130,7 +130,7 @@ __device__ __forceinline__ GemvSpan ring_span(const RingWord& rw, unsigned u, un
 __device__ unsigned ring_launches;
 // The kernels' static shared memory within the host's RING_STATIC (3,136 bytes; RING_STAMPS: 3,584 more).
 static_assert(RING_MAX * (2 * 8 + 16) + RING_WORDS * sizeof(RingWord) + 16 + 2 * RING_PV * 4 <= 3136, "ring static shared memory over RING_STATIC");
-static_assert(5 * RING_STAMP_ITEMS * 8 <= 3584, "ring stamps over the host's room");
+static_assert(6 * RING_STAMP_ITEMS * 8 <= 3584, "ring stamps over the host's room");
 
 template <typename Op>
 __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const DevCtx& c, char* smem) {
@@ -141,9 +141,10 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   __shared__ unsigned stamping;  // RING_STAMPS: this block stamps its items
 #if RING_STAMPS
   // clock64 of item t: issued (lane 0 after its copies), slot free (the producer's wait over), landed
-  // (warp 0's wait over), warp 0 done, warp 7 done.
+  // (warp 0's wait over), warp 0 done, warp 7 done, warp 7's wait over; st_n: the block's items.
   __shared__ long long st_issue[RING_STAMP_ITEMS], st_free[RING_STAMP_ITEMS], st_land[RING_STAMP_ITEMS],
-      st_done0[RING_STAMP_ITEMS], st_done7[RING_STAMP_ITEMS];
+      st_done0[RING_STAMP_ITEMS], st_done7[RING_STAMP_ITEMS], st_land7[RING_STAMP_ITEMS];
+  __shared__ unsigned st_n;
 #endif
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned K = c.cols[prog[wi].ops[SLOT_IN0]], kb = (K + 127) / 128;
@@ -317,9 +318,15 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     mbar_wait(&full[s], phase);
 #if RING_STAMPS
     if (stamping && lane == 0 && warp == 0 && t < RING_STAMP_ITEMS) st_land[t] = clock64();
+    if (stamping && lane == 0 && warp == WARPS - 1 && t < RING_STAMP_ITEMS) st_land7[t] = clock64();
 #endif
     uint4 m = ring_ld16(&meta[s]);
-    if ((m.y >> 8) & 1) break;
+    if ((m.y >> 8) & 1) {
+#if RING_STAMPS
+      if (threadIdx.x == 0) st_n = t;
+#endif
+      break;
+    }
     if (m.x != last_word) {  // another word's input (the first, or a launch of several words)
       if (last_word != 0xffffffffu) {
         __syncwarp();
@@ -432,9 +439,10 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   BLOCK_SYNC();
   if (stamping && threadIdx.x == 0) {
     printf("ring stamps: launch %u, word %u, %u slots, K %u (clock64 from item 0's issue)\n", (unsigned)RING_STAMPS, wi, D, K);
-    for (unsigned t = 0; t < RING_STAMP_ITEMS; ++t)
-      printf("ring item %u issue %lld free %lld land %lld done0 %lld done7 %lld\n", t, st_issue[t] - st_issue[0],
-             t >= D ? st_free[t] - st_issue[0] : 0ll, st_land[t] - st_issue[0], st_done0[t] - st_issue[0], st_done7[t] - st_issue[0]);
+    for (unsigned t = 0; t < min(st_n, (unsigned)RING_STAMP_ITEMS); ++t)
+      printf("ring item %u issue %lld free %lld land %lld done0 %lld land7 %lld done7 %lld\n", t, st_issue[t] - st_issue[0],
+             t >= D ? st_free[t] - st_issue[0] : 0ll, st_land[t] - st_issue[0], st_done0[t] - st_issue[0],
+             st_land7[t] - st_issue[0], st_done7[t] - st_issue[0]);
   }
 #endif
 }

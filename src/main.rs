@@ -166,6 +166,9 @@ enum GpuCmd {
         /// Print ptxas's resource usage per kernel (registers, spills, shared memory).
         #[arg(long)]
         resources: bool,
+        /// Also write the CUBIN to this file (for cuobjdump -sass / nvdisasm).
+        #[arg(long)]
+        cubin: Option<std::path::PathBuf>,
     },
     /// The GPU sampler against the CPU's: for several (temperature, top-k, top-p) settings, every
     /// GPU-sampled token must equal `model::sample` on the step's logits with the same draw; a negative
@@ -437,9 +440,13 @@ fn run(cli: Cli) -> Result<()> {
             }
             println!("verdict: ok");
         }
-        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources } } => {
+        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin } } => {
             let t = std::time::Instant::now();
-            let (n, log) = mk::cuda::compile_check(&arch, resources)?;
+            let (bin, log) = mk::cuda::compile_check(&arch, resources)?;
+            let n = bin.len();
+            if let Some(f) = cubin {
+                std::fs::write(&f, &bin).map_err(|e| mk::error::Error::new(format!("write {}: {e}", f.display())))?;
+            }
             if resources {
                 // ptxas's per-kernel report as a table (the raw report is NVRTC's log)
                 println!(

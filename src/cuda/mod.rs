@@ -339,8 +339,9 @@ impl Gpu {
 
 /// NVRTC alone (no driver, no GPU): compiles the sources for `arch`; returns the CUBIN size. For
 /// checking CUDA changes on a machine without a GPU (NVRTC from CUDA_HOME, e.g. the nvidia-cuda-nvrtc
-/// wheel unpacked). With `resources`, also ptxas's per-kernel report (registers, spills).
-pub fn compile_check(arch: &str, resources: bool) -> Result<(usize, String)> {
+/// wheel unpacked). With `resources`, also ptxas's per-kernel report (registers, spills). Returns the
+/// CUBIN and NVRTC's log.
+pub fn compile_check(arch: &str, resources: bool) -> Result<(Vec<u8>, String)> {
     let cuda_home = PathBuf::from(std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into()));
     preload_nvrtc(&cuda_home);
     if !unsafe { nsys::is_culib_present() } {
@@ -350,8 +351,7 @@ pub fn compile_check(arch: &str, resources: bool) -> Result<(usize, String)> {
     if resources {
         opts.push("--ptxas-options=-v".into());
     }
-    let (cubin, log) = nvrtc_with_log(&source(), &opts)?;
-    Ok((cubin.len(), log))
+    nvrtc_with_log(&source(), &opts)
 }
 
 /// One kernel's resources from ptxas's verbose report.
