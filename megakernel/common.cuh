@@ -102,6 +102,10 @@
                            // its first 64 items' clock64 stamps (issue, landing, warps 0 and 7 done, slot free)
                            // with device printf; the host reads this too (static shared memory)
 #endif
+#ifndef RING_FENCE
+#define RING_FENCE 1       // GEMV_RING: the producer's fence.proxy.async after a slot's empty wait (CUTLASS's TMA
+                           // pipelines order the consumers' reads before the next copy by the mbarrier alone)
+#endif
 #ifndef RING_EARLY
 #define RING_EARLY 1       // GEMV_RING: a block's first unit's copies are issued before griddepcontrol.wait
                            // (weights never depend on the predecessor kernel)

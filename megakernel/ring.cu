@@ -260,7 +260,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     auto wait_slot = [&]() {  // the slot of item t free (its previous item released by every consumer)
       if (t >= D && lane == 0) {
         mbar_wait(&empty[t % D], (t / D - 1) & 1);
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the consumers' reads before the next copy (insurance)
+        if (RING_FENCE) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the consumers' reads before the next copy (insurance)
       }
 #if RING_STAMPS
       if (lane == 0 && stamping && t < RING_STAMP_ITEMS) st_free[t] = clock64();
