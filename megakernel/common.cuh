@@ -102,6 +102,14 @@
                            // its first 64 items' clock64 stamps (issue, landing, warps 0 and 7 done, slot free)
                            // with device printf; the host reads this too (static shared memory)
 #endif
+#ifndef RING_SLOT_KB
+#define RING_SLOT_KB 16    // GEMV_RING: a slot's (an item's) weight bytes in KB, 16 or 32 (the producer's cost is
+                           // per item; the host reads this too)
+#endif
+#ifndef RING_PAIR
+#define RING_PAIR 1        // GEMV_RING: a warp's two fp8 pieces of an item loaded first and computed without a
+                           // branch between them (0: piece by piece, each chunk behind its bounds test)
+#endif
 #ifndef RING_FENCE
 #define RING_FENCE 1       // GEMV_RING: the producer's fence.proxy.async after a slot's empty wait (CUTLASS's TMA
                            // pipelines order the consumers' reads before the next copy by the mbarrier alone)

@@ -49,7 +49,8 @@
 #ifndef RING_NOCOMPUTE
 #define RING_NOCOMPUTE 0  // DIAGNOSTIC, WRONG RESULTS: the consumers only wait for and release each item
 #endif
-#define RING_SLOT 16384u
+#define RING_SLOT (RING_SLOT_KB * 1024u)
+static_assert(RING_SLOT_KB == 16 || RING_SLOT_KB == 32, "RING_SLOT_KB is 16 or 32");
 #define RING_MAX 16
 #define RING_WORDS 4      // words of one ring launch at most (a GDN layer's qkv, z, b, a)
 #define RING_SC 576u      // bytes of block scales per slot: a scale row of at most 144 blocks (K <= 18,432)
@@ -393,10 +394,38 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       if (partial) ((float*)out)[(size_t)g * wrows + sp.r0 + j] = v;
       else pv[par][sub * n + q] = v;
     };
+    // RING_PAIR (every fp8 piece whole: K a multiple of 1,024): pieces qa and qb's loads all issued
+    // first and no branch between their chunks (the scales' kind a template argument), so that the two
+    // chains interleave; the same chunks in the same order as piece_acc, the same bits.
+    auto pair_fp8 = [&](auto bs_tag, unsigned qa, unsigned qb, float& ra, float& rb) {
+      constexpr bool BS = decltype(bs_tag)::value;
+      const unsigned ja = qa / G, jb = qb / G, ga = qa - ja * G, gb = qb - jb * G;
+      const unsigned ka = (sp.g0 + ga) * KGROUP + lane * 16, kb2 = (sp.g0 + gb) * KGROUP + lane * 16;
+      const char* pa = slot + ja * span + ga * KGROUP + lane * 16;
+      const char* pb = slot + jb * span + gb * KGROUP + lane * 16;
+      uint4 w[4] = {ring_ld16(pa), ring_ld16(pb), ring_ld16(pa + 512), ring_ld16(pb + 512)};
+      float sv[4] = {ring_ldf(sc + 4 * (ka / 128)), ring_ldf(sc + 4 * (kb2 / 128)), ring_ldf(sc + 4 * ((ka + 512) / 128)),
+                     ring_ldf(sc + 4 * ((kb2 + 512) / 128))};
+      float a = 0.f, b = 0.f;
+      chunk_fp8_rows<1, BS, false>(&w[0], xs + ka, &sv[0], &a);
+      chunk_fp8_rows<1, BS, false>(&w[1], xs + kb2, &sv[1], &b);
+      chunk_fp8_rows<1, BS, false>(&w[2], xs + ka + 512, &sv[2], &a);
+      chunk_fp8_rows<1, BS, false>(&w[3], xs + kb2 + 512, &sv[3], &b);
+      ra = a;
+      rb = b;
+    };
+    const bool fast = RING_PAIR && !bf16w && K % KGROUP == 0;
     // The warp's pieces: q0 + warp, q0 + warp + 8, .. two at a time (independent chains).
     for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += 2 * WARPS) {
       const bool two = q + WARPS < q1;
-      float x0 = piece_acc(q), x1 = two ? piece_acc(q + WARPS) : 0.f;
+      float x0, x1;
+      if (fast) {  // (a lone last piece is computed twice, the copy unused: no branch in the pair)
+        if (bs) pair_fp8(BoolTag<true>{}, q, two ? q + WARPS : q, x0, x1);
+        else pair_fp8(BoolTag<false>{}, q, two ? q + WARPS : q, x0, x1);
+      } else {
+        x0 = piece_acc(q);
+        x1 = two ? piece_acc(q + WARPS) : 0.f;
+      }
       float v0 = warp_sum(x0), v1 = warp_sum(x1);
       if (lane == 0) {
         put(q, v0);

@@ -137,8 +137,10 @@ pub struct Discrete {
 /// The opcodes GEMV_RING streams (megakernel/ring.cu): every GEMV but the lm_head (bf16, 90 % already).
 const RING_OPS: [Opcode; 4] =
     [Opcode::GemvNorm, Opcode::GemvGateUp, Opcode::GemvGatedNormResidual, Opcode::GemvResidual];
-/// The ring's slot (16 KB of a unit's weight bytes), its block-scale area (a scale row of at most 144
-/// blocks), its most slots and words per launch, and its block (the consumers and a producer warp).
+/// The ring's slot (16 KB of a unit's weight bytes by default, RING_SLOT_KB), its block-scale area (a
+/// scale row of at most 144 blocks), its most slots and words per launch, and its block (the consumers
+/// and a producer warp).
+#[cfg(test)]
 const RING_SLOT: u32 = 16384;
 const RING_SC: u32 = 576;
 const RING_MAX: u32 = 16;
@@ -163,12 +165,13 @@ fn ring_base(k: u32) -> u32 {
 /// Dynamic shared memory of a ring launch with inputs of width `k`: the ring as deep as RING_SLOTS
 /// allows with RING_BLOCKS blocks per SM; None when fewer than 2 slots fit.
 /// `stat`: the kernels' static shared memory (RING_STATIC, more with RING_STAMPS).
-fn ring_smem_for(k: u32, blocks: u32, want: u32, stat: u32) -> Option<u32> {
+/// `slot`: a slot's weight bytes (RING_SLOT, or 32 KB with RING_SLOT_KB=32).
+fn ring_smem_for(k: u32, blocks: u32, want: u32, stat: u32, slot: u32) -> Option<u32> {
     let (blocks, want) = (blocks.max(1), want.clamp(2, RING_MAX));
     let base = ring_base(k);
     let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + stat).min(SMEM_PER_BLOCK - stat);
-    let slots = (room.saturating_sub(base) / (RING_SLOT + RING_SC)).min(want);
-    (slots >= 2).then_some(base + slots * (RING_SLOT + RING_SC))
+    let slots = (room.saturating_sub(base) / (slot + RING_SC)).min(want);
+    (slots >= 2).then_some(base + slots * (slot + RING_SC))
 }
 
 /// Dynamic shared memory of the ring kernel for a launch of `words` (one stage, one opcode), or None
@@ -183,11 +186,12 @@ fn ring_smem(p: &Program, words: &[Word]) -> Option<u32> {
     let blocks = super::cuda_define("RING_BLOCKS").unwrap_or(1);
     // (RING_STAMPS, a diagnostic: 3,584 bytes of stamps in static shared memory)
     let stat = RING_STATIC + if super::cuda_define("RING_STAMPS").unwrap_or(0) != 0 { 3584 } else { 0 };
-    ring_smem_with(p, words, blocks, super::cuda_define("RING_SLOTS").unwrap_or(12), stat)
+    let slot = super::cuda_define("RING_SLOT_KB").unwrap_or(16) * 1024;
+    ring_smem_with(p, words, blocks, super::cuda_define("RING_SLOTS").unwrap_or(12), stat, slot)
 }
 
-/// `ring_smem` for `blocks` ring blocks per SM and at most `slots` slots.
-fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32) -> Option<u32> {
+/// `ring_smem` for `blocks` ring blocks per SM and at most `slots` slots of `slot` bytes.
+fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32, slot: u32) -> Option<u32> {
     let subs = |w: &Word| if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
     if !RING_OPS.contains(&words.first()?.opcode) || words.len() > RING_WORDS {
         return None;
@@ -200,7 +204,7 @@ fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u3
             && w.unit_rows == 16
             && w.m_rows == 1
             && (k * w0) % 16 == 0
-            && (k % KGROUP as u32 == 0 || 16 * k * w0 <= RING_SLOT)
+            && (k % KGROUP as u32 == 0 || 16 * k * w0 <= slot)
             && 4 * k.div_ceil(128) <= RING_SC
             && subs(w) * 16 * k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1)) <= RING_PV
             && (w.opcode != Opcode::GemvGateUp || (w0 == 1 && eb(crate::isa::slot::W1)? == 1));
@@ -208,7 +212,7 @@ fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u3
             return None;
         }
     }
-    ring_smem_for(k, blocks, slots, stat)
+    ring_smem_for(k, blocks, slots, stat, slot)
 }
 
 /// The most dynamic shared memory any ring launch of the program takes (the kernels' opt-in).
@@ -1398,15 +1402,20 @@ mod tests {
         // The 27B: x of 5,120 (most GEMVs), 6,144 (o_proj, GDN out_proj) and 17,408 (down).
         let slot = RING_SLOT + RING_SC;
         assert_eq!(ring_base(5120), 10_496);
-        assert_eq!(ring_smem_for(5120, 1, 12, RING_STATIC), Some(10_496 + 12 * slot));
-        assert_eq!(ring_smem_for(17_408, 1, 16, RING_STATIC), Some(ring_base(17_408) + 11 * slot));
-        assert_eq!(ring_smem_for(5120, 2, 12, RING_STATIC), Some(10_496 + 6 * slot));
-        assert_eq!(ring_smem_for(5120, 7, 12, RING_STATIC), None); // under 2 slots: the k_* kernel
-        for k in [64, 256, 5120, 6144, 17_408] {
-            for blocks in 1..=3 {
-                if let Some(b) = ring_smem_for(k, blocks, 16, RING_STATIC) {
-                    assert!(blocks * (b + 1024 + RING_STATIC) <= SMEM_PER_SM && b + RING_STATIC <= SMEM_PER_BLOCK);
-                    assert_eq!((b - ring_base(k)) % (RING_SLOT + RING_SC), 0);
+        assert_eq!(ring_smem_for(5120, 1, 12, RING_STATIC, RING_SLOT), Some(10_496 + 12 * slot));
+        assert_eq!(ring_smem_for(17_408, 1, 16, RING_STATIC, RING_SLOT), Some(ring_base(17_408) + 11 * slot));
+        assert_eq!(ring_smem_for(5120, 2, 12, RING_STATIC, RING_SLOT), Some(10_496 + 6 * slot));
+        assert_eq!(ring_smem_for(5120, 7, 12, RING_STATIC, RING_SLOT), None); // under 2 slots: the k_* kernel
+                                                                              // 32 KB slots (RING_SLOT_KB=32): 6 for x of 5,120 at one block per SM, 3 at two.
+        assert_eq!(ring_smem_for(5120, 1, 12, RING_STATIC, 32_768), Some(10_496 + 6 * (32_768 + RING_SC)));
+        assert_eq!(ring_smem_for(5120, 2, 12, RING_STATIC, 32_768), Some(10_496 + 3 * (32_768 + RING_SC)));
+        for slot_bytes in [RING_SLOT, 32_768] {
+            for k in [64, 256, 5120, 6144, 17_408] {
+                for blocks in 1..=3 {
+                    if let Some(b) = ring_smem_for(k, blocks, 16, RING_STATIC, slot_bytes) {
+                        assert!(blocks * (b + 1024 + RING_STATIC) <= SMEM_PER_SM && b + RING_STATIC <= SMEM_PER_BLOCK);
+                        assert_eq!((b - ring_base(k)) % (slot_bytes + RING_SC), 0);
+                    }
                 }
             }
         }
@@ -1416,20 +1425,20 @@ mod tests {
         let mut rings = 0;
         for (first, n) in d {
             let words = &p.words[first..first + n];
-            let r = ring_smem_with(&p, words, 1, 12, RING_STATIC);
+            let r = ring_smem_with(&p, words, 1, 12, RING_STATIC, RING_SLOT);
             assert_eq!(r.is_some(), RING_OPS.contains(&words[0].opcode), "{:?}", words[0].opcode);
             rings += r.is_some() as usize;
         }
         assert!(rings > 200, "{rings} ring launches");
         let gate = p.words.iter().find(|w| w.opcode == Opcode::GemvGateUp).unwrap().clone();
         let down = p.words.iter().find(|w| w.opcode == Opcode::GemvResidual && w.layer == 0).unwrap().clone();
-        assert!(ring_smem_with(&p, &[gate.clone()], 1, 12, RING_STATIC).is_some());
+        assert!(ring_smem_with(&p, &[gate.clone()], 1, 12, RING_STATIC, RING_SLOT).is_some());
         let width = |w: &Word| p.buffers[w.op(crate::isa::slot::IN0).unwrap()].cols;
         let o = p.words.iter().filter(|w| w.opcode == Opcode::GemvResidual).find(|w| width(w) != width(&down)).unwrap();
-        assert!(ring_smem_with(&p, &[down.clone(), o.clone()], 1, 12, RING_STATIC).is_none());
+        assert!(ring_smem_with(&p, &[down.clone(), o.clone()], 1, 12, RING_STATIC, RING_SLOT).is_none());
         let mut lm = gate;
         lm.opcode = Opcode::LmHead;
-        assert!(ring_smem_with(&p, &[lm], 1, 12, RING_STATIC).is_none());
+        assert!(ring_smem_with(&p, &[lm], 1, 12, RING_STATIC, RING_SLOT).is_none());
     }
 
     #[test]
@@ -1447,15 +1456,15 @@ mod tests {
     use crate::isa::Opcode;
 
     /// A model of ring.cu's item and piece arithmetic (producer: each (unit, sub) byte sequence cut
-    /// into RING_SLOT items; consumer: the pieces q0..q1 of an item at (q / G) span + (q % G) piece):
+    /// into `slot_bytes` items; consumer: the pieces q0..q1 of an item at (q / G) span + (q % G) piece):
     /// on every ring launch of every preset, each (row, k-group) piece of each unit lies inside the
     /// bytes its item's copies bring, within the slot, and is computed exactly once. Negative control:
     /// with pieces placed at q x 1,024 elements (the second version's arithmetic, wrong for rows
     /// narrower than a k-group) the model finds a piece outside its item.
-    fn ring_pieces_ok(p: &Program, naive_offsets: bool) -> bool {
+    fn ring_pieces_ok(p: &Program, naive_offsets: bool, slot_bytes: u32) -> bool {
         for (first, n) in launch_groups_of(p) {
             let words = &p.words[first..first + n];
-            if ring_smem_with(p, words, 1, 12, RING_STATIC).is_none() {
+            if ring_smem_with(p, words, 1, 12, RING_STATIC, slot_bytes).is_none() {
                 continue;
             }
             for w in words {
@@ -1469,7 +1478,7 @@ mod tests {
                     let (g0, g1) = (kp * groups / w.k_parts as u64, (kp + 1) * groups / w.k_parts as u64);
                     let (g, piece) = (g1 - g0, KGROUP as u64 * eb);
                     let span = ((g1 * KGROUP as u64).min(k) - g0 * KGROUP as u64) * eb;
-                    let (len, slot) = ((r1 - r0) * span, RING_SLOT as u64);
+                    let (len, slot) = ((r1 - r0) * span, slot_bytes as u64);
                     let n = (r1 - r0) * g;
                     let mut seen = vec![0u32; n as usize];
                     for c in 0..len.div_ceil(slot) {
@@ -1501,11 +1510,13 @@ mod tests {
         for preset in ["tiny", "small", "qwen3.5-27b"] {
             let cfg = crate::model::config::ModelConfig::preset(preset).unwrap();
             let p = crate::compiler::compile(&cfg, preset, &crate::compiler::h200(1)).unwrap();
-            assert!(ring_pieces_ok(&p, false), "{preset}");
+            for slot in [RING_SLOT, 32_768] {
+                assert!(ring_pieces_ok(&p, false, slot), "{preset} {slot}");
+            }
         }
         let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
         let p = crate::compiler::compile(&cfg, "tiny", &crate::compiler::h200(1)).unwrap();
-        assert!(!ring_pieces_ok(&p, true), "the negative control passed");
+        assert!(!ring_pieces_ok(&p, true, RING_SLOT), "the negative control passed");
     }
 
     fn prog_27b() -> Program {
