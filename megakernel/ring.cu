@@ -16,7 +16,7 @@
 // usually before the other warps had released it, so a freed slot waited a whole item for its refill
 // and the ring ran about one item deep (latency-bound at ~1 us per 16 KB, as measured, at any depth);
 // and every item and piece re-derived its unit through dependent global loads on the critical path.
-// This version (third, not yet measured) moves all of that off it:
+// The third version moved all of that off it:
 // - a dedicated producer warp (the block has THREADS + 32 threads; the ops' joins are BLOCK_SYNC, the
 //   join of the THREADS consumer threads only), which alone touches tickets, copies and scales;
 // - the launch's words decoded once into shared memory (pointers, shapes), the consumers' per-unit
@@ -24,11 +24,17 @@
 // - the unit's block-scale row (fp8) brought into the slot's scale area with each item (a bulk copy;
 //   by the producer's lanes where a row is not whole 16-byte chunks);
 // - ring reads without memory clobbers.
+// Measured 22.66 ms/token (results/ring3_ea76f3b); with pieces dealt to warps in turn (below) 23.13
+// (results/ring4_1fa230c). With the consumers doing nothing (RING_NOCOMPUTE) 9.70 against the default
+// kernels' 12.27: the consumers' arithmetic is the limit, ~2.6k cycles per warp for its two 1 KB pieces
+// of an item (results/ring5_8d23545; the proxy fence is not the cause, results/ring6_6e140ff). Hence
+// RING_PAIR (a warp's two pieces' loads first, no branch between their chunks; not yet measured) and
+// RING_SLOT_KB=32 (half the producer's items; not yet measured).
 //
 // A unit's weight bytes, for each of its weights (sub 0; gate/up: the gate, then sub 1 the up), are
 // its rows' k-ranges one after another (row r0 from group g0, .., row r1 - 1 to group g1: one
-// contiguous range of memory when the unit spans whole rows, else a segment per row), cut into 16 KB
-// items, one bulk copy per row segment an item touches. A (row, k-group) piece is 1,024 fp8 or 2,048
+// contiguous range of memory when the unit spans whole rows, else a segment per row), cut into RING_SLOT
+// items (16 or 32 KB), one bulk copy per row segment an item touches. A (row, k-group) piece is 1,024 fp8 or 2,048
 // bf16 bytes and never straddles items (the host checks). Every consumer warp consumes every item in
 // order (the slot's full barrier: the copies' bytes and the producer's arrival; its empty barrier: one
 // arrival per consumer warp), so the item sequence, and the phase of each barrier, is the same for
