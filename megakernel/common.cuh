@@ -102,6 +102,10 @@
                            // its first 64 items' clock64 stamps (issue, landing, warps 0 and 7 done, slot free)
                            // with device printf; the host reads this too (static shared memory)
 #endif
+#ifndef PREP_BATCH
+#define PREP_BATCH 0       // N > 0: a discrete GEMV's unnormed input (o_proj, down_proj) copied into shared memory
+                           // N chunks a thread per round trip (0: one chunk per trip, a loop; not yet measured)
+#endif
 #ifndef RING_SLOT_KB
 #define RING_SLOT_KB 16    // GEMV_RING: a slot's (an item's) weight bytes in KB, 16 or 32 (the producer's cost is
                            // per item; the host reads this too)
@@ -356,7 +360,23 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
   if (w.ops[norm_slot] != OPERAND_NONE) {
     block_rmsnorm<ONE_TRIP>(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16));
   } else {
-    if (K % 8 == 0)
+    if (ONE_TRIP && PREP_BATCH && K % 8 == 0) {
+      // PREP_BATCH 16-byte chunks a thread loaded before any is stored: a round trip per PREP_BATCH x
+      // 2,048 elements (4: 3 for a down_proj's 17,408) instead of one per 2,048 (9).
+      for (unsigned b = 0; b < K; b += PREP_BATCH * 8 * THREADS) {
+        uint4 v[PREP_BATCH > 0 ? PREP_BATCH : 1];
+#pragma unroll
+        for (int j = 0; j < PREP_BATCH; ++j) {
+          unsigned i = b + 8 * (threadIdx.x + j * THREADS);
+          if (i < K) v[j] = *(const uint4*)(x + i);
+        }
+#pragma unroll
+        for (int j = 0; j < PREP_BATCH; ++j) {
+          unsigned i = b + 8 * (threadIdx.x + j * THREADS);
+          if (i < K) *(uint4*)(xs + i) = v[j];
+        }
+      }
+    } else if (K % 8 == 0)
       for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = *(const uint4*)(x + i);
     else
       for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
