@@ -28,7 +28,7 @@
 // (results/ring4_1fa230c). With the consumers doing nothing (RING_NOCOMPUTE) 9.70 against the default
 // kernels' 12.27: the consumers' arithmetic is the limit, ~2.6k cycles per warp for its two 1 KB pieces
 // of an item (results/ring5_8d23545; the proxy fence is not the cause, results/ring6_6e140ff). Hence
-// RING_PAIR (a warp's two pieces' loads first, no branch between their chunks; not yet measured) and
+// RING_PAIR (a warp's pieces of an item loaded first, no branch between their chunks; not yet measured) and
 // RING_SLOT_KB=32 (half the producer's items; not yet measured).
 //
 // A unit's weight bytes, for each of its weights (sub 0; gate/up: the gate, then sub 1 the up), are
@@ -400,42 +400,65 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       if (partial) ((float*)out)[(size_t)g * wrows + sp.r0 + j] = v;
       else pv[par][sub * n + q] = v;
     };
-    // RING_PAIR (every fp8 piece whole: K a multiple of 1,024): pieces qa and qb's loads all issued
-    // first and no branch between their chunks (the scales' kind a template argument), so that the two
-    // chains interleave; the same chunks in the same order as piece_acc, the same bits.
-    auto pair_fp8 = [&](auto bs_tag, unsigned qa, unsigned qb, float& ra, float& rb) {
+    // RING_PAIR (every fp8 piece whole: K a multiple of 1,024): the warp's NP pieces of the item
+    // (q, q + 8, ..; NP = 2 with 16 KB slots, 4 with 32 KB) loaded first and computed with no branch
+    // between their chunks (the scales' kind a template argument), so that NP chains interleave; each
+    // piece's chunks in the same order as piece_acc, the same bits.
+    constexpr int NP = RING_SLOT_KB == 32 ? 4 : 2;
+    auto multi_fp8 = [&](auto bs_tag, const unsigned* qs, float* r) {
       constexpr bool BS = decltype(bs_tag)::value;
-      const unsigned ja = qa / G, jb = qb / G, ga = qa - ja * G, gb = qb - jb * G;
-      const unsigned ka = (sp.g0 + ga) * KGROUP + lane * 16, kb2 = (sp.g0 + gb) * KGROUP + lane * 16;
-      const char* pa = slot + ja * span + ga * KGROUP + lane * 16;
-      const char* pb = slot + jb * span + gb * KGROUP + lane * 16;
-      uint4 w[4] = {ring_ld16(pa), ring_ld16(pb), ring_ld16(pa + 512), ring_ld16(pb + 512)};
-      float sv[4] = {ring_ldf(sc + 4 * (ka / 128)), ring_ldf(sc + 4 * (kb2 / 128)), ring_ldf(sc + 4 * ((ka + 512) / 128)),
-                     ring_ldf(sc + 4 * ((kb2 + 512) / 128))};
-      float a = 0.f, b = 0.f;
-      chunk_fp8_rows<1, BS, false>(&w[0], xs + ka, &sv[0], &a);
-      chunk_fp8_rows<1, BS, false>(&w[1], xs + kb2, &sv[1], &b);
-      chunk_fp8_rows<1, BS, false>(&w[2], xs + ka + 512, &sv[2], &a);
-      chunk_fp8_rows<1, BS, false>(&w[3], xs + kb2 + 512, &sv[3], &b);
-      ra = a;
-      rb = b;
+      unsigned k[NP];
+      const char* pp[NP];
+#pragma unroll
+      for (int i = 0; i < NP; ++i) {
+        const unsigned j = qs[i] / G, g = qs[i] - j * G;
+        k[i] = (sp.g0 + g) * KGROUP + lane * 16;
+        pp[i] = slot + j * span + g * KGROUP + lane * 16;
+      }
+      uint4 w[2][NP];
+      float sv[2][NP];
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < NP; ++i) w[h][i] = ring_ld16(pp[i] + 512 * h);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < NP; ++i) sv[h][i] = ring_ldf(sc + 4 * ((k[i] + 512 * h) / 128));
+#pragma unroll
+      for (int i = 0; i < NP; ++i) r[i] = 0.f;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int i = 0; i < NP; ++i) chunk_fp8_rows<1, BS, false>(&w[h][i], xs + k[i] + 512 * h, &sv[h][i], &r[i]);
     };
     const bool fast = RING_PAIR && !bf16w && K % KGROUP == 0;
-    // The warp's pieces: q0 + warp, q0 + warp + 8, .. two at a time (independent chains).
-    for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += 2 * WARPS) {
-      const bool two = q + WARPS < q1;
-      float x0, x1;
-      if (fast) {  // (a lone last piece is computed twice, the copy unused: no branch in the pair)
-        if (bs) pair_fp8(BoolTag<true>{}, q, two ? q + WARPS : q, x0, x1);
-        else pair_fp8(BoolTag<false>{}, q, two ? q + WARPS : q, x0, x1);
-      } else {
-        x0 = piece_acc(q);
-        x1 = two ? piece_acc(q + WARPS) : 0.f;
+    if (fast) {
+      for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += NP * WARPS) {
+        // (pieces past the item's end are computed as piece q again and not kept: no branch)
+        unsigned qs[NP];
+        float x[NP];
+#pragma unroll
+        for (int i = 0; i < NP; ++i) qs[i] = q + i * WARPS < q1 ? q + i * WARPS : q;
+        if (bs) multi_fp8(BoolTag<true>{}, qs, x);
+        else multi_fp8(BoolTag<false>{}, qs, x);
+#pragma unroll
+        for (int i = 0; i < NP; ++i) x[i] = warp_sum(x[i]);
+        if (lane == 0)
+#pragma unroll
+          for (int i = 0; i < NP; ++i)
+            if (q + i * WARPS < q1) put(q + i * WARPS, x[i]);
       }
-      float v0 = warp_sum(x0), v1 = warp_sum(x1);
-      if (lane == 0) {
-        put(q, v0);
-        if (two) put(q + WARPS, v1);
+    } else {
+      // The warp's pieces: q0 + warp, q0 + warp + 8, .. two at a time (independent chains).
+      for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += 2 * WARPS) {
+        const bool two = q + WARPS < q1;
+        float x0 = piece_acc(q), x1 = two ? piece_acc(q + WARPS) : 0.f;
+        float v0 = warp_sum(x0), v1 = warp_sum(x1);
+        if (lane == 0) {
+          put(q, v0);
+          if (two) put(q + WARPS, v1);
+        }
       }
     }
     __syncwarp();
