@@ -95,7 +95,7 @@
                            // ring so that as many fit in shared memory)
 #endif
 #ifndef RING_SLOTS
-#define RING_SLOTS 12      // GEMV_RING: the ring's 16 KB slots at most (fewer when shared memory is short)
+#define RING_SLOTS 12      // GEMV_RING: the ring's slots (RING_SLOT_KB each) at most (fewer when shared memory is short)
 #endif
 #ifndef RING_STAMPS
 #define RING_STAMPS 0      // GEMV_RING DIAGNOSTIC: block 0 of the RING_STAMPS-th ring launch of the process prints

@@ -42,7 +42,7 @@
 // scales never depend on the predecessor kernel.
 //
 // Bits: an item's pieces are dealt to the consumer warps in turn (piece q of the item to warp q % 8, two
-// at a time), so that every warp works on every item (rows to warps left ~3 of 8 warps busy per item of
+// or, with 32 KB slots, four at a time), so that every warp works on every item (rows to warps left ~3 of 8 warps busy per item of
 // a split-K unit: results/ring3_ea76f3b). Every (row, group) partial is computed exactly as dot_rows
 // (lane l's chunks in order, elements in order, one fma each, then the butterfly); split-K partials go
 // to memory as before, and a whole-row unit's partials to shared memory (pv), summed per row in group
@@ -61,7 +61,8 @@ static_assert(RING_SLOT_KB == 16 || RING_SLOT_KB == 32, "RING_SLOT_KB is 16 or 3
 #define RING_WORDS 4      // words of one ring launch at most (a GDN layer's qkv, z, b, a)
 #define RING_SC 576u      // bytes of block scales per slot: a scale row of at most 144 blocks (K <= 18,432)
 #define RING_THREADS (THREADS + 32)
-#define RING_PV 288       // (row, group) partials of a whole-row unit: 16 rows x 18 groups, both weights (host-checked)
+#define RING_PV 288       // (row, group) partials of a whole-row unit, both weights: 16 rows x 18 groups of one
+                          // weight or 9 of two (host-checked)
 static_assert(RING_SLOTS >= 2 && RING_SLOTS <= RING_MAX, "RING_SLOTS is 2..16");
 static_assert(!(GEMV_RING && GEMV_MMA), "the ring computes dot_rows' order; GEMV_MMA changes the k_* kernels' order");
 
@@ -112,7 +113,7 @@ struct RingNorm {
 struct RingResidual {
   static constexpr bool GU = false, RES = true;
   static __device__ const unsigned short* prep(const DevCtx& c, const Word& w, char* smem) { return prepared_input<true>(c, w, SLOT_W1, smem, true); }
-  // h0: bf2f(h[r]), loaded at the row's first piece (off the critical path): f2bf(bf2f(h[r]) + bf(v))
+  // h0: bf2f(h[r]), loaded at the unit's start (off the critical path): f2bf(bf2f(h[r]) + bf(v))
   static __device__ void epi(unsigned short* h, unsigned r, float v, float, float h0) { h[r] = f2bf(h0 + bf(v)); }
 };
 struct RingGatedNormResidual {
@@ -477,6 +478,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     // summed in order from 0 (ORDER: as dot_rows' t = 0 + v_0 + v_1 + ..), the epilogue. (pv's halves
     // alternate by unit: the next unit's writes cannot reach this one's before its end's join.)
     if (((m.y >> 9) & 1) && !partial && !RING_NOCOMPUTE) {
+      __syncwarp();  // (lane 0's arrival above: the warp converged before the aligned bar.sync)
       BLOCK_SYNC();
       if (lane == 0)
 #pragma unroll

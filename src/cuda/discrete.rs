@@ -178,7 +178,8 @@ fn ring_smem_for(k: u32, blocks: u32, want: u32, stat: u32, slot: u32) -> Option
 /// when the launch keeps the k_* kernel: GEMV_RING off, another opcode, or a word the ring does not
 /// handle (inputs of different widths, units of other than 16 rows, rows whose bytes are not a
 /// multiple of 16, a width not a multiple of 1,024 whose unit does not fit one slot (its (row, group)
-/// pieces would straddle slots), bf16 gate/up weights, more (row, group) partials per unit than RING_PV).
+/// pieces would straddle slots), bf16 gate/up weights, a whole-row unit with more (row, group) partials
+/// than RING_PV).
 fn ring_smem(p: &Program, words: &[Word]) -> Option<u32> {
     if !ring_on() {
         return None;
@@ -206,7 +207,8 @@ fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u3
             && (k * w0) % 16 == 0
             && (k % KGROUP as u32 == 0 || 16 * k * w0 <= slot)
             && 4 * k.div_ceil(128) <= RING_SC
-            && subs(w) * 16 * k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1)) <= RING_PV
+            && (w.flags & crate::isa::FLAG_PARTIAL != 0
+                || subs(w) * 16 * k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1)) <= RING_PV)
             && (w.opcode != Opcode::GemvGateUp || (w0 == 1 && eb(crate::isa::slot::W1)? == 1));
         if !ok {
             return None;
@@ -1405,8 +1407,9 @@ mod tests {
         assert_eq!(ring_smem_for(5120, 1, 12, RING_STATIC, RING_SLOT), Some(10_496 + 12 * slot));
         assert_eq!(ring_smem_for(17_408, 1, 16, RING_STATIC, RING_SLOT), Some(ring_base(17_408) + 11 * slot));
         assert_eq!(ring_smem_for(5120, 2, 12, RING_STATIC, RING_SLOT), Some(10_496 + 6 * slot));
-        assert_eq!(ring_smem_for(5120, 7, 12, RING_STATIC, RING_SLOT), None); // under 2 slots: the k_* kernel
-                                                                              // 32 KB slots (RING_SLOT_KB=32): 6 for x of 5,120 at one block per SM, 3 at two.
+        // under 2 slots: the k_* kernel
+        assert_eq!(ring_smem_for(5120, 7, 12, RING_STATIC, RING_SLOT), None);
+        // 32 KB slots (RING_SLOT_KB=32): 6 for x of 5,120 at one block per SM, 3 at two.
         assert_eq!(ring_smem_for(5120, 1, 12, RING_STATIC, 32_768), Some(10_496 + 6 * (32_768 + RING_SC)));
         assert_eq!(ring_smem_for(5120, 2, 12, RING_STATIC, 32_768), Some(10_496 + 3 * (32_768 + RING_SC)));
         for slot_bytes in [RING_SLOT, 32_768] {
