@@ -106,6 +106,10 @@
 #define PREP_BATCH 0       // N > 0: a discrete GEMV's unnormed input (o_proj, down_proj) copied into shared memory
                            // N chunks a thread per round trip (0: one chunk per trip, a loop; not yet measured)
 #endif
+#ifndef RING_CWARPS
+#define RING_CWARPS 8      // GEMV_RING: consumer warps per ring block, 8 or 16 (the host reads this too: the
+                           // block is RING_CWARPS + 1 warps)
+#endif
 #ifndef RING_SLOT_KB
 #define RING_SLOT_KB 16    // GEMV_RING: a slot's (an item's) weight bytes in KB, 16 or 32 (the producer's cost is
                            // per item; the host reads this too)

@@ -60,7 +60,13 @@ static_assert(RING_SLOT_KB == 16 || RING_SLOT_KB == 32, "RING_SLOT_KB is 16 or 3
 #define RING_MAX 16
 #define RING_WORDS 4      // words of one ring launch at most (a GDN layer's qkv, z, b, a)
 #define RING_SC 576u      // bytes of block scales per slot: a scale row of at most 144 blocks (K <= 18,432)
-#define RING_THREADS (THREADS + 32)
+// RING_CWARPS consumer warps (8, or 16: a second group of 8 joins the first at barrier 1; the ops'
+// preparations run on the first 8 only, their joins at barrier 0 of 256 threads) and the producer warp.
+#define CW RING_CWARPS
+#define RING_THREADS (CW * 32 + 32)
+static_assert(CW == WARPS || CW == 2 * WARPS, "RING_CWARPS is 8 or 16");
+// The join of every consumer thread (BLOCK_SYNC when they are the ops' 256).
+#define CONSUMER_SYNC() asm volatile("bar.sync %0, %1;" ::"n"(CW == WARPS ? 0 : 1), "n"(CW * 32) : "memory")
 #define RING_PV 288       // (row, group) partials of a whole-row unit, both weights: 16 rows x 18 groups of one
                           // weight or 9 of two (host-checked)
 static_assert(RING_SLOTS >= 2 && RING_SLOTS <= RING_MAX, "RING_SLOTS is 2..16");
@@ -147,6 +153,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   __shared__ float pv[2][RING_PV];  // a whole-row unit's (row, group) partials (weight, row, group order), by unit parity
   __shared__ RingWord words[RING_WORDS];
   __shared__ unsigned stamping;  // RING_STAMPS: this block stamps its items
+  __shared__ unsigned xs_off;    // the prepared input's offset in smem (for the second group of consumers)
 #if RING_STAMPS
   // clock64 of item t: issued (lane 0 after its copies), slot free (the producer's wait over), landed
   // (warp 0's wait over), warp 0 done, warp 7 done, warp 7's wait over; st_n: the block's items.
@@ -191,7 +198,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     if (RING_STAMPS && blockIdx.x == 0) stamping = atomicAdd(&ring_launches, 1u) + 1 == RING_STAMPS;
     for (unsigned d = 0; d < D; ++d) {
       mbar_init_n(&full[d], 1);
-      mbar_init_n(&empty[d], WARPS);
+      mbar_init_n(&empty[d], CW);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -199,7 +206,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   unsigned total = 0;
   for (unsigned k = 0; k < nw; ++k) total += words[k].units;
 
-  if (warp == WARPS) {  // ---- the producer warp: lane 0 issues, every lane stages scales ----
+  if (warp == CW) {  // ---- the producer warp: lane 0 issues, every lane stages scales ----
     unsigned t = 0, i = blockIdx.x, next = 0, k = 0, u = 0, sub = 0, ch = 0, nc = 0, span = 0, len = 0;
     GemvSpan sp{0, 0, 0, 0};
     float sv[5];  // lane l's scales l + 32 j of the current (unit, sub)'s scale row (kb <= 144 < 160)
@@ -326,7 +333,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     mbar_wait(&full[s], phase);
 #if RING_STAMPS
     if (stamping && lane == 0 && warp == 0 && t < RING_STAMP_ITEMS) st_land[t] = clock64();
-    if (stamping && lane == 0 && warp == WARPS - 1 && t < RING_STAMP_ITEMS) st_land7[t] = clock64();
+    if (stamping && lane == 0 && warp == CW - 1 && t < RING_STAMP_ITEMS) st_land7[t] = clock64();
 #endif
     uint4 m = ring_ld16(&meta[s]);
     if ((m.y >> 8) & 1) {
@@ -338,9 +345,16 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     if (m.x != last_word) {  // another word's input (the first, or a launch of several words)
       if (last_word != 0xffffffffu) {
         __syncwarp();
-        BLOCK_SYNC();  // every consumer is done reading the previous one
+        CONSUMER_SYNC();  // every consumer is done reading the previous one
       }
-      xs = Op::prep(c, prog[words[m.x].wi], smem);
+      if (warp < WARPS) {  // (the ops' 256 threads)
+        xs = Op::prep(c, prog[words[m.x].wi], smem);
+        if (threadIdx.x == 0) xs_off = (unsigned)((const char*)xs - smem);
+      }
+      if (CW > WARPS) {  // the second group sees the prepared input
+        CONSUMER_SYNC();
+        xs = (const unsigned short*)(smem + xs_off);
+      }
       last_word = m.x;
       last_unit = 0xffffffffu;
     }
@@ -363,8 +377,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       // The residual's h[r] of the warp's rows at the unit's start: its latency hides behind the unit.
       if (Op::RES && !partial && sub == 0 && lane == 0)
 #pragma unroll
-        for (int ri = 0; ri < 2; ++ri)
-          if (sp.r0 + warp + WARPS * ri < sp.r1) h0[ri] = bf2f(((const unsigned short*)out)[sp.r0 + warp + WARPS * ri]);
+        for (int ri = 0; ri < 16 / CW; ++ri)
+          if (sp.r0 + warp + CW * ri < sp.r1) h0[ri] = bf2f(((const unsigned short*)out)[sp.r0 + warp + CW * ri]);
     }
     // The item's pieces q0 .. q1 - 1 of the (unit, sub) sequence: piece q is row r0 + q / G, group
     // g0 + q % G, at (q / G) span + (q % G) piece. (The host takes the ring only where pieces never
@@ -405,7 +419,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     // (q, q + 8, ..; NP = 2 with 16 KB slots, 4 with 32 KB) loaded first and computed with no branch
     // between their chunks (the scales' kind a template argument), so that NP chains interleave; each
     // piece's chunks in the same order as piece_acc, the same bits.
-    constexpr int NP = RING_SLOT_KB == 32 ? 4 : 2;
+    constexpr int NP = RING_SLOT_KB / CW;  // (an item holds RING_SLOT_KB fp8 pieces)
     auto multi_fp8 = [&](auto bs_tag, const unsigned* qs, float* r) {
       constexpr bool BS = decltype(bs_tag)::value;
       unsigned k[NP];
@@ -435,12 +449,12 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     };
     const bool fast = RING_PAIR && !bf16w && K % KGROUP == 0;
     if (fast) {
-      for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += NP * WARPS) {
+      for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += NP * CW) {
         // (pieces past the item's end are computed as piece q again and not kept: no branch)
         unsigned qs[NP];
         float x[NP];
 #pragma unroll
-        for (int i = 0; i < NP; ++i) qs[i] = q + i * WARPS < q1 ? q + i * WARPS : q;
+        for (int i = 0; i < NP; ++i) qs[i] = q + i * CW < q1 ? q + i * CW : q;
         if (bs) multi_fp8(BoolTag<true>{}, qs, x);
         else multi_fp8(BoolTag<false>{}, qs, x);
 #pragma unroll
@@ -448,17 +462,17 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
         if (lane == 0)
 #pragma unroll
           for (int i = 0; i < NP; ++i)
-            if (q + i * WARPS < q1) put(q + i * WARPS, x[i]);
+            if (q + i * CW < q1) put(q + i * CW, x[i]);
       }
     } else {
       // The warp's pieces: q0 + warp, q0 + warp + 8, .. two at a time (independent chains).
-      for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += 2 * WARPS) {
-        const bool two = q + WARPS < q1;
-        float x0 = piece_acc(q), x1 = two ? piece_acc(q + WARPS) : 0.f;
+      for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += 2 * CW) {
+        const bool two = q + CW < q1;
+        float x0 = piece_acc(q), x1 = two ? piece_acc(q + CW) : 0.f;
         float v0 = warp_sum(x0), v1 = warp_sum(x1);
         if (lane == 0) {
           put(q, v0);
-          if (two) put(q + WARPS, v1);
+          if (two) put(q + CW, v1);
         }
       }
     }
@@ -466,7 +480,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
 #if RING_STAMPS
     if (stamping && lane == 0 && t < RING_STAMP_ITEMS) {
       if (warp == 0) st_done0[t] = clock64();
-      if (warp == WARPS - 1) st_done7[t] = clock64();
+      if (warp == CW - 1) st_done7[t] = clock64();
     }
 #endif
     if (lane == 0) mbar_arrive(&empty[s]);  // the warp is done with the slot
@@ -479,11 +493,11 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     // alternate by unit: the next unit's writes cannot reach this one's before its end's join.)
     if (((m.y >> 9) & 1) && !partial && !RING_NOCOMPUTE) {
       __syncwarp();  // (lane 0's arrival above: the warp converged before the aligned bar.sync)
-      BLOCK_SYNC();
+      CONSUMER_SYNC();
       if (lane == 0)
 #pragma unroll
-        for (int ri = 0; ri < 2; ++ri) {
-          const unsigned j = warp + WARPS * ri;
+        for (int ri = 0; ri < 16 / CW; ++ri) {
+          const unsigned j = warp + CW * ri;
           if (sp.r0 + j >= sp.r1) continue;
           float t0 = 0.f, t1 = 0.f;
           for (unsigned g = 0; g < G; ++g) t0 += pv[par][j * G + g];
@@ -495,8 +509,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     }
   }
 #if RING_STAMPS
-  // (the producer's stamps were written before its end marker's release; warp 7's before this join)
-  BLOCK_SYNC();
+  // (the producer's stamps were written before its end marker's release; the last warp's before this join)
+  CONSUMER_SYNC();
   if (stamping && threadIdx.x == 0) {
     printf("ring stamps: launch %u, word %u, %u slots, K %u (clock64 from item 0's issue)\n", (unsigned)RING_STAMPS, wi, D, K);
     for (unsigned t = 0; t < min(st_n, (unsigned)RING_STAMP_ITEMS); ++t)

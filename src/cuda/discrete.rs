@@ -138,14 +138,16 @@ pub struct Discrete {
 const RING_OPS: [Opcode; 4] =
     [Opcode::GemvNorm, Opcode::GemvGateUp, Opcode::GemvGatedNormResidual, Opcode::GemvResidual];
 /// The ring's slot (16 KB of a unit's weight bytes by default, RING_SLOT_KB), its block-scale area (a
-/// scale row of at most 144 blocks), its most slots and words per launch, and its block (the consumers
-/// and a producer warp).
+/// scale row of at most 144 blocks), its most slots and words per launch.
 #[cfg(test)]
 const RING_SLOT: u32 = 16384;
 const RING_SC: u32 = 576;
 const RING_MAX: u32 = 16;
 const RING_WORDS: usize = 4;
-const RING_THREADS: u32 = 256 + 32;
+/// The ring block: RING_CWARPS consumer warps (8 or 16) and the producer warp.
+fn ring_threads() -> u32 {
+    (super::cuda_define("RING_CWARPS").unwrap_or(8) + 1) * 32
+}
 /// The ring kernels' static shared memory (two mbarriers and a 16-byte item record per slot, the
 /// launch's decoded words, two halves of RING_PV floats of whole-row partials), rounded up.
 const RING_STATIC: u32 = 3136;
@@ -620,10 +622,10 @@ impl Discrete {
             Some((f, smem)) => {
                 // all resident blocks, each taking units by ticket
                 let per_sm = f
-                    .occupancy_max_active_blocks_per_multiprocessor(RING_THREADS, smem as usize, None)
+                    .occupancy_max_active_blocks_per_multiprocessor(ring_threads(), smem as usize, None)
                     .unwrap_or(1)
                     .max(1);
-                (f, smem, units.min(per_sm * self.gpu.sms).max(1), RING_THREADS)
+                (f, smem, units.min(per_sm * self.gpu.sms).max(1), ring_threads())
             }
             None => {
                 let f = &self.funcs[&w.opcode];

@@ -61,7 +61,7 @@ pub fn cuda_defines() -> Vec<String> {
 
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 14] = [
+pub const HOST_TUNABLES: [(&str, u32); 15] = [
     ("GEMV_TMA", 0),
     ("GEMV_DYNAMIC", 1),
     ("GRAPH_PDL", 1),
@@ -76,6 +76,7 @@ pub const HOST_TUNABLES: [(&str, u32); 14] = [
     ("RING_SLOTS", 12),
     ("RING_STAMPS", 0),
     ("RING_SLOT_KB", 16),
+    ("RING_CWARPS", 8),
 ];
 
 /// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.
@@ -101,11 +102,14 @@ fn check_define_list(defs: &[String]) -> Result<()> {
         if name == "RING_SLOTS" && value.parse::<u32>().is_ok_and(|d| !(2..=16).contains(&d)) {
             bail!("MK_CUDA_DEFINES: RING_SLOTS is 2..16");
         }
+        if name == "RING_CWARPS" && value != "8" && value != "16" {
+            bail!("MK_CUDA_DEFINES: RING_CWARPS is 8 or 16");
+        }
         if name == "RING_SLOT_KB" && value != "16" && value != "32" {
             bail!("MK_CUDA_DEFINES: RING_SLOT_KB is 16 or 32");
         }
         if name == "RING_BLOCKS" && value.parse::<u32>().is_ok_and(|d| !(1..=7).contains(&d)) {
-            bail!("MK_CUDA_DEFINES: RING_BLOCKS is 1..7 (blocks of 288 threads per SM)");
+            bail!("MK_CUDA_DEFINES: RING_BLOCKS is 1..7 (ring blocks per SM)");
         }
         if name == "TMA_DEPTH" && value == "0" {
             bail!("MK_CUDA_DEFINES: TMA_DEPTH must be at least 1");
@@ -212,7 +216,14 @@ mod tests {
     fn host_read_tunables_must_be_decimal() {
         let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert!(check_define_list(&l(&["GEMV_TMA=1", "TMA_DEPTH=4", "ATTN_UNROLL=8", "MK_BREAK_GEMV"])).is_ok());
-        assert!(check_define_list(&l(&["GEMV_RING=1", "RING_BLOCKS=2", "RING_SLOTS=6", "RING_SLOT_KB=32"])).is_ok());
+        assert!(check_define_list(&l(&[
+            "GEMV_RING=1",
+            "RING_BLOCKS=2",
+            "RING_SLOTS=6",
+            "RING_SLOT_KB=32",
+            "RING_CWARPS=16"
+        ]))
+        .is_ok());
         for bad in [
             "GEMV_TMA",
             "TMA_DEPTH=(3)",
@@ -224,6 +235,7 @@ mod tests {
             "RING_BLOCKS=0",
             "RING_BLOCKS=8",
             "RING_SLOT_KB=24",
+            "RING_CWARPS=12",
         ] {
             assert!(check_define_list(&l(&[bad])).is_err(), "{bad}");
         }
