@@ -1,4 +1,5 @@
-//! A CPU model of the GEMV ring's protocol (megakernel/ring.cu): one producer and 8 consumer warps
+//! A CPU model of the GEMV ring's protocol (megakernel/ring.cu): one producer and 8 or 16 (RING_CWARPS)
+//! consumer warps
 //! over D slots, each slot with a `full` mbarrier (one arrival, the producer's, plus its copies' bytes)
 //! and an `empty` mbarrier (one arrival per consumer warp), waited on by phase parity as the hardware
 //! does it: `try_wait.parity(p)` succeeds when the barrier's completed-phase count has the other parity
@@ -10,8 +11,6 @@
 //! actor, many trials: no deadlock, every consumer reads every item's own record in order, and no
 //! slot is refilled before every consumer released it. Negative controls: the producer waiting with
 //! the consumers' parity, or not waiting at all, is caught.
-
-const WARPS: usize = 8;
 
 /// SplitMix64: a small deterministic generator for the interleavings.
 struct Rng(u64);
@@ -68,15 +67,15 @@ impl Bar {
 }
 
 /// Runs one trial; Err describes the first violation.
-fn trial(rng: &mut Rng, d: usize, items: usize, first_unit: usize, bug: Bug) -> Result<(), String> {
+fn trial(rng: &mut Rng, d: usize, items: usize, first_unit: usize, bug: Bug, warps: usize) -> Result<(), String> {
     let mut full = vec![Bar::new(1); d];
-    let mut empty = vec![Bar::new(WARPS as u32); d];
+    let mut empty = vec![Bar::new(warps as u32); d];
     let mut record = vec![usize::MAX; d]; // the item whose record a slot holds (usize::MAX - 1: the end)
     let mut released = vec![0usize; items + 1]; // consumers done with each item
     let mut landing: Vec<usize> = Vec::new(); // slots whose copies are in flight
     let mut t = 0usize; // the producer's next item (items: the end marker)
     let mut early = true;
-    let mut next = vec![0usize; WARPS];
+    let mut next = vec![0usize; warps];
     let end = usize::MAX - 1;
     let mut idle = 0;
     loop {
@@ -87,7 +86,7 @@ fn trial(rng: &mut Rng, d: usize, items: usize, first_unit: usize, bug: Bug) -> 
             return Err(format!("deadlock: producer at {t}, consumers at {next:?}"));
         }
         // 0: the producer, 1: a landing, 2..: a consumer.
-        let who = rng.below(2 + WARPS as u64) as usize;
+        let who = rng.below(2 + warps as u64) as usize;
         let progressed = match who {
             0 if t <= items => {
                 let s = t % d;
@@ -106,7 +105,7 @@ fn trial(rng: &mut Rng, d: usize, items: usize, first_unit: usize, bug: Bug) -> 
                     early = false; // then griddepcontrol.wait, the ticket, the main loop
                     true
                 } else if free {
-                    if t >= d && released[t - d] < WARPS {
+                    if t >= d && released[t - d] < warps {
                         return Err(format!("slot {s} refilled with item {t} before item {} was released", t - d));
                     }
                     record[s] = if t == items { end } else { t };
@@ -164,7 +163,9 @@ fn run_all(bug: Bug, trials: u64) -> Result<(), String> {
         let d = 2 + rng.below(15) as usize;
         let items = rng.below(60) as usize;
         let first_unit = 1 + rng.below(20) as usize;
-        trial(&mut rng, d, items, first_unit, bug).map_err(|e| format!("trial {k} (D {d}, {items} items): {e}"))?;
+        let warps = if k % 2 == 0 { 8 } else { 16 };
+        trial(&mut rng, d, items, first_unit, bug, warps)
+            .map_err(|e| format!("trial {k} ({warps} warps, D {d}, {items} items): {e}"))?;
     }
     Ok(())
 }
