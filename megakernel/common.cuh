@@ -251,7 +251,8 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // The join of a block's THREADS threads: __syncthreads in every kernel launched with THREADS threads;
-// in the ring GEMV kernels (ring.cu), whose producer warp is extra, the join of the other warps only.
+// in the ring GEMV kernels (ring.cu), whose producer warp (and, with RING_CWARPS=16, a second group of
+// consumer warps) is extra, the join of warps 0-7 only.
 #define BLOCK_SYNC() asm volatile("bar.sync 0, %0;" ::"n"(THREADS) : "memory")
 
 // ORDER: butterfly over lanes (xor 16, 8, 4, 2, 1); every lane ends with the same value.

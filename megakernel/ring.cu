@@ -41,8 +41,8 @@
 // all. RING_EARLY issues the block's first unit's first items before griddepcontrol.wait: weights and
 // scales never depend on the predecessor kernel.
 //
-// Bits: an item's pieces are dealt to the consumer warps in turn (piece q of the item to warp q % 8, two
-// or, with 32 KB slots, four at a time), so that every warp works on every item (rows to warps left ~3 of 8 warps busy per item of
+// Bits: an item's pieces are dealt to the consumer warps in turn (piece q of the item to warp q % CW,
+// CW = RING_CWARPS = 8 or 16; RING_SLOT_KB / CW at a time), so that every warp works on every item (rows to warps left ~3 of 8 warps busy per item of
 // a split-K unit: results/ring3_ea76f3b). Every (row, group) partial is computed exactly as dot_rows
 // (lane l's chunks in order, elements in order, one fma each, then the butterfly); split-K partials go
 // to memory as before, and a whole-row unit's partials to shared memory (pv), summed per row in group
@@ -156,7 +156,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   __shared__ unsigned xs_off;    // the prepared input's offset in smem (for the second group of consumers)
 #if RING_STAMPS
   // clock64 of item t: issued (lane 0 after its copies), slot free (the producer's wait over), landed
-  // (warp 0's wait over), warp 0 done, warp 7 done, warp 7's wait over; st_n: the block's items.
+  // (warp 0's wait over), warp 0 done, the last consumer warp (CW - 1, "7") done and its wait over; st_n: the block's items.
   __shared__ long long st_issue[RING_STAMP_ITEMS], st_free[RING_STAMP_ITEMS], st_land[RING_STAMP_ITEMS],
       st_done0[RING_STAMP_ITEMS], st_done7[RING_STAMP_ITEMS], st_land7[RING_STAMP_ITEMS];
   __shared__ unsigned st_n;
@@ -352,6 +352,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
         if (threadIdx.x == 0) xs_off = (unsigned)((const char*)xs - smem);
       }
       if (CW > WARPS) {  // the second group sees the prepared input
+        __syncwarp();  // (thread 0's store above: the warp converged before the aligned bar.sync)
         CONSUMER_SYNC();
         xs = (const unsigned short*)(smem + xs_off);
       }
@@ -416,7 +417,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       else pv[par][sub * n + q] = v;
     };
     // RING_PAIR (every fp8 piece whole: K a multiple of 1,024): the warp's NP pieces of the item
-    // (q, q + 8, ..; NP = 2 with 16 KB slots, 4 with 32 KB) loaded first and computed with no branch
+    // (q, q + CW, ..; NP = RING_SLOT_KB / CW: 2 with 8 warps and 16 KB slots, 4 with 32 KB) loaded first and computed with no branch
     // between their chunks (the scales' kind a template argument), so that NP chains interleave; each
     // piece's chunks in the same order as piece_acc, the same bits.
     constexpr int NP = RING_SLOT_KB / CW;  // (an item holds RING_SLOT_KB fp8 pieces)
@@ -465,7 +466,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
             if (q + i * CW < q1) put(q + i * CW, x[i]);
       }
     } else {
-      // The warp's pieces: q0 + warp, q0 + warp + 8, .. two at a time (independent chains).
+      // The warp's pieces: q0 + warp, q0 + warp + CW, .. two at a time (independent chains).
       for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += 2 * CW) {
         const bool two = q + CW < q1;
         float x0 = piece_acc(q), x1 = two ? piece_acc(q + CW) : 0.f;
@@ -488,7 +489,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       s = 0;
       phase ^= 1u;
     }
-    // A whole-row unit's end: every warp's partials in pv, then warp w's rows w and w + 8, their groups
+    // A whole-row unit's end: every warp's partials in pv, then warp w's rows w, w + CW (16 / CW rows), their groups
     // summed in order from 0 (ORDER: as dot_rows' t = 0 + v_0 + v_1 + ..), the epilogue. (pv's halves
     // alternate by unit: the next unit's writes cannot reach this one's before its end's join.)
     if (((m.y >> 9) & 1) && !partial && !RING_NOCOMPUTE) {
@@ -533,3 +534,5 @@ K_RING(gemv_gate_up, RingGateUp)
 K_RING(gemv_gated_norm_residual, RingGatedNormResidual)
 K_RING(gemv_residual, RingResidual)
 #endif
+#undef CW
+#undef CONSUMER_SYNC

@@ -111,6 +111,12 @@ fn check_define_list(defs: &[String]) -> Result<()> {
         if name == "RING_BLOCKS" && value.parse::<u32>().is_ok_and(|d| !(1..=7).contains(&d)) {
             bail!("MK_CUDA_DEFINES: RING_BLOCKS is 1..7 (ring blocks per SM)");
         }
+        if name == "RING_BLOCKS"
+            && value.parse::<u32>().is_ok_and(|b| b > 1)
+            && defs.iter().any(|d| d == "RING_CWARPS=16")
+        {
+            bail!("MK_CUDA_DEFINES: RING_CWARPS=16 takes one ring block per SM (RING_BLOCKS=1)");
+        }
         if name == "TMA_DEPTH" && value == "0" {
             bail!("MK_CUDA_DEFINES: TMA_DEPTH must be at least 1");
         }
@@ -221,7 +227,7 @@ mod tests {
             "RING_BLOCKS=2",
             "RING_SLOTS=6",
             "RING_SLOT_KB=32",
-            "RING_CWARPS=16"
+            "RING_CWARPS=8"
         ]))
         .is_ok());
         for bad in [
@@ -239,6 +245,8 @@ mod tests {
         ] {
             assert!(check_define_list(&l(&[bad])).is_err(), "{bad}");
         }
+        assert!(check_define_list(&l(&["RING_CWARPS=16", "RING_BLOCKS=2"])).is_err());
+        assert!(check_define_list(&l(&["RING_CWARPS=16", "RING_BLOCKS=1"])).is_ok());
     }
 }
 
