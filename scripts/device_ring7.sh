@@ -27,6 +27,11 @@ if [ "$part" = b ]; then
   probe "GEMV_RING=1 RING_CWARPS=16 RING_SLOT_KB=32"
   probe "GEMV_RING=1 RING_BLOCKS=2 RING_PAIR=0"
   probe "GEMV_RING=1 RING_SLOT_KB=32 RING_NOCOMPUTE=1"
+  # block 0's item stamps with the pair path (compare results/ring5_8d23545/ring_stamps.txt)
+  echo "== ring_probe 'GEMV_RING=1 RING_STAMPS=300' ($(el) s)" | log
+  MK_CUDA_DEFINES="GEMV_RING=1 RING_STAMPS=300" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache \
+    --results "$R" 2>&1 | grep -E "ms/token|^ring |error" > "$R/ring_stamps_pair.txt"
+  grep -E "^ring item" "$R/ring_stamps_pair.txt" | sed -n '1,3p;20,26p' | log
   finish drop-traces
   exit 0
 fi
