@@ -102,9 +102,10 @@
                            // its first 64 items' clock64 stamps (issue, landing, warps 0 and 7 done, slot free)
                            // with device printf; the host reads this too (static shared memory)
 #endif
-#ifndef PREP_BATCH
-#define PREP_BATCH 0       // N > 0: a discrete GEMV's unnormed input (o_proj, down_proj) copied into shared memory
-                           // N chunks a thread per round trip (0: one chunk per trip, a loop; not yet measured)
+#ifndef PREP_ASYNC
+#define PREP_ASYNC 0       // 1: a discrete GEMV's unnormed input (o_proj, down_proj) copied into shared memory by
+                           // cp.async, every chunk in flight at once (0: a loop, one round trip per 2,048
+                           // elements; not yet measured)
 #endif
 #ifndef RING_CWARPS
 #define RING_CWARPS 8      // GEMV_RING: consumer warps per ring block, 8 or 16 (the host reads this too: the
@@ -365,22 +366,13 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
   if (w.ops[norm_slot] != OPERAND_NONE) {
     block_rmsnorm<ONE_TRIP>(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16));
   } else {
-    if (ONE_TRIP && PREP_BATCH && K % 8 == 0) {
-      // PREP_BATCH 16-byte chunks a thread loaded before any is stored: a round trip per PREP_BATCH x
-      // 2,048 elements (4: 3 for a down_proj's 17,408) instead of one per 2,048 (9).
-      for (unsigned b = 0; b < K; b += PREP_BATCH * 8 * THREADS) {
-        uint4 v[PREP_BATCH > 0 ? PREP_BATCH : 1];
-#pragma unroll
-        for (int j = 0; j < PREP_BATCH; ++j) {
-          unsigned i = b + 8 * (threadIdx.x + j * THREADS);
-          if (i < K) v[j] = *(const uint4*)(x + i);
-        }
-#pragma unroll
-        for (int j = 0; j < PREP_BATCH; ++j) {
-          unsigned i = b + 8 * (threadIdx.x + j * THREADS);
-          if (i < K) *(uint4*)(xs + i) = v[j];
-        }
-      }
+    if (ONE_TRIP && PREP_ASYNC && K % 8 == 0) {
+      // Every 16-byte chunk by cp.async (global to shared through L2, no registers): one round trip
+      // instead of one per 2,048 elements (9 for a down_proj's 17,408).
+      for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(xs + i)), "l"(x + i)
+                     : "memory");
+      asm volatile("cp.async.wait_all;" ::: "memory");  // (this thread's copies landed; the join below shares them)
     } else if (K % 8 == 0)
       for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = *(const uint4*)(x + i);
     else

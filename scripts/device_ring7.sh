@@ -6,7 +6,7 @@
 # dot_rows, per instruction). Then ring_probe (graph only, 27B, context 16): defaults; the ring at 1 and
 # 2 blocks per SM, 16 and 32 KB slots; without the pair path; the mechanics alone with 32 KB slots.
 # Also 16 consumer warps in one ring block (RING_CWARPS=16, one 12-slot ring, 96 registers) against two
-# blocks of 8 (6 slots each), and the batched copy of an unnormed GEMV input (PREP_BATCH=2 / 4 against the loop, default kernels).
+# blocks of 8 (6 slots each), and the copy of an unnormed GEMV input by cp.async (PREP_ASYNC=1 against the loop).
 # Two calls (each within the device tool's 600 s): `bash scripts/device_ring7.sh a` (checks, quick_27b,
 # first probes), then `... b` (the other probes).
 # (Before: results/ring5_8d23545, results/ring6_6e140ff.) Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
@@ -21,8 +21,8 @@ probe() {
 if [ "$part" = b ]; then
   $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1
   probe ""
-  probe "PREP_BATCH=2"
-  probe "PREP_BATCH=4"
+  probe "PREP_ASYNC=1"
+  probe "GEMV_RING=1 PREP_ASYNC=1"
   probe "GEMV_RING=1 RING_SLOT_KB=32"
   probe "GEMV_RING=1 RING_CWARPS=16 RING_SLOT_KB=32"
   probe "GEMV_RING=1 RING_BLOCKS=2 RING_PAIR=0"
@@ -42,7 +42,7 @@ MK_CUDA_DEFINES="GEMV_RING=1" timeout 150 $MK gpu ops /tmp/mkcache/small-seed0 -
   > "$R/gpu_ops/small_ring.txt" 2>&1
 grep -E "^Gemv|verdict|error" "$R/gpu_ops/small_ring.txt" | log
 ops_tiny_with "GEMV_RING=1 RING_CWARPS=16" "_ring16" "verdict|error"
-ops_tiny_with "PREP_BATCH=4" "_prep4" "verdict|error"
+ops_tiny_with "PREP_ASYNC=1" "_prep_async" "verdict|error"
 $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1
 quick_27b "" "GEMV_RING=1 RING_CWARPS=16"
 probe ""
