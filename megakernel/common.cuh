@@ -103,7 +103,7 @@
                            // with device printf; the host reads this too (static shared memory)
 #endif
 #ifndef PREP_ASYNC
-#define PREP_ASYNC 0       // 1: a discrete GEMV's unnormed input (o_proj, down_proj) copied into shared memory by
+#define PREP_ASYNC 0       // 1: a GEMV's unnormed input (o_proj, down_proj; both paths) copied into shared memory by
                            // cp.async, every chunk in flight at once (0: a loop, one round trip per 2,048
                            // elements; not yet measured)
 #endif
@@ -366,7 +366,7 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
   if (w.ops[norm_slot] != OPERAND_NONE) {
     block_rmsnorm<ONE_TRIP>(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16));
   } else {
-    if (ONE_TRIP && PREP_ASYNC && K % 8 == 0) {
+    if (PREP_ASYNC && K % 8 == 0) {  // (the megakernel too: no register cost)
       // Every 16-byte chunk by cp.async (global to shared through L2, no registers): one round trip
       // instead of one per 2,048 elements (9 for a down_proj's 17,408).
       for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS)

@@ -6,7 +6,7 @@
 # dot_rows, per instruction). Then ring_probe (graph only, 27B, context 16): defaults; the ring at 1 and
 # 2 blocks per SM, 16 and 32 KB slots; without the pair path; the mechanics alone with 32 KB slots.
 # Also 16 consumer warps in one ring block (RING_CWARPS=16, one 12-slot ring, 96 registers) against two
-# blocks of 8 (6 slots each), and the copy of an unnormed GEMV input by cp.async (PREP_ASYNC=1 against the loop).
+# blocks of 8 (6 slots each), and the copy of an unnormed GEMV input by cp.async (PREP_ASYNC=1 against the loop, graph and megakernel: quick_27b).
 # Two calls (each within the device tool's 600 s): `bash scripts/device_ring7.sh a` (checks, quick_27b,
 # first probes), then `... b` (the other probes).
 # (Before: results/ring5_8d23545, results/ring6_6e140ff.) Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
@@ -20,8 +20,8 @@ probe() {
 }
 if [ "$part" = b ]; then
   $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1
-  probe ""
-  probe "PREP_ASYNC=1"
+  quick_27b "" ""
+  quick_27b "" "PREP_ASYNC=1"
   probe "GEMV_RING=1 PREP_ASYNC=1"
   probe "GEMV_RING=1 RING_SLOT_KB=32"
   probe "GEMV_RING=1 RING_CWARPS=16 RING_SLOT_KB=32"
