@@ -166,7 +166,7 @@ enum GpuCmd {
         /// Print ptxas's resource usage per kernel (registers, spills, shared memory).
         #[arg(long)]
         resources: bool,
-        /// Also write the CUBIN to this file (for cuobjdump -sass / nvdisasm).
+        /// Also write the CUBIN to this file, with line info (for cuobjdump -sass / nvdisasm -g).
         #[arg(long)]
         cubin: Option<std::path::PathBuf>,
     },
@@ -442,7 +442,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin } } => {
             let t = std::time::Instant::now();
-            let (bin, log) = mk::cuda::compile_check(&arch, resources)?;
+            let (bin, log) = mk::cuda::compile_check(&arch, resources, cubin.is_some())?;
             let n = bin.len();
             if let Some(f) = cubin {
                 std::fs::write(&f, &bin).map_err(|e| mk::error::Error::new(format!("write {}: {e}", f.display())))?;

@@ -366,7 +366,8 @@ impl Gpu {
 /// checking CUDA changes on a machine without a GPU (NVRTC from CUDA_HOME, e.g. the nvidia-cuda-nvrtc
 /// wheel unpacked). With `resources`, also ptxas's per-kernel report (registers, spills). Returns the
 /// CUBIN and NVRTC's log.
-pub fn compile_check(arch: &str, resources: bool) -> Result<(Vec<u8>, String)> {
+/// With `cubin` (the caller keeps the CUBIN) the line table is compiled in (`-lineinfo`).
+pub fn compile_check(arch: &str, resources: bool, cubin: bool) -> Result<(Vec<u8>, String)> {
     let cuda_home = PathBuf::from(std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into()));
     preload_nvrtc(&cuda_home);
     if !unsafe { nsys::is_culib_present() } {
@@ -375,6 +376,9 @@ pub fn compile_check(arch: &str, resources: bool) -> Result<(Vec<u8>, String)> {
     let mut opts = nvrtc_options(arch, &cuda_home.join("include"));
     if resources {
         opts.push("--ptxas-options=-v".into());
+    }
+    if cubin {
+        opts.push("-lineinfo".into()); // (nvdisasm -g maps the SASS to source lines)
     }
     nvrtc_with_log(&source(), &opts)
 }
