@@ -1463,10 +1463,12 @@ mod tests {
     /// A model of ring.cu's item and piece arithmetic (producer: each (unit, sub) byte sequence cut
     /// into `slot_bytes` items; consumer: the pieces q0..q1 of an item at (q / G) span + (q % G) piece):
     /// on every ring launch of every preset, each (row, k-group) piece of each unit lies inside the
-    /// bytes its item's copies bring, within the slot, and is computed exactly once. Negative control:
+    /// bytes its item's copies bring, within the slot, and is computed exactly once by the consumer
+    /// warps' loops (8 or 16 warps, 16 or 32 KB slots, the pair path or pairs). Negative control:
     /// with pieces placed at q x 1,024 elements (the second version's arithmetic, wrong for rows
     /// narrower than a k-group) the model finds a piece outside its item.
-    fn ring_pieces_ok(p: &Program, naive_offsets: bool, slot_bytes: u32) -> bool {
+    /// `cw`: consumer warps; `stride`: between a warp's pieces taken together (None: as ring.cu, cw).
+    fn ring_pieces_ok(p: &Program, naive_offsets: bool, slot_bytes: u32, cw: u64, stride: Option<u64>) -> bool {
         for (first, n) in launch_groups_of(p) {
             let words = &p.words[first..first + n];
             if ring_smem_with(p, words, 1, 12, RING_STATIC, slot_bytes).is_none() {
@@ -1491,7 +1493,16 @@ mod tests {
                         let single = len <= slot;
                         let q0 = if single { 0 } else { c * (slot / piece) };
                         let q1 = if single { n } else { n.min(q0 + slot / piece) };
-                        for q in q0..q1 {
+                        // The consumers' loops: warp w takes q0 + w, stepping NP x CW, its NP pieces
+                        // q, q + CW, .. kept while below q1 (the pair path: fp8, K a multiple of 1,024,
+                        // NP = slot KB / CW), else pairs stepping 2 x CW.
+                        let fast = eb == 1 && k % KGROUP as u64 == 0;
+                        let np = if fast { slot / 1024 / cw } else { 2 };
+                        let sd = stride.unwrap_or(cw);
+                        let mine = (0..cw).flat_map(|w| {
+                            (q0 + w..q1).step_by((np * cw) as usize).flat_map(move |q| (0..np).map(move |i| q + i * sd))
+                        });
+                        for q in mine.filter(|&q| q < q1) {
                             let gg = g0 + q % g;
                             let width = ((gg * KGROUP as u64 + KGROUP as u64).min(k) - gg * KGROUP as u64) * eb;
                             let at = if naive_offsets { q * piece } else { (q / g) * span + (q % g) * piece };
@@ -1516,12 +1527,20 @@ mod tests {
             let cfg = crate::model::config::ModelConfig::preset(preset).unwrap();
             let p = crate::compiler::compile(&cfg, preset, &crate::compiler::h200(1)).unwrap();
             for slot in [RING_SLOT, 32_768] {
-                assert!(ring_pieces_ok(&p, false, slot), "{preset} {slot}");
+                for cw in [8, 16] {
+                    assert!(ring_pieces_ok(&p, false, slot, cw, None), "{preset} {slot} {cw}");
+                }
             }
         }
         let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
         let p = crate::compiler::compile(&cfg, "tiny", &crate::compiler::h200(1)).unwrap();
-        assert!(!ring_pieces_ok(&p, true, RING_SLOT), "the negative control passed");
+        assert!(!ring_pieces_ok(&p, true, RING_SLOT, 8, None), "the negative control passed");
+        // Negative control of the consumers' loops: 16 warps taking their two pieces of a 32 KB item 8
+        // apart (WARPS where CW is meant) compute some pieces twice and others never (the small
+        // preset's widths take the pair path).
+        let cfg = crate::model::config::ModelConfig::preset("small").unwrap();
+        let p = crate::compiler::compile(&cfg, "small", &crate::compiler::h200(1)).unwrap();
+        assert!(!ring_pieces_ok(&p, false, 32_768, 16, Some(8)), "the loop negative control passed");
     }
 
     fn prog_27b() -> Program {
