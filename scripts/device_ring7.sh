@@ -2,8 +2,8 @@
 # GEMV_RING with the pair fast path (RING_PAIR=1: a warp's two fp8 pieces loaded first, no branch
 # between their chunks) and 32 KB slots (RING_SLOT_KB=32: half the producer's items). Checks: the op check
 # through the ring kernels on tiny (widths under 1,024: the old piece path) and on small (widths of
-# 2,048 and 6,144: the pair path) against the CPU; quick_27b (graph through the ring vs the megakernel's
-# dot_rows, per instruction). Then ring_probe (graph only, 27B, context 16): defaults; the ring at 1 and
+# 2,048 and 6,144: the pair path) against the CPU; quick_27b with 16 and with 8 consumer warps (graph
+# through the ring vs the megakernel's dot_rows, per instruction). Then ring_probe (graph only, 27B, context 16): defaults; the ring at 1 and
 # 2 blocks per SM, 16 and 32 KB slots; without the pair path; the mechanics alone with 32 KB slots.
 # Also 16 consumer warps in one ring block (RING_CWARPS=16, one 12-slot ring, 96 registers) against two
 # blocks of 8 (6 slots each), and the copy of an unnormed GEMV input by cp.async (PREP_ASYNC=1 against the loop, graph and megakernel: quick_27b).
@@ -45,8 +45,8 @@ ops_tiny_with "GEMV_RING=1 RING_CWARPS=16" "_ring16" "verdict|error"
 ops_tiny_with "PREP_ASYNC=1" "_prep_async" "verdict|error"
 $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1
 quick_27b "" "GEMV_RING=1 RING_CWARPS=16"
+quick_27b "" "GEMV_RING=1"
 probe ""
 probe "GEMV_RING=1 RING_BLOCKS=2"
-probe "GEMV_RING=1"
 probe "GEMV_RING=1 RING_BLOCKS=2 RING_SLOT_KB=32"
 finish drop-traces
