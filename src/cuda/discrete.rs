@@ -621,11 +621,10 @@ impl Discrete {
         let (f, smem, grid, threads) = match ring {
             Some((f, smem)) => {
                 // all resident blocks, each taking units by ticket
-                let per_sm = f
-                    .occupancy_max_active_blocks_per_multiprocessor(ring_threads(), smem as usize, None)
-                    .unwrap_or(1)
-                    .max(1);
-                (f, smem, units.min(per_sm * self.gpu.sms).max(1), ring_threads())
+                let threads = ring_threads();
+                let per_sm =
+                    f.occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None).unwrap_or(1).max(1);
+                (f, smem, units.min(per_sm * self.gpu.sms).max(1), threads)
             }
             None => {
                 let f = &self.funcs[&w.opcode];
