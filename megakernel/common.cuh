@@ -139,6 +139,10 @@
 #define PREFETCH_LINES 0   // L2 prefetches as one prefetch.global.L2 per 128-byte line (else bulk prefetches
                            // of up to 16 KB, cp.async.bulk.prefetch.L2)
 #endif
+#ifndef GRAPH_STAMPS
+#define GRAPH_STAMPS 0     // discrete kernels stamp every unit (%globaltimer, as the megakernel's timeline) into
+                           // DevCtx::stamps: the graph's per-word times inside the captured step
+#endif
 #ifndef DEVICE_STOP
 #define DEVICE_STOP 1      // graph kernels return at once after the stop token (0: timing the check's cost only)
 #endif
@@ -217,10 +221,12 @@ struct DevCtx {
   unsigned* stop;                 // the device-side stop: [0] stop token + 1 (0: none), [1] stopped (set by EndStep)
   unsigned* tickets;              // [n_words][2]: a discrete GEMV launch's unit tickets and finished blocks
                                   // (GEMV_DYNAMIC; indexed by the launch's first word, zero between launches)
+  unsigned long long* stamps;     // GRAPH_STAMPS: the timeline slots (four u64 per unit), else null
+  const unsigned* unit_base;      // [n_words]: each word's first timeline slot
   unsigned rotary_dim, head_dim, gdn_dim, n_heads, n_kv_heads, gdn_k_heads, gdn_v_heads, max_ctx;
   float eps;
 };
-static_assert(sizeof(DevCtx) == 104, "DevCtx as src/cuda/discrete.rs lays it out");
+static_assert(sizeof(DevCtx) == 120, "DevCtx as src/cuda/discrete.rs lays it out");
 
 // The sequence stopped (an earlier step produced the stop token): every later kernel of the graph
 // returns at once, so replays queued past the stop change nothing. The host clears it (reset).

@@ -27,14 +27,35 @@ __device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsig
 __device__ __forceinline__ void pdl_join() {
   if (GRAPH_PDL) asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
 }
+// GRAPH_STAMPS: the graph's timeline, in the megakernel's format (four u64 per unit at
+// unit_base[word] + unit: word << 48 | SM << 32 | unit, then %globaltimer when the block started the unit
+// (its first: when the block started), when its wait for the predecessor kernel was over, and when
+// every warp was done). Thread 0, after a barrier. Off (0) by default: the default graph has no stamp.
+__device__ __forceinline__ unsigned long long stamp_now() { return GRAPH_STAMPS ? global_ns() : 0ull; }
+__device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsigned u, unsigned long long t_start, unsigned long long t_ready) {
+  if (!GRAPH_STAMPS || c.stamps == nullptr || threadIdx.x != 0) return;
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  unsigned long long* e = c.stamps + 4 * (size_t)(c.unit_base[word] + u);
+  e[0] = ((unsigned long long)word << 48) | ((unsigned long long)sm << 32) | u;
+  e[1] = t_start;
+  e[2] = t_ready;
+  e[3] = global_ns();
+}
 #define K_OP(name)                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
+    unsigned long long t_start = stamp_now();                                                        \
     pdl_join();                                                                                      \
+    unsigned long long t_ready = stamp_now();                                                        \
     if (DEVICE_STOP && stopped(c)) return;                                                           \
     unsigned u;                                                                                      \
-    Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                              \
-    op_##name(c, w, u, smem, true);                                                                  \
+    unsigned wx = launch_word_at(prog, wi, nw, &u, blockIdx.x);                                      \
+    op_##name(c, prog[wx], u, smem, true);                                                           \
+    if (GRAPH_STAMPS) {                                                                              \
+      __syncthreads();                                                                               \
+      graph_stamp(c, wx, u, t_start, t_ready);                                                       \
+    }                                                                                                \
   }
 // The GEMV kernels: with UNIT_LOOP a block runs several units (only they loop: the others' code, the
 // GDN step's register column above all, stays as without it): with GEMV_DYNAMIC its first is unit
@@ -54,7 +75,9 @@ __device__ __forceinline__ void pdl_join() {
         prefetch_unit(c, w0, u0);                                                                    \
       }                                                                                              \
     }                                                                                                \
+    unsigned long long t_start = stamp_now();                                                        \
     pdl_join();                                                                                      \
+    unsigned long long t_ready = stamp_now();                                                        \
     if (DEVICE_STOP && stopped(c)) return;                                                           \
     if (!UNIT_LOOP) {                                                                                \
       unsigned u;                                                                                    \
@@ -70,7 +93,8 @@ __device__ __forceinline__ void pdl_join() {
       unsigned nxt = i + gridDim.x;                                                                  \
       if (GEMV_DYNAMIC && threadIdx.x == 0) nxt = gridDim.x + atomicAdd(tk, 1u);                     \
       unsigned u;                                                                                    \
-      Word w = launch_word(prog, wi, nw, &u, i, GEMV_REVERSE); \
+      unsigned wx = launch_word_at(prog, wi, nw, &u, i, GEMV_REVERSE);                               \
+      Word w = prog[wx];                                                                             \
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
       if (UNIT_SYNC || (here != last && last != 0xffffffffu)) __syncthreads();                       \
@@ -82,6 +106,11 @@ __device__ __forceinline__ void pdl_join() {
         __syncthreads();                                                                             \
         nxt = next_s[parity];                                                                        \
         parity ^= 1u;                                                                                \
+      }                                                                                              \
+      if (GRAPH_STAMPS) { /* every warp done (GEMV_DYNAMIC's barrier above, else this one) */        \
+        if (!GEMV_DYNAMIC) __syncthreads();                                                          \
+        graph_stamp(c, wx, u, t_start, t_ready);                                                     \
+        t_start = t_ready = stamp_now();                                                             \
       }                                                                                              \
       i = nxt;                                                                                       \
     }                                                                                                \

@@ -31,6 +31,9 @@ pub struct DevCtx {
     rope: u64,
     stop: u64,
     tickets: u64,
+    /// GRAPH_STAMPS: the timeline slots (the megakernel's), else 0.
+    stamps: u64,
+    unit_base: u64,
     rotary_dim: u32,
     head_dim: u32,
     gdn_dim: u32,
@@ -42,7 +45,7 @@ pub struct DevCtx {
     eps: f32,
     _pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<DevCtx>() == 104);
+const _: () = assert!(std::mem::size_of::<DevCtx>() == 120);
 
 /// Blocks of a looping GEMV launch of `units` units with `resident` blocks fitting the GPU at once: with
 /// tickets every resident block (at most one per unit); without, as few as give every block the same
@@ -514,6 +517,8 @@ impl Discrete {
             rope: base + t_rope as u64,
             stop: base + stop_off as u64,
             tickets: base + tickets_off as u64,
+            stamps: if super::cuda_define("GRAPH_STAMPS").unwrap_or(0) != 0 { base + tl_off as u64 } else { 0 },
+            unit_base: base + tl_base as u64,
             rotary_dim: rot as u32,
             head_dim: cfg.head_dim as u32,
             gdn_dim: cfg.gdn_v_dim as u32,
@@ -1202,22 +1207,38 @@ impl Discrete {
     /// program (`experiment::timeline` decodes them; a unit not run has zeros).
     pub fn step_mega_timeline(&mut self, token: u32) -> Result<(u32, Vec<u64>)> {
         self.check(token)?;
-        {
-            let stream = self.gpu.stream.clone();
-            let mut v = self.arena.slice_mut(self.tl_off..self.tl_off + 32 * self.total_units);
-            cu(stream.memset_zeros(&mut v), "zero the timeline")?;
-        }
+        self.zero_timeline()?;
         let r = self.step_mega_unchecked(token, 1, true, self.prog.words.len() as u32);
         let t = self.advance_by(r)?[0];
+        Ok((t, self.read_timeline()?))
+    }
+
+    /// One graph step that also returns its timeline (compiled with GRAPH_STAMPS=1: every discrete
+    /// kernel stamps its units in the megakernel's format, `experiment::timeline` decodes both).
+    pub fn step_graph_timeline(&mut self, token: u32) -> Result<(u32, Vec<u64>)> {
+        if self.ctx.stamps == 0 {
+            crate::bail!("graph timeline: the kernels were compiled without GRAPH_STAMPS=1 (MK_CUDA_DEFINES)");
+        }
+        self.zero_timeline()?;
+        let t = self.step(token, false, |_, _| Ok(()))?;
+        Ok((t, self.read_timeline()?))
+    }
+
+    fn zero_timeline(&mut self) -> Result<()> {
+        let stream = self.gpu.stream.clone();
+        let mut v = self.arena.slice_mut(self.tl_off..self.tl_off + 32 * self.total_units);
+        cu(stream.memset_zeros(&mut v), "zero the timeline")
+    }
+
+    fn read_timeline(&self) -> Result<Vec<u64>> {
         let p = self.arena.slice(self.tl_off..self.tl_off + 32 * self.total_units);
         let mut host = vec![0u8; 32 * self.total_units];
         cu(self.gpu.stream.memcpy_dtoh(&p, &mut host), "read the timeline")?;
         cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")?;
-        let stamps = host
+        Ok(host
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect();
-        Ok((t, stamps))
+            .collect())
     }
 
     /// After checked steps (a megakernel launch, a pipelined decode): the position moves on by the

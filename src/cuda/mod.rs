@@ -61,7 +61,7 @@ pub fn cuda_defines() -> Vec<String> {
 
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 15] = [
+pub const HOST_TUNABLES: [(&str, u32); 16] = [
     ("GEMV_TMA", 0),
     ("GEMV_DYNAMIC", 1),
     ("GRAPH_PDL", 1),
@@ -77,6 +77,7 @@ pub const HOST_TUNABLES: [(&str, u32); 15] = [
     ("RING_STAMPS", 0),
     ("RING_SLOT_KB", 16),
     ("RING_CWARPS", 8),
+    ("GRAPH_STAMPS", 0),
 ];
 
 /// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.

@@ -284,9 +284,13 @@ fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Record, res: 
                 timeline = eng.timeline();
             }
         }
+        let track = if p.label() == "graph" { timeline::Track::Graph } else { timeline::Track::Megakernel };
         match timeline {
-            Some(Ok(raw)) => match timeline::write(&res.dir, prog, &raw) {
-                Ok(line) => rec.notes.push(line),
+            Some(Ok(raw)) => match timeline::write(&res.dir, prog, &raw, track) {
+                Ok((line, words)) => {
+                    rec.notes.push(line);
+                    in_step_stats(prog, track.label(), &words, ctx_mark, rec);
+                }
                 Err(err) => rec.notes.push(format!("timeline not written: {err}")),
             },
             Some(Err(err)) => rec.notes.push(format!("timeline step failed: {err}")),
@@ -357,6 +361,32 @@ fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Reco
         });
     }
     Ok(())
+}
+
+/// The record's kernel table from a timeline (path "<path> in step"): per opcode, the words' shares
+/// of the step's critical path (`WordTime::span_us`) and the bytes they stream: each kind of kernel's
+/// bandwidth measured inside the running step, where the word-by-word times include each launch's
+/// fixed cost and none of the overlap between kernels.
+fn in_step_stats(prog: &Program, path: &str, words: &[timeline::WordTime], ctx: u32, rec: &mut Record) {
+    let mut by: std::collections::BTreeMap<String, (usize, f64, u64)> = Default::default();
+    for w in words {
+        let e = by.entry(w.opcode.clone()).or_default();
+        e.0 += 1;
+        e.1 += w.span_us / 1e3;
+        e.2 += crate::isa::report::streamed_bytes(prog, &prog.words[w.word as usize], ctx as u64 + 1);
+    }
+    for (op, (n, ms, bytes)) in by {
+        let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
+        rec.kernels.push(record::KernelStat {
+            path: format!("{path} in step"),
+            opcode: op,
+            words: n,
+            ms_per_step: ms,
+            bytes,
+            gb_per_s: gbps,
+            fraction_of_ceiling: gbps / record::CEILING_GBPS,
+        });
+    }
 }
 
 /// Runs an experiment; returns the results folder.
@@ -571,9 +601,13 @@ pub fn summary(dir: &Path) -> Result<String> {
     for d in &rec.diffs {
         s += &format!("  diff: {}\n", d.summary());
     }
-    for k in rec.kernels.iter().filter(|k| k.path == "graph") {
+    // Word by word (graph), then inside the step (the timelines: each word's share of the step).
+    let rows = rec.kernels.iter().filter(|k| k.path == "graph");
+    let in_step = rec.kernels.iter().filter(|k| k.path.ends_with(" in step"));
+    for k in rows.chain(in_step) {
+        let tag = if k.path == "graph" { "kernel".to_string() } else { format!("in step ({})", k.path.replace(" in step", "")) };
         s += &format!(
-            "  kernel {:24} {:3} words {:9.3} ms/step {:8.1} GB/s ({:5.1} % of {:.0})\n",
+            "  {tag} {:24} {:3} words {:9.3} ms/step {:8.1} GB/s ({:5.1} % of {:.0})\n",
             k.opcode,
             k.words,
             k.ms_per_step,

@@ -22,8 +22,8 @@ pub trait Engine {
     fn word_ns(&mut self) -> Option<Vec<u64>> {
         None
     }
-    /// The megakernel's timeline of one more step (raw stamps, see `timeline::decode`), where the path
-    /// records one. Moves the state on, like `word_ns`.
+    /// A timeline of one more step (raw stamps, see `timeline::decode`), where the path records one
+    /// (the megakernel always, the graph with GRAPH_STAMPS=1). Moves the state on, like `word_ns`.
     fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
         None
     }
@@ -221,6 +221,18 @@ impl Engine for GraphEngine<'_> {
         }
         let ms = d.time_words(0).ok()?;
         Some(ms.iter().map(|m| (*m as f64 * 1e6) as u64).collect())
+    }
+
+    /// The graph's timeline of one more step, when the kernels stamp their units (GRAPH_STAMPS=1).
+    fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
+        if crate::cuda::cuda_define("GRAPH_STAMPS").unwrap_or(0) == 0 {
+            return None;
+        }
+        let mut d = self.d.borrow_mut();
+        if !one_more_step_fits(&d)? {
+            return None;
+        }
+        Some(d.step_graph_timeline(0).map(|(_, raw)| raw))
     }
 }
 

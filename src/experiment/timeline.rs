@@ -1,6 +1,8 @@
-//! The megakernel's timeline (issue 6): `%globaltimer` stamps of every unit of one step, decoded into
-//! a Chrome trace (one track per block, opens in Perfetto), a per-word CSV (work, wait, skew at the
-//! word's join) and a PNG of blocks against time.
+//! A step's timeline: `%globaltimer` stamps of every unit of one step, decoded into a Chrome trace
+//! (one track per block, opens in Perfetto), a per-word CSV (work, wait, skew at the word's join, the
+//! word's share of the step's critical path) and a PNG of blocks against time. The megakernel records
+//! one always (issue 6); the graph's kernels with GRAPH_STAMPS=1 (the track is then the SM), which is
+//! how the graph's per-word times inside the captured step are measured (issue 5).
 //!
 //! Owns: decoding the raw stamps and writing those three files. Refuses: measuring (the kernel
 //! stamps, `Discrete::step_mega_timeline` reads them back).
@@ -55,12 +57,17 @@ pub struct WordTime {
     pub first_ready_us: f64,
     pub last_done_us: f64,
     pub skew_us: f64,
+    /// The word's share of the step: how far its last unit's end lies past every earlier word's (in
+    /// program order; 0 when an earlier word ended later). The shares sum to the step's span from the
+    /// first ticket.
+    pub span_us: f64,
 }
 
 pub fn per_word(prog: &Program, stamps: &[Stamp]) -> Vec<WordTime> {
     let t0 = stamps.iter().map(|s| s.ticket).min().unwrap_or(0);
     let us = |t: u64| t.saturating_sub(t0) as f64 / 1e3;
     let mut out: Vec<WordTime> = Vec::new();
+    let mut reached = t0;
     for (wi, w) in prog.words.iter().enumerate() {
         let mine: Vec<&Stamp> = stamps.iter().filter(|s| s.word as usize == wi).collect();
         if mine.is_empty() {
@@ -68,6 +75,8 @@ pub fn per_word(prog: &Program, stamps: &[Stamp]) -> Vec<WordTime> {
         }
         let first_done = mine.iter().map(|s| s.done).min().unwrap_or(0);
         let last_done = mine.iter().map(|s| s.done).max().unwrap_or(0);
+        let span_us = last_done.saturating_sub(reached) as f64 / 1e3;
+        reached = reached.max(last_done);
         out.push(WordTime {
             word: wi as u32,
             opcode: format!("{:?}", w.opcode),
@@ -77,6 +86,7 @@ pub fn per_word(prog: &Program, stamps: &[Stamp]) -> Vec<WordTime> {
             first_ready_us: us(mine.iter().map(|s| s.ready).min().unwrap_or(0)),
             last_done_us: us(last_done),
             skew_us: (last_done - first_done) as f64 / 1e3,
+            span_us,
         });
     }
     out
@@ -100,42 +110,76 @@ pub fn chrome_trace(prog: &Program, stamps: &[Stamp]) -> String {
     serde_json::json!({"traceEvents": ev, "displayTimeUnit": "ns"}).to_string()
 }
 
-/// Writes timeline.json (Chrome trace), timeline.csv (per word) and timeline.png into `dir`; returns
-/// a one-line summary (step time, busy fraction, the largest join skew).
-pub fn write(dir: &Path, prog: &Program, raw: &[u64]) -> Result<String> {
+/// Which path a timeline is of: the megakernel's files are timeline.*, the graph's graph_timeline.*.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Track {
+    Megakernel,
+    Graph,
+}
+
+impl Track {
+    fn prefix(self) -> &'static str {
+        match self {
+            Track::Megakernel => "timeline",
+            Track::Graph => "graph_timeline",
+        }
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            Track::Megakernel => "megakernel",
+            Track::Graph => "graph",
+        }
+    }
+    fn lane(self) -> &'static str {
+        match self {
+            Track::Megakernel => "block",
+            Track::Graph => "SM",
+        }
+    }
+}
+
+/// Writes <prefix>.json (Chrome trace), <prefix>.csv (per word) and <prefix>.png into `dir`; returns
+/// a one-line summary (step time, busy fraction, the largest join skew) and the per-word times.
+pub fn write(dir: &Path, prog: &Program, raw: &[u64], track: Track) -> Result<(String, Vec<WordTime>)> {
     let stamps = decode(raw);
     if stamps.is_empty() {
         crate::bail!("timeline: no unit was stamped");
     }
-    std::fs::write(dir.join("timeline.json"), chrome_trace(prog, &stamps)).context("write timeline.json")?;
+    let pre = track.prefix();
+    std::fs::write(dir.join(format!("{pre}.json")), chrome_trace(prog, &stamps)).context("write the timeline's trace")?;
     let words = per_word(prog, &stamps);
-    let mut csv = String::from("word,opcode,units,work_us,wait_us,first_ready_us,last_done_us,skew_us\n");
+    let mut csv = String::from("word,opcode,units,work_us,wait_us,first_ready_us,last_done_us,skew_us,span_us\n");
     for w in &words {
         csv += &format!(
-            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3}\n",
-            w.word, w.opcode, w.units, w.work_us, w.wait_us, w.first_ready_us, w.last_done_us, w.skew_us
+            "{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3}\n",
+            w.word, w.opcode, w.units, w.work_us, w.wait_us, w.first_ready_us, w.last_done_us, w.skew_us, w.span_us
         );
     }
-    std::fs::write(dir.join("timeline.csv"), csv).context("write timeline.csv")?;
-    chart(&dir.join("timeline.png"), prog, &stamps)?;
+    std::fs::write(dir.join(format!("{pre}.csv")), csv).context("write the timeline's csv")?;
+    chart(&dir.join(format!("{pre}.png")), prog, &stamps, track)?;
     let t0 = stamps.iter().map(|s| s.ticket).min().unwrap_or(0);
     let t1 = stamps.iter().map(|s| s.done).max().unwrap_or(t0);
-    let blocks = stamps.iter().map(|s| s.block).max().unwrap_or(0) as f64 + 1.0;
+    // Lanes: the megakernel's blocks, or the SMs the graph's blocks ran on (several blocks may share
+    // one at a time, so the graph's busy fraction can pass 100 %).
+    let lanes = stamps.iter().map(|s| s.block).max().unwrap_or(0) as f64 + 1.0;
     let work: f64 = stamps.iter().map(|s| s.done.saturating_sub(s.ready) as f64).sum();
     let worst = words.iter().max_by(|a, b| a.skew_us.total_cmp(&b.skew_us));
-    Ok(format!(
-        "megakernel timeline: {:.3} ms from first ticket to last unit, blocks busy {:.1} % of it, \
-         largest join skew {:.1} us (word {} {}); timeline.json opens in Perfetto",
+    let line = format!(
+        "{} timeline: {:.3} ms from first ticket to last unit, {}s busy {:.1} % of it, \
+         largest join skew {:.1} us (word {} {}); {pre}.json opens in Perfetto",
+        track.label(),
         (t1 - t0) as f64 / 1e6,
-        100.0 * work / (blocks * (t1 - t0).max(1) as f64),
+        track.lane(),
+        100.0 * work / (lanes * (t1 - t0).max(1) as f64),
         worst.map(|w| w.skew_us).unwrap_or(0.0),
         worst.map(|w| w.word).unwrap_or(0),
         worst.map(|w| w.opcode.as_str()).unwrap_or("")
-    ))
+    );
+    Ok((line, words))
 }
 
 /// Blocks (rows) against time: a bar per unit, coloured by the kind of work.
-fn chart(file: &Path, prog: &Program, stamps: &[Stamp]) -> Result<()> {
+fn chart(file: &Path, prog: &Program, stamps: &[Stamp], track: Track) -> Result<()> {
     super::chart::fonts()?;
     let t0 = stamps.iter().map(|s| s.ticket).min().unwrap_or(0);
     let t1 = stamps.iter().map(|s| s.done).max().unwrap_or(t0 + 1);
@@ -144,13 +188,13 @@ fn chart(file: &Path, prog: &Program, stamps: &[Stamp]) -> Result<()> {
     let root = BitMapBackend::new(file, (1400, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut c = ChartBuilder::on(&root)
-        .caption("megakernel: units per block against time (grey: waiting)", ("sans-serif", 20))
+        .caption(format!("{}: units per {} against time (grey: waiting)", track.label(), track.lane()), ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(50)
         .build_cartesian_2d(0f64..(t1 - t0) as f64 / 1e3, 0u32..blocks)
         .map_err(|e| err(&e))?;
-    c.configure_mesh().x_desc("us from the first ticket").y_desc("block").draw().map_err(|e| err(&e))?;
+    c.configure_mesh().x_desc("us from the first ticket").y_desc(track.lane()).draw().map_err(|e| err(&e))?;
     let us = |t: u64| t.saturating_sub(t0) as f64 / 1e3;
     let colour = |op: &str| match op {
         o if o.starts_with("Gemv") || o == "LmHead" => RGBColor(44, 160, 44),
@@ -196,17 +240,25 @@ mod tests {
         assert_eq!(w.len(), 2);
         assert_eq!((w[0].units, w[0].work_us, w[0].skew_us), (2, 2.0 + 2.9, 1.0));
         assert_eq!((w[1].wait_us, w[1].last_done_us), (0.5, 4.0));
+        // Shares of the step: word 0 ends 3 us after the first ticket, word 1 1 us later.
+        assert_eq!((w[0].span_us, w[1].span_us), (3.0, 1.0));
         let trace: serde_json::Value = serde_json::from_str(&chrome_trace(&prog, &s)).unwrap();
         let ev = trace["traceEvents"].as_array().unwrap();
         assert_eq!(ev.len(), 4, "three work slices and one wait");
         assert_eq!(ev.iter().filter(|e| e["name"] == "wait").count(), 1);
         let dir = std::env::temp_dir().join(format!("mk-timeline-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let line = write(&dir, &prog, &r).unwrap();
+        let (line, words) = write(&dir, &prog, &r, Track::Megakernel).unwrap();
         assert!(line.contains("largest join skew 1.0 us (word 0"), "{line}");
+        assert_eq!(words, w);
         for f in ["timeline.json", "timeline.csv", "timeline.png"] {
             assert!(dir.join(f).exists(), "{f}");
         }
-        assert!(write(&dir, &prog, &[0; 8]).is_err());
+        let (line, _) = write(&dir, &prog, &r, Track::Graph).unwrap();
+        assert!(line.starts_with("graph timeline") && line.contains("SMs busy"), "{line}");
+        for f in ["graph_timeline.json", "graph_timeline.csv", "graph_timeline.png"] {
+            assert!(dir.join(f).exists(), "{f}");
+        }
+        assert!(write(&dir, &prog, &[0; 8], Track::Graph).is_err());
     }
 }
