@@ -201,6 +201,10 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
                            // in shared memory (the host sizes the discrete kernels' shared memory for it;
                            // the megakernel's depth follows from its shared memory); 0: registers only
 #endif
+#ifndef GNR_MIN_BLOCKS
+#define GNR_MIN_BLOCKS GEMV_MIN_BLOCKS  // GDN out_proj's launch bounds alone (its 320 units on the 27B fill
+                                        // 2 x 132 resident blocks 1.2 times: 3 per SM would take one round)
+#endif
 #ifndef WEIGHT_LOAD_NC
 #define WEIGHT_LOAD_NC 1   // weights through ld.global.nc.L1::no_allocate (else plain loads)
 #endif

@@ -64,8 +64,8 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
 // finishes last zeroes the pair for the next launch (every block counts itself finished after its
 // ticket past the end, so no ticket is taken after that). Without it, units b, b + grid, ..
 // A unit's bits do not depend on which block runs it.
-#define K_GEMV(name)                                                                                 \
-  extern "C" __global__ void __launch_bounds__(THREADS, GEMV_MIN_BLOCKS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
+#define K_GEMV(name, MIN_BLOCKS)                                                                     \
+  extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
     if (GRAPH_PDL && PDL_PREFETCH) { /* weights only: they never depend on the predecessor */        \
       unsigned u0, n0 = 0;                                                                           \
@@ -124,10 +124,10 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
     }                                                                                                \
   }
 K_OP(embed)
-K_GEMV(gemv_norm)
-K_GEMV(gemv_gate_up)
-K_GEMV(gemv_gated_norm_residual)
-K_GEMV(gemv_residual)
+K_GEMV(gemv_norm, GEMV_MIN_BLOCKS)
+K_GEMV(gemv_gate_up, GEMV_MIN_BLOCKS)
+K_GEMV(gemv_gated_norm_residual, GNR_MIN_BLOCKS)
+K_GEMV(gemv_residual, GEMV_MIN_BLOCKS)
 K_OP(reduce_store)
 K_OP(reduce_residual)
 K_OP(gdn_conv)
@@ -136,6 +136,6 @@ K_OP(attn_kv)
 K_OP(attn_scores)
 K_OP(attn_pv)
 K_OP(attn_reduce_gate)
-K_GEMV(lm_head)
+K_GEMV(lm_head, GEMV_MIN_BLOCKS)
 K_OP(argmax)
 K_OP(end_step)

@@ -9,9 +9,13 @@ __device__ void op_gdn_conv(const DevCtx& c, const Word& w, unsigned u, char*, b
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   for (unsigned ch = r0 + threadIdx.x; ch < r1; ch += THREADS) {
     unsigned short* r = ring + 4 * ch;
-    r[pos % 4] = qkv[ch];
+    // Every load first (the input, the three older ring slots, the taps: one round trip), then the
+    // input into its slot. The same sum as reading it back from the ring.
+    unsigned short x_new = qkv[ch], x1 = r[(pos + 1) % 4], x2 = r[(pos + 2) % 4], x3 = r[(pos + 3) % 4];
     const float* tp = t + 4 * ch;
-    float acc = tp[0] * bf2f(r[(pos + 1) % 4]) + tp[1] * bf2f(r[(pos + 2) % 4]) + tp[2] * bf2f(r[(pos + 3) % 4]) + tp[3] * bf2f(r[pos % 4]);
+    float t0 = tp[0], t1 = tp[1], t2 = tp[2], t3 = tp[3];
+    r[pos % 4] = x_new;
+    float acc = t0 * bf2f(x1) + t1 * bf2f(x2) + t2 * bf2f(x3) + t3 * bf2f(x_new);
     out[ch] = f2bf(silu(bf(acc)));
   }
 }

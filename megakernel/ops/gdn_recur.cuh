@@ -32,15 +32,32 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
     for (unsigned k = 0; k < d; ++k) col[k] = S[k * d + threadIdx.x];
   }
 #endif
+  // The head's gate inputs and this thread's value, loaded with the state (one round trip for all).
+  const unsigned short b_raw = B<unsigned short>(c, w.ops[SLOT_IN1])[j];
+  const unsigned short a_raw = B<unsigned short>(c, w.ops[SLOT_IN2])[j];
+  const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
+  const unsigned short v_raw = mixed[2 * key_dim + j * d + (threadIdx.x & (d - 1))];
   if (threadIdx.x < d) {
     qs[threadIdx.x] = bf2f(mixed[qk * d + threadIdx.x]);
     ks[threadIdx.x] = bf2f(mixed[key_dim + qk * d + threadIdx.x]);
   }
   __syncthreads();
   if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
-    float* vq = threadIdx.x == 0 ? qs : ks;
+    // 32 elements at a time into registers (16-byte shared loads issued together), then the chain.
+    const float4* vq = (const float4*)(threadIdx.x == 0 ? qs : ks);
     float ss = 0.f;
-    for (unsigned i = 0; i < d; ++i) ss += vq[i] * vq[i];
+    for (unsigned c8 = 0; c8 < 4; ++c8) {
+      float4 e[8];
+#pragma unroll
+      for (unsigned i = 0; i < 8; ++i) e[i] = vq[8 * c8 + i];
+#pragma unroll
+      for (unsigned i = 0; i < 8; ++i) {
+        ss += e[i].x * e[i].x;
+        ss += e[i].y * e[i].y;
+        ss += e[i].z * e[i].z;
+        ss += e[i].w * e[i].w;
+      }
+    }
     sh[threadIdx.x] = 1.0f / sqrtf(ss + 1e-6f);
   }
   __syncthreads();
@@ -54,12 +71,12 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
   if (threadIdx.x >= d) return;
   unsigned v = threadIdx.x;
 #endif
-  float b = bf2f(B<unsigned short>(c, w.ops[SLOT_IN1])[j]);
-  float a = bf2f(B<unsigned short>(c, w.ops[SLOT_IN2])[j]);
+  float b = bf2f(b_raw);
+  float a = bf2f(a_raw);
   float beta = bf(sigm(b));
-  float x = a + B<float>(c, w.ops[SLOT_W1])[j];
+  float x = a + dt_bias;
   float sp = x > 20.0f ? x : log1pf(expf(x));
-  float decay = expf(-expf(B<float>(c, w.ops[SLOT_W0])[j]) * sp);
+  float decay = expf(-expf(a_log) * sp);
 #if RECUR_SPLIT
   float kv = 0.f;
   if (h == 0) {
@@ -72,7 +89,7 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
     kv = xch[v];
 #pragma unroll
     for (unsigned k = 0; k < d / 2; ++k) kv += (col[k] * decay) * ks[k0 + k];
-    float vv = bf2f(mixed[2 * key_dim + j * d + v]);
+    float vv = bf2f(v_raw);
     dlt[v] = (vv - kv) * beta;
   }
   __syncthreads();
@@ -101,7 +118,7 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
   float kv = 0.f;
 #pragma unroll
   for (unsigned k = 0; k < d; ++k) kv += (col[k] * decay) * ks[k];
-  float vv = bf2f(mixed[2 * key_dim + j * d + v]);
+  float vv = bf2f(v_raw);
   float delta = (vv - kv) * beta;
   float o = 0.f;
 #pragma unroll

@@ -1235,10 +1235,7 @@ impl Discrete {
         let mut host = vec![0u8; 32 * self.total_units];
         cu(self.gpu.stream.memcpy_dtoh(&p, &mut host), "read the timeline")?;
         cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")?;
-        Ok(host
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect())
+        Ok(host.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect())
     }
 
     /// After checked steps (a megakernel launch, a pipelined decode): the position moves on by the

@@ -605,7 +605,11 @@ pub fn summary(dir: &Path) -> Result<String> {
     let rows = rec.kernels.iter().filter(|k| k.path == "graph");
     let in_step = rec.kernels.iter().filter(|k| k.path.ends_with(" in step"));
     for k in rows.chain(in_step) {
-        let tag = if k.path == "graph" { "kernel".to_string() } else { format!("in step ({})", k.path.replace(" in step", "")) };
+        let tag = if k.path == "graph" {
+            "kernel".to_string()
+        } else {
+            format!("in step ({})", k.path.replace(" in step", ""))
+        };
         s += &format!(
             "  {tag} {:24} {:3} words {:9.3} ms/step {:8.1} GB/s ({:5.1} % of {:.0})\n",
             k.opcode,

@@ -146,7 +146,8 @@ pub fn write(dir: &Path, prog: &Program, raw: &[u64], track: Track) -> Result<(S
         crate::bail!("timeline: no unit was stamped");
     }
     let pre = track.prefix();
-    std::fs::write(dir.join(format!("{pre}.json")), chrome_trace(prog, &stamps)).context("write the timeline's trace")?;
+    std::fs::write(dir.join(format!("{pre}.json")), chrome_trace(prog, &stamps))
+        .context("write the timeline's trace")?;
     let words = per_word(prog, &stamps);
     let mut csv = String::from("word,opcode,units,work_us,wait_us,first_ready_us,last_done_us,skew_us,span_us\n");
     for w in &words {
@@ -188,7 +189,10 @@ fn chart(file: &Path, prog: &Program, stamps: &[Stamp], track: Track) -> Result<
     let root = BitMapBackend::new(file, (1400, 700)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut c = ChartBuilder::on(&root)
-        .caption(format!("{}: units per {} against time (grey: waiting)", track.label(), track.lane()), ("sans-serif", 20))
+        .caption(
+            format!("{}: units per {} against time (grey: waiting)", track.label(), track.lane()),
+            ("sans-serif", 20),
+        )
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(50)
