@@ -289,7 +289,7 @@ fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Record, res: 
             Some(Ok(raw)) => match timeline::write(&res.dir, prog, &raw, track) {
                 Ok((line, words)) => {
                     rec.notes.push(line);
-                    in_step_stats(prog, track.label(), &words, ctx_mark, rec);
+                    rec.kernels.extend(in_step_stats(prog, track.label(), &words, ctx_mark));
                 }
                 Err(err) => rec.notes.push(format!("timeline not written: {err}")),
             },
@@ -367,7 +367,7 @@ fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Reco
 /// of the step's critical path (`WordTime::span_us`) and the bytes they stream: each kind of kernel's
 /// bandwidth measured inside the running step, where the word-by-word times include each launch's
 /// fixed cost and none of the overlap between kernels.
-fn in_step_stats(prog: &Program, path: &str, words: &[timeline::WordTime], ctx: u32, rec: &mut Record) {
+fn in_step_stats(prog: &Program, path: &str, words: &[timeline::WordTime], ctx: u32) -> Vec<record::KernelStat> {
     let mut by: std::collections::BTreeMap<String, (usize, f64, u64)> = Default::default();
     for w in words {
         let e = by.entry(w.opcode.clone()).or_default();
@@ -375,17 +375,53 @@ fn in_step_stats(prog: &Program, path: &str, words: &[timeline::WordTime], ctx: 
         e.1 += w.span_us / 1e3;
         e.2 += crate::isa::report::streamed_bytes(prog, &prog.words[w.word as usize], ctx as u64 + 1);
     }
-    for (op, (n, ms, bytes)) in by {
-        let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
-        rec.kernels.push(record::KernelStat {
-            path: format!("{path} in step"),
-            opcode: op,
-            words: n,
-            ms_per_step: ms,
-            bytes,
-            gb_per_s: gbps,
-            fraction_of_ceiling: gbps / record::CEILING_GBPS,
-        });
+    by.into_iter()
+        .map(|(op, (n, ms, bytes))| {
+            let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
+            record::KernelStat {
+                path: format!("{path} in step"),
+                opcode: op,
+                words: n,
+                ms_per_step: ms,
+                bytes,
+                gb_per_s: gbps,
+                fraction_of_ceiling: gbps / record::CEILING_GBPS,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_step_rows_sum_the_words_shares_per_opcode() {
+        let prog = Program::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/tiny.ron")).unwrap();
+        let word = |wi: usize, span_us: f64| timeline::WordTime {
+            word: wi as u32,
+            opcode: format!("{:?}", prog.words[wi].opcode),
+            units: 1,
+            work_us: 0.0,
+            wait_us: 0.0,
+            first_ready_us: 0.0,
+            last_done_us: 0.0,
+            skew_us: 0.0,
+            span_us,
+        };
+        // Two words of one opcode and one of another.
+        let op1 = prog.words[1].opcode;
+        let other = (2..prog.words.len()).find(|&i| prog.words[i].opcode == op1).unwrap();
+        let third = (2..prog.words.len()).find(|&i| prog.words[i].opcode != op1).unwrap();
+        let rows = in_step_stats(&prog, "graph", &[word(1, 10.0), word(other, 30.0), word(third, 5.0)], 0);
+        assert_eq!(rows.len(), 2);
+        let r = rows.iter().find(|k| k.opcode == format!("{op1:?}")).unwrap();
+        assert_eq!((r.path.as_str(), r.words), ("graph in step", 2));
+        assert!((r.ms_per_step - 0.040).abs() < 1e-12, "{}", r.ms_per_step);
+        let bytes = crate::isa::report::streamed_bytes(&prog, &prog.words[1], 1)
+            + crate::isa::report::streamed_bytes(&prog, &prog.words[other], 1);
+        assert_eq!(r.bytes, bytes);
+        assert!((r.gb_per_s - bytes as f64 / 0.040e-3 / 1e9).abs() < 1e-6);
     }
 }
 
