@@ -214,6 +214,17 @@ static_assert(WARPS == 2 * PV_GROUPS, "attention PV: two warps (128 dims each) p
 #ifndef ATTN_UNROLL
 #define ATTN_UNROLL 4  // positions whose K/V loads a warp / thread has in flight at once
 #endif
+#ifndef ATTN_QREG
+#define ATTN_QREG 0  // attention scores: the packed queries in registers (127 registers: fewer blocks per SM)
+#endif
+#ifndef PV_UNROLL
+#define PV_UNROLL ATTN_UNROLL  // the same for attention PV's value rows alone (its order of sums does not depend on it)
+#endif
+#ifndef PV_MERGE_PAR
+#define PV_MERGE_PAR 1  // attention PV: the partitions' exp(m_p - M) l_p products computed by the whole block
+                        // (then summed in partition order by one thread a head, as before); 0: one thread a
+                        // head computes and sums them (the same bits)
+#endif
 
 struct DevCtx {
   void* const* bufs;              // per buffer id: device pointer

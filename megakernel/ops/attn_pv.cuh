@@ -22,7 +22,29 @@ __device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* sme
       staged[i] = stats[(size_t)(i / (2 * n_parts)) * parts * 2 + i % (2 * n_parts)];
     __syncthreads();
   }
-  if (threadIdx.x < group) {
+  if (stage && PV_MERGE_PAR) {
+    // The same sums from shared memory in three steps: each head's max (thread hh, partitions in
+    // order), every partition's product l_p exp(m_p - M) by the whole block into its l_p's slot, then
+    // each head's sum of the products in partition order (thread hh): the bits of the loop below.
+    if (threadIdx.x < group) {
+      const float* st = staged + threadIdx.x * n_parts * 2;
+      float m = __int_as_float(0xff800000);
+      for (unsigned i = 0; i < n_parts; ++i) m = fmaxf(m, st[2 * i]);
+      ml[2 * threadIdx.x] = m;
+    }
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < group * n_parts; i += THREADS) {
+      float* e = staged + 2 * i;
+      e[1] = e[1] * expf(e[0] - ml[2 * (i / n_parts)]);
+    }
+    __syncthreads();
+    if (threadIdx.x < group) {
+      const float* st = staged + threadIdx.x * n_parts * 2;
+      float l = 0.f;
+      for (unsigned i = 0; i < n_parts; ++i) l += st[2 * i + 1];
+      ml[2 * threadIdx.x + 1] = l;
+    }
+  } else if (threadIdx.x < group) {
     const float* st = stage ? staged + threadIdx.x * n_parts * 2 : stats + (size_t)threadIdx.x * parts * 2;
     float m = __int_as_float(0xff800000), l = 0.f;
     for (unsigned i = 0; i < n_parts; ++i) m = fmaxf(m, st[2 * i]);
@@ -38,7 +60,7 @@ __device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* sme
   }
   __syncthreads();
   // Warp w covers dims 128 (w & 1) + 4 lane .. + 4 (one 8-byte load per value row) of positions
-  // p0 + w / 2, + 4, + 8, .. (PV_GROUPS = 4 position groups), ATTN_UNROLL rows in flight: 8 KB of the
+  // p0 + w / 2, + 4, + 8, .. (PV_GROUPS = 4 position groups), PV_UNROLL rows in flight: 8 KB of the
   // unit's value rows in flight per block, against 2 KB when a thread read one dim per row. ORDER:
   // within a position group, positions in order; then the 4 groups' sums in group order (shared).
   unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pg = warp >> 1, dim0 = (warp & 1) * 128 + 4 * lane;
@@ -48,15 +70,15 @@ __device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* sme
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[hh][e] = 0.f;
   const unsigned short* vrow = vc + (size_t)p0 * kvd + kvh * d + dim0;
-  for (unsigned i0 = pg; i0 < n; i0 += ATTN_UNROLL * PV_GROUPS) {
-    uint2 v[ATTN_UNROLL];
+  for (unsigned i0 = pg; i0 < n; i0 += PV_UNROLL * PV_GROUPS) {
+    uint2 v[PV_UNROLL];
 #pragma unroll
-    for (int k = 0; k < ATTN_UNROLL; ++k) {
+    for (int k = 0; k < PV_UNROLL; ++k) {
       unsigned i = i0 + k * PV_GROUPS;
       v[k] = i < n ? *(const uint2*)(vrow + (size_t)i * kvd) : make_uint2(0, 0);
     }
 #pragma unroll
-    for (int k = 0; k < ATTN_UNROLL; ++k) {
+    for (int k = 0; k < PV_UNROLL; ++k) {
       unsigned i = i0 + k * PV_GROUPS;
       if (i >= n) break;
       float ve[4] = {lo_bf(v[k].x), hi_bf(v[k].x), lo_bf(v[k].y), hi_bf(v[k].y)};

@@ -130,6 +130,19 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
     q2[e] = (unsigned)f2bf(qq[0]) | ((unsigned)f2bf(qq[1]) << 16);
   }
   __syncthreads();
+  // ATTN_QREG: the lane's packed query words of every head in registers (read once, not once per
+  // position: the compiler cannot keep them across the score stores into shared memory by itself; ptxas:
+  // 127 registers against 55, so half the blocks per SM). The same values either way.
+#if ATTN_QREG
+  unsigned qr[MAX_GROUP][4];
+#pragma unroll
+  for (unsigned hh = 0; hh < MAX_GROUP; ++hh)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qr[hh][i] = hh < group ? q2[(hh * 4 + i) * 32 + lane] : 0u;
+#define QWORD(hh, i) qr[hh][i]
+#else
+#define QWORD(hh, i) q2[((hh) * 4 + (i)) * 32 + lane]
+#endif
   // A warp per position, ATTN_UNROLL positions' key loads in flight per warp; each key row is read
   // once for all the group's query heads.
   for (unsigned j0 = p0 + warp; j0 < p1; j0 += ATTN_UNROLL * WARPS) {
@@ -152,7 +165,7 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
         if (hh >= group) continue;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          unsigned qw = q2[(hh * 4 + i) * 32 + lane];
+          unsigned qw = QWORD(hh, i);
           a[hh] += lo_bf(qw) * lo_bf(kw[i]);
           a[hh] += hi_bf(qw) * hi_bf(kw[i]);
         }
@@ -171,7 +184,7 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
         float acc = 0.f;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          unsigned qw = q2[(hh * 4 + i) * 32 + lane];
+          unsigned qw = QWORD(hh, i);
           acc += lo_bf(qw) * lo_bf(kw[i]);
           acc += hi_bf(qw) * hi_bf(kw[i]);
         }
@@ -197,3 +210,4 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
     }
   }
 }
+#undef QWORD
