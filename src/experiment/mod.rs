@@ -440,7 +440,9 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     };
     // A preset's checkpoint is not generated when no path can run here (a GPU-only experiment without
     // a GPU: 27 GB for the 27B); the record says nothing ran.
-    let nothing_runs = e.paths.iter().all(|p| paths::unavailable(*p).is_some());
+    // Each path's availability, asked once (a GPU path reads the driver's /proc entry).
+    let unavailable: Vec<(PathName, Option<String>)> = e.paths.iter().map(|p| (*p, paths::unavailable(*p))).collect();
+    let nothing_runs = unavailable.iter().all(|(_, why)| why.is_some());
     let ck = match model_spec {
         ModelSpec::Preset { name, seed }
             if nothing_runs
@@ -501,9 +503,9 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         notes: Vec::new(),
     };
     let mut runnable = Vec::new();
-    for p in &e.paths {
-        match paths::unavailable(*p) {
-            None => runnable.push(*p),
+    for (p, why) in unavailable {
+        match why {
+            None => runnable.push(p),
             Some(why) => {
                 bar.println(format!("skipping the {} path: {why}", p.label()));
                 rec.paths.push(PathRecord {
