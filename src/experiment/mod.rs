@@ -330,36 +330,19 @@ fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Record, res: 
 
 /// Per-instruction times (ns per step by word) into instructions.csv and the record's kernel table.
 fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Record, res: &mut Results) -> Result<()> {
-    let mut by: std::collections::BTreeMap<String, (usize, f64, u64)> = Default::default();
     for (wi, t) in ns.iter().enumerate() {
         let wd = &prog.words[wi];
-        let op = format!("{:?}", wd.opcode);
         res.instr_row(&InstrRow {
             path,
             context: ctx,
             word: wi,
-            opcode: &op,
+            opcode: &format!("{:?}", wd.opcode),
             layer: wd.layer,
             ms_per_step: *t as f64 / 1e6,
         })?;
-        let e = by.entry(op).or_default();
-        e.0 += 1;
-        e.1 += *t as f64 / 1e6;
-        // The word was timed at position ctx: it attends over ctx + 1 positions.
-        e.2 += crate::isa::report::streamed_bytes(prog, wd, ctx as u64 + 1);
     }
-    for (op, (n, ms, bytes)) in by {
-        let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
-        rec.kernels.push(record::KernelStat {
-            path: path.into(),
-            opcode: op,
-            words: n,
-            ms_per_step: ms,
-            bytes,
-            gb_per_s: gbps,
-            fraction_of_ceiling: gbps / record::CEILING_GBPS,
-        });
-    }
+    let words = ns.iter().enumerate().map(|(wi, t)| (wi, *t as f64 / 1e6));
+    rec.kernels.extend(kernel_rows(prog, path, words, ctx));
     Ok(())
 }
 
@@ -368,18 +351,31 @@ fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Reco
 /// bandwidth measured inside the running step, where the word-by-word times include each launch's
 /// fixed cost and none of the overlap between kernels.
 fn in_step_stats(prog: &Program, path: &str, words: &[timeline::WordTime], ctx: u32) -> Vec<record::KernelStat> {
+    let words = words.iter().map(|w| (w.word as usize, w.span_us / 1e3));
+    kernel_rows(prog, &format!("{path} in step"), words, ctx)
+}
+
+/// Per opcode: the words, their summed ms per step and the bytes they stream at position `ctx` (they
+/// attend over ctx + 1 positions), and the bandwidth that implies.
+fn kernel_rows(
+    prog: &Program,
+    path: &str,
+    words: impl Iterator<Item = (usize, f64)>,
+    ctx: u32,
+) -> Vec<record::KernelStat> {
     let mut by: std::collections::BTreeMap<String, (usize, f64, u64)> = Default::default();
-    for w in words {
-        let e = by.entry(w.opcode.clone()).or_default();
+    for (wi, ms) in words {
+        let wd = &prog.words[wi];
+        let e = by.entry(format!("{:?}", wd.opcode)).or_default();
         e.0 += 1;
-        e.1 += w.span_us / 1e3;
-        e.2 += crate::isa::report::streamed_bytes(prog, &prog.words[w.word as usize], ctx as u64 + 1);
+        e.1 += ms;
+        e.2 += crate::isa::report::streamed_bytes(prog, wd, ctx as u64 + 1);
     }
     by.into_iter()
         .map(|(op, (n, ms, bytes))| {
             let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
             record::KernelStat {
-                path: format!("{path} in step"),
+                path: path.into(),
                 opcode: op,
                 words: n,
                 ms_per_step: ms,
