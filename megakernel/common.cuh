@@ -141,7 +141,8 @@
 #endif
 #ifndef GRAPH_STAMPS
 #define GRAPH_STAMPS 0     // discrete kernels stamp every unit (%globaltimer, as the megakernel's timeline) into
-                           // DevCtx::stamps: the graph's per-word times inside the captured step
+                           // DevCtx::stamps: the graph's per-word times inside the captured step (not the
+                           // GEMV_RING kernels, nor the GEMVs with UNIT_LOOP=0)
 #endif
 #ifndef DEVICE_STOP
 #define DEVICE_STOP 1      // graph kernels return at once after the stop token (0: timing the check's cost only)
