@@ -204,7 +204,9 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #endif
 #ifndef GNR_MIN_BLOCKS
 #define GNR_MIN_BLOCKS GEMV_MIN_BLOCKS  // GDN out_proj's launch bounds alone (its 320 units on the 27B fill
-                                        // 2 x 132 resident blocks 1.2 times: 3 per SM would take one round)
+                                        // 2 x 132 resident blocks 1.2 times: 3 per SM would take one round;
+                                        // registers only: with GEMV_DEPTH the host sizes shared memory for
+                                        // GEMV_MIN_BLOCKS)
 #endif
 #ifndef WEIGHT_LOAD_NC
 #define WEIGHT_LOAD_NC 1   // weights through ld.global.nc.L1::no_allocate (else plain loads)
@@ -221,6 +223,7 @@ static_assert(WARPS == 2 * PV_GROUPS, "attention PV: two warps (128 dims each) p
 #ifndef PV_UNROLL
 #define PV_UNROLL ATTN_UNROLL  // the same for attention PV's value rows alone (its order of sums does not depend on it)
 #endif
+static_assert(PV_UNROLL >= 1, "PV_UNROLL: at least one value row in flight");
 #ifndef PV_MERGE_PAR
 #define PV_MERGE_PAR 1  // attention PV: the partitions' exp(m_p - M) l_p products computed by the whole block
                         // (then summed in partition order by one thread a head, as before); 0: one thread a

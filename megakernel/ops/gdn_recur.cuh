@@ -43,7 +43,8 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
   }
   __syncthreads();
   if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
-    // 32 elements at a time into registers (16-byte shared loads issued together), then the chain.
+    // 32 elements at a time into registers (16-byte shared loads issued together), then the chain
+    // (4 x 32 = d elements: the head size is the constant 128).
     const float4* vq = (const float4*)(threadIdx.x == 0 ? qs : ks);
     float ss = 0.f;
     for (unsigned c8 = 0; c8 < 4; ++c8) {

@@ -1219,6 +1219,7 @@ impl Discrete {
         if self.ctx.stamps == 0 {
             crate::bail!("graph timeline: the kernels were compiled without GRAPH_STAMPS=1 (MK_CUDA_DEFINES)");
         }
+        self.check(token)?;
         self.zero_timeline()?;
         let t = self.step(token, false, |_, _| Ok(()))?;
         Ok((t, self.read_timeline()?))

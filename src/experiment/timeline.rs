@@ -94,20 +94,46 @@ pub fn per_word(prog: &Program, stamps: &[Stamp]) -> Vec<WordTime> {
 
 /// Chrome trace JSON: per unit a "wait" slice (ticket to ready, when it waited) and a work slice named
 /// by opcode, on the track of its block (tid), times in microseconds from the first ticket.
-pub fn chrome_trace(prog: &Program, stamps: &[Stamp]) -> String {
+pub fn chrome_trace(prog: &Program, stamps: &[Stamp], track: Track) -> String {
     let t0 = stamps.iter().map(|s| s.ticket).min().unwrap_or(0);
     let us = |t: u64| t.saturating_sub(t0) as f64 / 1e3;
+    let lanes = trace_lanes(stamps, track);
     let mut ev = Vec::with_capacity(2 * stamps.len());
-    for s in stamps {
+    for (s, &tid) in stamps.iter().zip(&lanes) {
         let op = prog.words.get(s.word as usize).map(|w| format!("{:?}", w.opcode)).unwrap_or_default();
         if s.ready > s.ticket {
-            ev.push(serde_json::json!({"name": "wait", "cat": "wait", "ph": "X", "pid": 0, "tid": s.block,
+            ev.push(serde_json::json!({"name": "wait", "cat": "wait", "ph": "X", "pid": 0, "tid": tid,
                 "ts": us(s.ticket), "dur": us(s.ready) - us(s.ticket), "args": {"word": s.word}}));
         }
-        ev.push(serde_json::json!({"name": op, "cat": "work", "ph": "X", "pid": 0, "tid": s.block,
+        ev.push(serde_json::json!({"name": op, "cat": "work", "ph": "X", "pid": 0, "tid": tid,
             "ts": us(s.ready), "dur": us(s.done) - us(s.ready), "args": {"word": s.word, "unit": s.unit}}));
     }
     serde_json::json!({"traceEvents": ev, "displayTimeUnit": "ns"}).to_string()
+}
+
+/// The trace's track of each stamp: the megakernel's block; for the graph, whose blocks of several
+/// kernels share an SM at once, the SM times 64 plus the first of its lanes free at the unit's ticket
+/// (stamps in ticket order), so that slices on one track never overlap.
+fn trace_lanes(stamps: &[Stamp], track: Track) -> Vec<u64> {
+    if track == Track::Megakernel {
+        return stamps.iter().map(|s| s.block as u64).collect();
+    }
+    let mut busy: std::collections::HashMap<u32, Vec<u64>> = Default::default();
+    stamps
+        .iter()
+        .map(|s| {
+            let ends = busy.entry(s.block).or_default();
+            let lane = match ends.iter().position(|&e| e <= s.ticket) {
+                Some(l) => l,
+                None => {
+                    ends.push(0);
+                    ends.len() - 1
+                }
+            };
+            ends[lane] = s.done;
+            64 * s.block as u64 + lane as u64
+        })
+        .collect()
 }
 
 /// Which path a timeline is of: the megakernel's files are timeline.*, the graph's graph_timeline.*.
@@ -146,7 +172,7 @@ pub fn write(dir: &Path, prog: &Program, raw: &[u64], track: Track) -> Result<(S
         crate::bail!("timeline: no unit was stamped");
     }
     let pre = track.prefix();
-    std::fs::write(dir.join(format!("{pre}.json")), chrome_trace(prog, &stamps))
+    std::fs::write(dir.join(format!("{pre}.json")), chrome_trace(prog, &stamps, track))
         .context("write the timeline's trace")?;
     let words = per_word(prog, &stamps);
     let mut csv = String::from("word,opcode,units,work_us,wait_us,first_ready_us,last_done_us,skew_us,span_us\n");
@@ -165,13 +191,26 @@ pub fn write(dir: &Path, prog: &Program, raw: &[u64], track: Track) -> Result<(S
     let lanes = stamps.iter().map(|s| s.block).max().unwrap_or(0) as f64 + 1.0;
     let work: f64 = stamps.iter().map(|s| s.done.saturating_sub(s.ready) as f64).sum();
     let worst = words.iter().max_by(|a, b| a.skew_us.total_cmp(&b.skew_us));
+    // Words with no stamp (kernels that do not stamp: the ring's, UNIT_LOOP=0's GEMVs): their share of
+    // the step is counted in the next stamped word's.
+    let unstamped: Vec<usize> =
+        (0..prog.words.len()).filter(|wi| !words.iter().any(|w| w.word as usize == *wi)).collect();
+    let missing = if unstamped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} words unstamped (first: {}), their time counted in the next word's share",
+            unstamped.len(),
+            unstamped.iter().take(4).map(|w| w.to_string()).collect::<Vec<_>>().join(", ")
+        )
+    };
     let line = format!(
         "{} timeline: {:.3} ms from first ticket to last unit, {}s busy {:.1} % of it, \
-         largest join skew {:.1} us (word {} {}); {pre}.json opens in Perfetto",
+         largest join skew {:.1} us (word {} {}){missing}; {pre}.json opens in Perfetto",
         track.label(),
-        (t1 - t0) as f64 / 1e6,
+        t1.saturating_sub(t0) as f64 / 1e6,
         track.lane(),
-        100.0 * work / (lanes * (t1 - t0).max(1) as f64),
+        100.0 * work / (lanes * t1.saturating_sub(t0).max(1) as f64),
         worst.map(|w| w.skew_us).unwrap_or(0.0),
         worst.map(|w| w.word).unwrap_or(0),
         worst.map(|w| w.opcode.as_str()).unwrap_or("")
@@ -233,6 +272,15 @@ mod tests {
     }
 
     #[test]
+    fn graph_trace_lanes_never_overlap_on_an_sm() {
+        let st = |block: u32, ticket: u64, done: u64| Stamp { word: 0, block, unit: 0, ticket, ready: ticket, done };
+        // SM 3: two blocks at once, then a third unit after the first ended; SM 5 alone.
+        let s = [st(3, 0, 10), st(3, 2, 20), st(5, 3, 4), st(3, 10, 15)];
+        assert_eq!(trace_lanes(&s, Track::Graph), vec![192, 193, 320, 192]);
+        assert_eq!(trace_lanes(&s, Track::Megakernel), vec![3, 3, 5, 3]);
+    }
+
+    #[test]
     fn stamps_decode_and_summarise_per_word() {
         let prog = Program::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/tiny.ron")).unwrap();
         // Word 0 (two units on blocks 0 and 1), word 1 (one unit that waited 500 ns).
@@ -246,7 +294,7 @@ mod tests {
         assert_eq!((w[1].wait_us, w[1].last_done_us), (0.5, 4.0));
         // Shares of the step: word 0 ends 3 us after the first ticket, word 1 1 us later.
         assert_eq!((w[0].span_us, w[1].span_us), (3.0, 1.0));
-        let trace: serde_json::Value = serde_json::from_str(&chrome_trace(&prog, &s)).unwrap();
+        let trace: serde_json::Value = serde_json::from_str(&chrome_trace(&prog, &s, Track::Megakernel)).unwrap();
         let ev = trace["traceEvents"].as_array().unwrap();
         assert_eq!(ev.len(), 4, "three work slices and one wait");
         assert_eq!(ev.iter().filter(|e| e["name"] == "wait").count(), 1);
@@ -260,6 +308,8 @@ mod tests {
         }
         let (line, _) = write(&dir, &prog, &r, Track::Graph).unwrap();
         assert!(line.starts_with("graph timeline") && line.contains("SMs busy"), "{line}");
+        let n = prog.words.len() - 2;
+        assert!(line.contains(&format!("{n} words unstamped (first: 2, 3, 4, 5)")), "{line}");
         for f in ["graph_timeline.json", "graph_timeline.csv", "graph_timeline.png"] {
             assert!(dir.join(f).exists(), "{f}");
         }
