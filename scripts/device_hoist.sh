@@ -15,10 +15,6 @@ grep -E "^Gdn|verdict|error" "$R/gpu_ops/small.txt" | log
 run_checks mega_tiny_debug
 $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1
 quick_27b "" ""
-for v in "GRAPH_STAMPS=1" "GRAPH_STAMPS=1 GNR_MIN_BLOCKS=3"; do
-  echo "== quick_27b '$v' ($(el) s)" | log
-  MK_CUDA_DEFINES="$v" timeout 150 $MK run experiments/quick_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
-    | grep -E "ms/token|diff:|in step|timeline|results:|error" | log
-done
+for v in "GRAPH_STAMPS=1" "GRAPH_STAMPS=1 GNR_MIN_BLOCKS=3"; do stamped quick_27b "$v" 150; done
 find "$R" -name 'graph_timeline.json' -delete
 finish drop-traces

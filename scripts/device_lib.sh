@@ -73,3 +73,10 @@ tiny_checks() {
   ops_tiny
   run_checks gpu_tiny mega_tiny_debug mega_tiny_debug_negative
 }
+# Experiment $1 with NVRTC defines $2 (GRAPH_STAMPS=1 among them, for the in-step rows) within $3
+# seconds: its ms/token, diff, in-step rows matching $4 and timeline lines logged.
+stamped() {
+  echo "== $1 '$2' ($(el) s)" | log
+  MK_CUDA_DEFINES="$2" timeout "$3" $MK run experiments/$1.ron --cache /tmp/mkcache --results "$R" 2>&1 \
+    | grep -E "ms/token|diff:|in step${4:-}|timeline|results:|error" | log
+}

@@ -13,11 +13,7 @@ MK_CUDA_DEFINES="GRAPH_STAMPS=1" timeout 120 $MK run experiments/mega_tiny_debug
   | grep -E "diff:|results:|error" | log
 $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1
 quick_27b "" ""
-echo "== quick_27b 'GRAPH_STAMPS=1' ($(el) s)" | log
-MK_CUDA_DEFINES="GRAPH_STAMPS=1" timeout 150 $MK run experiments/quick_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
-  | grep -E "ms/token|diff:|in step|timeline|results:|error" | log
-echo "== long32k_27b 'GRAPH_STAMPS=1' ($(el) s)" | log
-MK_CUDA_DEFINES="GRAPH_STAMPS=1" timeout 200 $MK run experiments/long32k_27b.ron --cache /tmp/mkcache --results "$R" 2>&1 \
-  | grep -E "ms/token|in step|timeline|results:|error" | log
+stamped quick_27b "GRAPH_STAMPS=1" 150
+stamped long32k_27b "GRAPH_STAMPS=1" 200
 find "$R" -name 'graph_timeline.json' -exec gzip -9 {} \;
 finish
