@@ -91,9 +91,63 @@ pub fn k_slot(t: usize, e: usize) -> usize {
     2 * t + (e & 1) + 8 * (e >> 1)
 }
 
+/// The parameters of `cuTensorMapEncodeTiled` for one fp8 weight [rows][k] (checkpoint row order) seen
+/// as the 3D tensor of `Landing::RowsThenChunksSwizzled`, innermost first: UINT32 elements, dims
+/// {32, rows, k / 128}, byte strides of dims 1 and 2 {k, 128}, box {32, 16, 8} (one item: 16 rows x a
+/// 1,024-wide k-group), element strides 1, the 128-byte swizzle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeightBox {
+    pub dims: [u64; 3],
+    pub strides: [u64; 2],
+    pub boxdim: [u32; 3],
+}
+
+/// The weight's box, or why it cannot have one: the driver's documented limits (strides multiples of
+/// 16 below 2^40, box extents 1..=256, the swizzled inner extent at most 128 bytes, dims at most 2^32)
+/// and the item's (rows a multiple of 16; k a multiple of 1,024, so that every item is a whole box:
+/// the tiny preset's narrower widths are not).
+pub fn weight_box(rows: u64, k: u64) -> crate::error::Result<WeightBox> {
+    if rows == 0 || rows % ITEM_ROWS as u64 != 0 {
+        crate::bail!("tensor map: {rows} rows are not a positive multiple of {ITEM_ROWS}");
+    }
+    if k == 0 || k % (CHUNK * CHUNKS) as u64 != 0 {
+        crate::bail!("tensor map: width {k} is not a positive multiple of {}", CHUNK * CHUNKS);
+    }
+    let b = WeightBox {
+        dims: [(CHUNK / 4) as u64, rows, k / CHUNK as u64],
+        strides: [k, CHUNK as u64],
+        boxdim: [(CHUNK / 4) as u32, ITEM_ROWS as u32, CHUNKS as u32],
+    };
+    if b.strides.iter().any(|&s| s % 16 != 0 || s >= 1 << 40) {
+        crate::bail!("tensor map: strides {:?} must be multiples of 16 below 2^40", b.strides);
+    }
+    if b.dims.iter().any(|&d| d > 1 << 32) {
+        crate::bail!("tensor map: dims {:?} above 2^32", b.dims);
+    }
+    if b.boxdim.iter().zip(&b.dims).any(|(&x, &d)| x == 0 || x > 256 || x as u64 > d) || b.boxdim[0] * 4 > 128 {
+        crate::bail!("tensor map: box {:?} outside the limits for dims {:?}", b.boxdim, b.dims);
+    }
+    Ok(b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_27b_fp8_weight_has_a_box_and_bad_shapes_are_refused() {
+        // The 27B's fp8 projections: (rows, k).
+        for (rows, k) in
+            [(10240, 5120), (6144, 5120), (5120, 6144), (17408, 5120), (5120, 17408), (12288, 5120), (1024, 5120)]
+        {
+            let b = weight_box(rows, k).unwrap();
+            assert_eq!(b.boxdim.iter().map(|&x| x as u64).product::<u64>() * 4, 16 * 1024, "16 KB an item");
+            assert_eq!(b.dims[1] * b.dims[2] * b.dims[0] * 4, rows * k, "the box tiles cover the weight");
+        }
+        assert!(weight_box(100, 5120).is_err(), "rows not a multiple of 16");
+        assert!(weight_box(64, 768).is_err(), "tiny's width: not whole items");
+        assert!(weight_box(0, 1024).is_err());
+    }
 
     /// The warp's mma over chunk c computed from the modelled fragments equals the rows' dot products
     /// over the chunk's 128 k (integers: exact), and every byte of the chunk is used exactly once.
