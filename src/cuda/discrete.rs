@@ -1213,10 +1213,15 @@ impl Discrete {
         Ok((t, self.read_timeline()?))
     }
 
+    /// Whether the graph's kernels stamp their units (compiled with GRAPH_STAMPS=1).
+    pub fn graph_stamps(&self) -> bool {
+        self.ctx.stamps != 0
+    }
+
     /// One graph step that also returns its timeline (compiled with GRAPH_STAMPS=1: every discrete
     /// kernel stamps its units in the megakernel's format, `experiment::timeline` decodes both).
     pub fn step_graph_timeline(&mut self, token: u32) -> Result<(u32, Vec<u64>)> {
-        if self.ctx.stamps == 0 {
+        if !self.graph_stamps() {
             crate::bail!("graph timeline: the kernels were compiled without GRAPH_STAMPS=1 (MK_CUDA_DEFINES)");
         }
         self.check(token)?;

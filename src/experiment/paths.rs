@@ -225,11 +225,8 @@ impl Engine for GraphEngine<'_> {
 
     /// The graph's timeline of one more step, when the kernels stamp their units (GRAPH_STAMPS=1).
     fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
-        if crate::cuda::cuda_define("GRAPH_STAMPS").unwrap_or(0) == 0 {
-            return None;
-        }
         let mut d = self.d.borrow_mut();
-        if !one_more_step_fits(&d)? {
+        if !d.graph_stamps() || !one_more_step_fits(&d)? {
             return None;
         }
         Some(d.step_graph_timeline(0).map(|(_, raw)| raw))
