@@ -85,8 +85,14 @@
 #define PV_STAGE 1         // attention PV: the partitions' (max, sum) pairs staged in shared memory by the
                            // whole block before the merge (the same bits); measured with ATTN_RS, above
 #endif
+#ifndef RING_TC
+#define RING_TC 0          // the ring's consumers on tensor cores: an fp8 item is 16 rows x one k-group (a row 1,088
+                           // bytes apart in the slot), warp w computes chunk w as mma_unit_bs (GEMV_MMA's order and
+                           // bits: the megakernel and the k_* kernels take the tensor-core path too); implies
+                           // GEMV_RING and GEMV_MMA
+#endif
 #ifndef GEMV_RING
-#define GEMV_RING 0        // the discrete fp8 / bf16 GEMVs (not the lm_head) stream their weights through one
+#define GEMV_RING 0         // the discrete fp8 / bf16 GEMVs (not the lm_head) stream their weights through one
                            // block-wide shared-memory ring fed by bulk copies across units (ring.cuh; the host
                            // reads this too and launches the r_* kernels)
 #endif
@@ -156,6 +162,12 @@
 static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #ifndef GEMV_MMA
 #define GEMV_MMA 0         // fp8 GEMV on tensor cores (mma_unit_fp8) instead of the CUDA-core dot_rows
+#endif
+#if RING_TC  // (RING_TC implies both)
+#undef GEMV_RING
+#define GEMV_RING 1
+#undef GEMV_MMA
+#define GEMV_MMA 1
 #endif
 // The GEMV inputs' one-round-trip preps (STREAM: the discrete kernels) cost the tensor-core path
 // spills (ptxas at 128 registers): it keeps the loop.
@@ -891,6 +903,36 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, unsigned a0, unsigned a
 // Shared floats the tensor-core GEMV of a unit needs for NW weights of width K.
 __host__ __device__ constexpr unsigned mma_red_floats(unsigned nw, unsigned K) { return nw * ((K + KGROUP - 1) / KGROUP) * WARPS * 16; }
 
+// A warp's 128-wide chunk of 16 rows on tensor cores (lane (q, t): v[h][0] / v[h][1] the 16 bytes of row q
+// / q + 8 at 64 h + 16 t of the chunk), its `nh` real 64-wide halves (0..2) in order, into d (mma's fixed
+// accumulation); `xh` = x at the chunk's start + 16 t (shared memory). mma j of a half takes the lanes'
+// bytes 4j..4j+3 with x[16 t + 4j ..+4) as B. The one arithmetic of mma_unit_bs and the ring's
+// tensor-core consumers (RING_TC): the same bits wherever the bytes come from.
+template <bool BS>
+__device__ __forceinline__ void mma_chunk(const uint4 (&v)[2][2], unsigned nh, const unsigned short* xh, float scale, float* d) {
+  unsigned sb = __float_as_uint(scale * 0x1p120f) >> 16, s2 = sb | (sb << 16);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if ((unsigned)h >= nh) continue;
+    const unsigned short* xq = xh + 64 * h;
+    unsigned wa[4] = {v[h][0].x, v[h][0].y, v[h][0].z, v[h][0].w};
+    unsigned wb[4] = {v[h][1].x, v[h][1].y, v[h][1].z, v[h][1].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      unsigned a0 = dequant2(e4m3x2_widen(wa[j], 0x9180), BS, s2, scale);
+      unsigned a1 = dequant2(e4m3x2_widen(wb[j], 0x9180), BS, s2, scale);
+      unsigned a2 = dequant2(e4m3x2_widen(wa[j], 0xB3A2), BS, s2, scale);
+      unsigned a3 = dequant2(e4m3x2_widen(wb[j], 0xB3A2), BS, s2, scale);
+      uint2 xb = lds8(xq + 4 * j);  // x[16 t + 4j ..+4): B's two registers
+#ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: B's halves swapped, wrong k pairing
+      mma_bf16_16816(d, a0, a1, a2, a3, xb.y, xb.x);
+#else
+      mma_bf16_16816(d, a0, a1, a2, a3, xb.x, xb.y);
+#endif
+    }
+  }
+}
+
 // One item of the tensor-core stream: a warp's 16 rows x 128-wide chunk of one weight (lane (q, t): 16
 // bytes of row q and of row q + 8 at k0 + 16 t and k0 + 64 + 16 t) and the chunk's block scale.
 struct TcItem {
@@ -948,27 +990,7 @@ __device__ void mma_unit_bs(const DevCtx& c, const unsigned short* wid, unsigned
   auto compute = [&](const TcItem& it, unsigned tt, const unsigned short* xs, float* red) {
     unsigned i = tt % NW, k0 = k0_of(tt), kend = kend_of(tt);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    unsigned sb = __float_as_uint(it.scale * 0x1p120f) >> 16, s2 = sb | (sb << 16);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (k0 + 64 * h >= kend) continue;
-      const unsigned short* xh = xs + k0 + 64 * h + 16 * t;
-      unsigned wa[4] = {it.v[h][0].x, it.v[h][0].y, it.v[h][0].z, it.v[h][0].w};
-      unsigned wb[4] = {it.v[h][1].x, it.v[h][1].y, it.v[h][1].z, it.v[h][1].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        unsigned a0 = dequant2(e4m3x2_widen(wa[j], 0x9180), BS, s2, it.scale);
-        unsigned a1 = dequant2(e4m3x2_widen(wb[j], 0x9180), BS, s2, it.scale);
-        unsigned a2 = dequant2(e4m3x2_widen(wa[j], 0xB3A2), BS, s2, it.scale);
-        unsigned a3 = dequant2(e4m3x2_widen(wb[j], 0xB3A2), BS, s2, it.scale);
-        uint2 xb = lds8(xh + 4 * j);  // x[16 t + 4j ..+4): B's two registers
-#ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: B's halves swapped, wrong k pairing
-        mma_bf16_16816(d, a0, a1, a2, a3, xb.y, xb.x);
-#else
-        mma_bf16_16816(d, a0, a1, a2, a3, xb.x, xb.y);
-#endif
-      }
-    }
+    mma_chunk<BS>(it.v, k0 < kend ? min(2u, (kend - k0) / 64) : 0u, xs + k0 + 16 * t, it.scale, d);
     if (t == 0) {
       float* rr = red + ((size_t)(i * ng + tt / NW) * WARPS + warp) * 16;
       rr[q] = d[0];

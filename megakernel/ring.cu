@@ -70,11 +70,21 @@ static_assert(CW == WARPS || CW == 2 * WARPS, "RING_CWARPS is 8 or 16");
 #define RING_PV 288       // (row, group) partials of a whole-row unit, both weights: 16 rows x 18 groups of one
                           // weight or 9 of two (host-checked)
 static_assert(RING_SLOTS >= 2 && RING_SLOTS <= RING_MAX, "RING_SLOTS is 2..16");
-static_assert(!(GEMV_RING && GEMV_MMA), "the ring computes dot_rows' order; GEMV_MMA changes the k_* kernels' order");
+static_assert(!(GEMV_RING && GEMV_MMA) || RING_TC, "the ring computes dot_rows' order (RING_TC: GEMV_MMA's); GEMV_MMA changes the k_* kernels' order");
+static_assert(!RING_TC || (GEMV_RING && GEMV_MMA && RING_SLOT_KB == 16 && CW == WARPS), "RING_TC: GEMV_RING and GEMV_MMA on, 16 KB items, 8 consumer warps");
+// RING_TC: an fp8 item's 16 rows are TC_ROW bytes apart in its slot (1,024 + 64: the 8 lanes of a quarter
+// warp read rows 2p and 2p + 1 at 16 t, 64 bytes apart in the banks: no conflicts), a slot TC_SLOT bytes
+// (the legacy items of bf16 words use its first RING_SLOT); TC_RED floats of warps' chunk sums per unit
+// parity (weights x groups x 8 warps x 16 rows), before the ring.
+#define TC_ROW 1088u
+#define SLOT_STRIDE (RING_TC ? 16u * TC_ROW : RING_SLOT)
+#define TC_RED 1536u
 
 // The ring's byte offset in dynamic shared memory: after x (bf16, K) and 64 floats of block sums,
 // 128-aligned; the slots' scale areas follow the slots (the host's ring_smem_bytes lays out the same).
 __device__ __forceinline__ unsigned ring_base(unsigned K) { return (((K * 2 + 15) / 16) * 16 + 256 + 127) / 128 * 128; }
+// The slots' offset: after RING_TC's two halves of TC_RED floats (at ring_base).
+__device__ __forceinline__ unsigned ring_off(unsigned K) { return ring_base(K) + (RING_TC ? 2 * TC_RED * 4 : 0); }
 
 __device__ __forceinline__ void mbar_init_n(unsigned long long* b, unsigned n) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(n) : "memory");
@@ -106,7 +116,7 @@ struct RingWord {
   void* out;                  // bf16 outputs, or fp32 split-K partials
   unsigned first;             // the launch unit index of its first unit
   unsigned units, rows, unit_rows, k_parts, wi;
-  unsigned char eb, bs, partial, pad;
+  unsigned char eb, bs, partial, tc;  // tc: RING_TC items (16 rows x one k-group, mma_unit_bs's arithmetic)
 };
 
 // The per-op parts of a ring GEMV: the prepared input and the per-row epilogue (GU: gate/up, two
@@ -163,9 +173,10 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
 #endif
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned K = c.cols[prog[wi].ops[SLOT_IN0]], kb = (K + 127) / 128;
-  char* ring = smem + ring_base(K);
-  const unsigned D = min((unsigned)RING_SLOTS, (dynamic_smem_bytes() - ring_base(K)) / (RING_SLOT + RING_SC));
-  char* scales = ring + D * RING_SLOT;  // slot s's block scales at s * RING_SC
+  char* ring = smem + ring_off(K);
+  const unsigned D = min((unsigned)RING_SLOTS, (dynamic_smem_bytes() - ring_off(K)) / (SLOT_STRIDE + RING_SC));
+  char* scales = ring + D * SLOT_STRIDE;  // slot s's block scales at s * RING_SC
+  float* tcred = (float*)(smem + ring_base(K));  // RING_TC: [parity][TC_RED]
   unsigned* tk = c.tickets + 2 * wi;
   if (threadIdx.x < nw) {  // word k handed out k-th (GEMV_REVERSE: the last word first)
     unsigned k = threadIdx.x, at = GEMV_REVERSE ? wi + nw - 1 - k : wi + k, first = 0;
@@ -190,7 +201,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     rw.eb = wb == 2 ? 2 : 1;
     rw.bs = all_bs;
     rw.partial = (w.flags & FLAG_PARTIAL) != 0;
-    rw.pad = 0;
+    // (the condition of mma_path, for every weight of the word: the megakernel's and k_*'s choice)
+    rw.tc = RING_TC && (wb == 1 || wb == 3) && (!Op::GU || c.wbytes[w.ops[SLOT_W1]] == 1 || c.wbytes[w.ops[SLOT_W1]] == 3) && K % 64 == 0 && w.unit_rows == 16;
     words[k] = rw;
   }
   if (threadIdx.x == 0) {
@@ -217,7 +229,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       const RingWord& rw = words[k];
       span = (min(K, sp.g1 * KGROUP) - sp.g0 * KGROUP) * rw.eb;
       len = (sp.r1 - sp.r0) * span;
-      nc = (len + RING_SLOT - 1) / RING_SLOT;
+      nc = rw.tc ? sp.g1 - sp.g0 : (len + RING_SLOT - 1) / RING_SLOT;  // (RING_TC: an item a k-group)
       ch = 0;
       if (rw.eb == 1 && !scale_copy) {  // (else each item's copies bring the scale row)
         const float* srow = rw.s[sub] + (size_t)(sp.r0 / 128) * kb;
@@ -237,13 +249,21 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     auto issue = [&]() {
       unsigned s = t % D;
       const RingWord& rw = words[k];
-      if (lane == 0) {  // the copies first (their bytes expected, no arrival yet: the phase cannot complete)
+      const bool sc = rw.eb == 1 && scale_copy;
+      if (rw.tc) {  // 16 rows x group g0 + ch: lane j copies row j (TC_ROW apart), after lane 0's expectation
+        const unsigned nr = sp.r1 - sp.r0, k0 = (sp.g0 + ch) * KGROUP, width = min(K, k0 + KGROUP) - k0;
+        if (lane == 0) {
+          mbar_expect_tx_only(&full[s], nr * width + (sc ? kb * 4 : 0));
+          if (sc) bulk_to_shared(scales + s * RING_SC, rw.s[sub] + (size_t)(sp.r0 / 128) * kb, kb * 4, &full[s]);
+        }
+        __syncwarp();
+        if (lane < nr) bulk_to_shared(ring + s * SLOT_STRIDE + lane * TC_ROW, rw.w[sub] + (size_t)(sp.r0 + lane) * K + k0, width, &full[s]);
+      } else if (lane == 0) {  // the copies first (their bytes expected, no arrival yet: the phase cannot complete)
         unsigned v0 = ch * RING_SLOT, v1 = min(len, v0 + RING_SLOT);
-        bool sc = rw.eb == 1 && scale_copy;
         mbar_expect_tx_only(&full[s], v1 - v0 + (sc ? kb * 4 : 0));
         if (sc) bulk_to_shared(scales + s * RING_SC, rw.s[sub] + (size_t)(sp.r0 / 128) * kb, kb * 4, &full[s]);
         const unsigned char* base = rw.w[sub] + ((size_t)sp.r0 * K + sp.g0 * KGROUP) * rw.eb;
-        char* dst = ring + s * RING_SLOT;
+        char* dst = ring + s * SLOT_STRIDE;
         if (span == K * rw.eb) {  // whole rows: the sequence is contiguous in memory
           bulk_to_shared(dst, base + v0, v1 - v0, &full[s]);
         } else {  // a segment per row (split-K units)
@@ -323,7 +343,9 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   // The current unit, decoded once (not per item): its word, span and derived sizes.
   GemvSpan sp{0, 0, 0, 0};
   unsigned G = 1, span = 0, n = 0, eb = 1, piece = KGROUP;
-  bool single = true, bf16w = false, bs = false, partial = false;
+  bool single = true, bf16w = false, bs = false, partial = false, tcw = false;
+  float h0t = 0.f;  // RING_TC: row lane's prior bf2f(h[r]) (warp 0's lanes 0..15), loaded at the unit's start
+  const unsigned lq = lane >> 2, lt = lane & 3;  // RING_TC: the lane's rows lq, lq + 8 and 16-byte piece lt
   void* out = nullptr;
   unsigned wrows = 0;
   unsigned s = 0, phase = 0;  // the next item's slot and its full barrier's parity (counters, no divisions)
@@ -372,6 +394,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       bf16w = eb == 2;
       bs = rw.bs;
       partial = rw.partial;
+      tcw = rw.tc;
       out = rw.out;
       wrows = rw.rows;
       last_unit = key;
@@ -380,12 +403,14 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
 #pragma unroll
         for (int ri = 0; ri < 16 / CW; ++ri)
           if (sp.r0 + warp + CW * ri < sp.r1) h0[ri] = bf2f(((const unsigned short*)out)[sp.r0 + warp + CW * ri]);
+      if (Op::RES && !partial && tcw && sub == 0 && warp == 0 && sp.r0 + lane < sp.r1 && lane < 16)
+        h0t = bf2f(((const unsigned short*)out)[sp.r0 + lane]);
     }
     // The item's pieces q0 .. q1 - 1 of the (unit, sub) sequence: piece q is row r0 + q / G, group
     // g0 + q % G, at (q / G) span + (q % G) piece. (The host takes the ring only where pieces never
     // straddle items: K a multiple of 1,024, or every (unit, sub) within one item.)
     const unsigned q0 = single ? 0 : m.w * (RING_SLOT / piece), q1 = single ? n : min(n, q0 + RING_SLOT / piece);
-    const char* slot = ring + s * RING_SLOT - m.w * RING_SLOT;  // (sequence offsets minus the item's start)
+    const char* slot = ring + s * SLOT_STRIDE - m.w * RING_SLOT;  // (sequence offsets minus the item's start)
     const char* sc = scales + s * RING_SC;
     // A lane's sum over piece q (row j, group g) in dot_rows' order.
     auto piece_acc = [&](unsigned q) {
@@ -449,7 +474,31 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
         for (int i = 0; i < NP; ++i) chunk_fp8_rows<1, BS, false>(&w[h][i], xs + k[i] + 512 * h, &sv[h][i], &r[i]);
     };
     const bool fast = RING_PAIR && !bf16w && K % KGROUP == 0;
-    if (fast) {
+    if (tcw) {
+      // RING_TC: warp w's 128-wide chunk w of the item's group (16 rows) as mma_unit_bs computes it (the
+      // rows past r1 hold stale bytes: mma's rows are independent, they are never kept); lanes with
+      // t == 0 leave the chunk sums of rows lq, lq + 8 in the unit's half of tcred.
+      const unsigned gi = m.w, k0 = (sp.g0 + gi) * KGROUP + warp * 128, kend = min(K, (sp.g0 + gi + 1) * KGROUP);
+      if (!RING_NOCOMPUTE) {
+        const unsigned nh = k0 < kend ? min(2u, (kend - k0) / 64) : 0u;
+        const char* rp = ring + s * SLOT_STRIDE + lq * TC_ROW + warp * 128 + 16 * lt;
+        uint4 v[2][2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          v[h][0] = ring_ld16(rp + 64 * h);
+          v[h][1] = ring_ld16(rp + 8 * TC_ROW + 64 * h);
+        }
+        const float scale = k0 < kend ? ring_ldf(sc + 4 * (k0 / 128)) : 0.f;
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        if (bs) mma_chunk<true>(v, nh, xs + k0 + 16 * lt, scale, d);
+        else mma_chunk<false>(v, nh, xs + k0 + 16 * lt, scale, d);
+        if (lt == 0) {
+          float* rr = tcred + par * TC_RED + ((sub * G + gi) * WARPS + warp) * 16;
+          rr[lq] = d[0];
+          rr[lq + 8] = d[2];
+        }
+      }
+    } else if (fast) {
       for (unsigned q = q0 + warp; q < q1 && !RING_NOCOMPUTE; q += NP * CW) {
         // (pieces past the item's end are computed as piece q again and not kept: no branch)
         unsigned qs[NP];
@@ -492,7 +541,36 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     // A whole-row unit's end: every warp's partials in pv, then warp w's rows w, w + CW (16 / CW rows), their groups
     // summed in order from 0 (ORDER: as dot_rows' t = 0 + v_0 + v_1 + ..), the epilogue. (pv's halves
     // alternate by unit: the next unit's writes cannot reach this one's before its end's join.)
-    if (((m.y >> 9) & 1) && !partial && !RING_NOCOMPUTE) {
+    if (((m.y >> 9) & 1) && tcw && !RING_NOCOMPUTE) {
+      // RING_TC's unit end (mma_unit_bs's order): every (weight, group, row)'s 8 chunk sums in warp order
+      // (a split-K partial goes to memory), then the rows' groups in order from 0 and the epilogue.
+      __syncwarp();
+      CONSUMER_SYNC();
+      float* rd = tcred + par * TC_RED;
+      const unsigned nsub = Op::GU ? 2u : 1u, nr = sp.r1 - sp.r0;
+      for (unsigned e = threadIdx.x; e < nsub * G * 16; e += CW * 32) {
+        float* rr = rd + (size_t)(e / 16) * WARPS * 16 + e % 16;
+        float v = 0.f;
+#pragma unroll
+        for (int k = 0; k < WARPS; ++k) v += rr[k * 16];  // ORDER: warps in order
+#if RING_BREAK
+        if ((e / 16) % G == 0) v += 1.0f;
+#endif
+        if (!partial) rr[0] = v;
+        else if (e % 16 < nr) ((float*)out)[(size_t)(sp.g0 + (e / 16) % G) * wrows + sp.r0 + e % 16] = v;
+      }
+      if (!partial) {
+        CONSUMER_SYNC();
+        if (threadIdx.x < nr) {
+          float t0 = 0.f, t1 = 0.f;
+          for (unsigned g = 0; g < G; ++g) t0 += rd[(size_t)g * WARPS * 16 + threadIdx.x];  // ORDER: groups in order
+          if (Op::GU)
+            for (unsigned g = 0; g < G; ++g) t1 += rd[(size_t)(G + g) * WARPS * 16 + threadIdx.x];
+          Op::epi((unsigned short*)out, sp.r0 + threadIdx.x, t0, t1, h0t);
+        }
+      }
+      par ^= 1u;
+    } else if (((m.y >> 9) & 1) && !partial && !RING_NOCOMPUTE) {
       __syncwarp();  // (lane 0's arrival above: the warp converged before the aligned bar.sync)
       CONSUMER_SYNC();
       if (lane == 0)

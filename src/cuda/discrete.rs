@@ -158,8 +158,17 @@ const RING_STATIC: u32 = 3136;
 const RING_PV: u32 = 288;
 
 fn ring_on() -> bool {
-    super::cuda_define("GEMV_RING").unwrap_or(0) != 0
+    super::cuda_define("GEMV_RING").unwrap_or(0) != 0 || tc_on()
 }
+
+/// RING_TC (megakernel/ring.cu): the ring's fp8 items are 16 rows x one k-group, rows TC_ROW bytes apart
+/// in a slot of 16 TC_ROW bytes, computed on tensor cores; TC_RED floats of chunk sums per unit parity
+/// come before the slots.
+fn tc_on() -> bool {
+    super::cuda_define("RING_TC").unwrap_or(0) != 0
+}
+const TC_ROW: u32 = 1088;
+const TC_RED: u32 = 1536;
 
 /// The ring's offset in a ring kernel's dynamic shared memory (ring_base in ring.cu): x (bf16, K) and
 /// 64 floats of block sums, 128-aligned.
@@ -193,7 +202,51 @@ fn ring_smem(p: &Program, words: &[Word]) -> Option<u32> {
     // (RING_STAMPS, a diagnostic: 3,584 bytes of stamps in static shared memory)
     let stat = RING_STATIC + if super::cuda_define("RING_STAMPS").unwrap_or(0) != 0 { 3584 } else { 0 };
     let slot = super::cuda_define("RING_SLOT_KB").unwrap_or(16) * 1024;
+    if tc_on() {
+        return ring_smem_tc(p, words, blocks, super::cuda_define("RING_SLOTS").unwrap_or(12), stat);
+    }
     ring_smem_with(p, words, blocks, super::cuda_define("RING_SLOTS").unwrap_or(12), stat, slot)
+}
+
+/// Whether word `w` takes RING_TC's tensor-core items (mma_path in common.cuh: fp8 weights, every one
+/// of them, a width a multiple of 64, 16-row units).
+fn tc_word(p: &Program, w: &Word) -> bool {
+    let fp8 = |slot: usize| w.op(slot).is_some_and(|b| p.buffers[b].elem_bytes == 1);
+    let k = w.op(crate::isa::slot::IN0).map_or(0, |b| p.buffers[b].cols);
+    fp8(crate::isa::slot::W0)
+        && (w.opcode != Opcode::GemvGateUp || fp8(crate::isa::slot::W1))
+        && k % 64 == 0
+        && w.unit_rows == 16
+}
+
+/// `ring_smem` with RING_TC: tensor-core words need their units' chunk sums within TC_RED; the others
+/// (bf16) the legacy items' conditions (within RING_SLOT of a TC_SLOT slot).
+fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32) -> Option<u32> {
+    let subs = |w: &Word| if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
+    let k = p.buffers[words.first()?.op(crate::isa::slot::IN0)?].cols as u32;
+    for w in words {
+        if p.buffers[w.op(crate::isa::slot::IN0)?].cols as u32 != k || w.m_rows != 1 {
+            return None;
+        }
+        if tc_word(p, w) {
+            let groups = k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1));
+            if !RING_OPS.contains(&w.opcode) || subs(w) * groups * 8 * 16 > TC_RED {
+                return None;
+            }
+        } else if ring_smem_with(p, std::slice::from_ref(w), blocks, slots, stat, 16384).is_none() {
+            return None;
+        }
+    }
+    if !RING_OPS.contains(&words[0].opcode) || words.len() > RING_WORDS {
+        return None;
+    }
+    // the slots after x, the block sums and the two halves of TC_RED
+    let base = ring_base(k) + 2 * TC_RED * 4;
+    let slot = 16 * TC_ROW + RING_SC;
+    let blocks = blocks.max(1);
+    let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + stat).min(SMEM_PER_BLOCK - stat);
+    let n = (room.saturating_sub(base) / slot).min(slots.clamp(2, RING_MAX));
+    (n >= 2).then_some(base + n * slot)
 }
 
 /// `ring_smem` for `blocks` ring blocks per SM and at most `slots` slots of `slot` bytes.

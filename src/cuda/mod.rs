@@ -62,7 +62,7 @@ pub fn cuda_defines() -> Vec<String> {
 
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 16] = [
+pub const HOST_TUNABLES: [(&str, u32); 17] = [
     ("GEMV_TMA", 0),
     ("GEMV_DYNAMIC", 1),
     ("GRAPH_PDL", 1),
@@ -78,6 +78,7 @@ pub const HOST_TUNABLES: [(&str, u32); 16] = [
     ("RING_STAMPS", 0),
     ("RING_SLOT_KB", 16),
     ("RING_CWARPS", 8),
+    ("RING_TC", 0),
     ("GRAPH_STAMPS", 0),
 ];
 
@@ -118,6 +119,12 @@ fn check_define_list(defs: &[String]) -> Result<()> {
             && defs.iter().any(|d| d == "RING_CWARPS=16")
         {
             bail!("MK_CUDA_DEFINES: RING_CWARPS=16 takes one ring block per SM (RING_BLOCKS=1)");
+        }
+        if name == "RING_TC"
+            && value != "0"
+            && defs.iter().any(|d| d == "RING_CWARPS=16" || d == "RING_SLOT_KB=32" || d == "GEMV_MMA=0")
+        {
+            bail!("MK_CUDA_DEFINES: RING_TC takes 8 consumer warps, 16 KB items and GEMV_MMA");
         }
         if name == "TMA_DEPTH" && value == "0" {
             bail!("MK_CUDA_DEFINES: TMA_DEPTH must be at least 1");
