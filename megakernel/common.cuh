@@ -254,10 +254,11 @@ struct DevCtx {
                                   // (GEMV_DYNAMIC; indexed by the launch's first word, zero between launches)
   unsigned long long* stamps;     // GRAPH_STAMPS: the timeline slots (four u64 per unit), else null
   const unsigned* unit_base;      // [n_words]: each word's first timeline slot
+  const unsigned char* tmaps;     // RING_TC: per buffer id a 128-byte tensor map (fp8 weights of whole items), else zeros
   unsigned rotary_dim, head_dim, gdn_dim, n_heads, n_kv_heads, gdn_k_heads, gdn_v_heads, max_ctx;
   float eps;
 };
-static_assert(sizeof(DevCtx) == 120, "DevCtx as src/cuda/discrete.rs lays it out");
+static_assert(sizeof(DevCtx) == 128, "DevCtx as src/cuda/discrete.rs lays it out");
 
 // The sequence stopped (an earlier step produced the stop token): every later kernel of the graph
 // returns at once, so replays queued past the stop change nothing. The host clears it (reset).

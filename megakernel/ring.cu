@@ -72,13 +72,18 @@ static_assert(CW == WARPS || CW == 2 * WARPS, "RING_CWARPS is 8 or 16");
 static_assert(RING_SLOTS >= 2 && RING_SLOTS <= RING_MAX, "RING_SLOTS is 2..16");
 static_assert(!(GEMV_RING && GEMV_MMA) || RING_TC, "the ring computes dot_rows' order (RING_TC: GEMV_MMA's); GEMV_MMA changes the k_* kernels' order");
 static_assert(!RING_TC || (GEMV_RING && GEMV_MMA && RING_SLOT_KB == 16 && CW == WARPS), "RING_TC: GEMV_RING and GEMV_MMA on, 16 KB items, 8 consumer warps");
-// RING_TC: an fp8 item's 16 rows are TC_ROW bytes apart in its slot (1,024 + 64: the 8 lanes of a quarter
-// warp read rows 2p and 2p + 1 at 16 t, 64 bytes apart in the banks: no conflicts), a slot TC_SLOT bytes
-// (the legacy items of bf16 words use its first RING_SLOT); TC_RED floats of warps' chunk sums per unit
-// parity (weights x groups x 8 warps x 16 rows), before the ring.
-#define TC_ROW 1088u
-#define SLOT_STRIDE (RING_TC ? 16u * TC_ROW : RING_SLOT)
+// RING_TC: an fp8 item (16 rows x one k-group) lands by one tensor copy (the weight's tensor map, the
+// 3D view of src/cuda/tile.rs: box {128 bytes, 16 rows, 8 chunks}, no swizzle) as [chunk][row][128
+// bytes]; TC_RED floats of warps' chunk sums per unit parity (weights x groups x 8 warps x 16 rows),
+// before the ring. (A first version copied the item's 16 rows by 16 bulk copies of 1 KB each: the
+// mechanics alone took 13.7 ms/token, the whole 17.6 against the default 12.2; results/tc_18c84a7.)
+#define SLOT_STRIDE RING_SLOT
 #define TC_RED 1536u
+// One tensor copy of box {c0, c1, c2} (innermost first) of the map at `tmap` (global memory) into dst.
+__device__ __forceinline__ void tensor3_to_shared(void* dst, const void* tmap, int c0, int c1, int c2, unsigned long long* b) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+               ::"r"(smem_addr(dst)), "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(b)) : "memory");
+}
 
 // The ring's byte offset in dynamic shared memory: after x (bf16, K) and 64 floats of block sums,
 // 128-aligned; the slots' scale areas follow the slots (the host's ring_smem_bytes lays out the same).
@@ -113,6 +118,7 @@ __device__ __forceinline__ float ring_ldf(const void* p) {
 struct RingWord {
   const unsigned char* w[2];  // weights: sub 0 (W0), sub 1 (gate/up's W1)
   const float* s[2];          // their block scales (fp8)
+  const void* tm[2];          // RING_TC: their tensor maps
   void* out;                  // bf16 outputs, or fp32 split-K partials
   unsigned first;             // the launch unit index of its first unit
   unsigned units, rows, unit_rows, k_parts, wi;
@@ -153,7 +159,7 @@ __device__ __forceinline__ GemvSpan ring_span(const RingWord& rw, unsigned u, un
 #define RING_STAMP_ITEMS 64
 __device__ unsigned ring_launches;
 // The kernels' static shared memory within the host's RING_STATIC (3,136 bytes; RING_STAMPS: 3,584 more).
-static_assert(RING_MAX * (2 * 8 + 16) + RING_WORDS * sizeof(RingWord) + 16 + 2 * RING_PV * 4 <= 3136, "ring static shared memory over RING_STATIC");
+static_assert(RING_MAX * (2 * 8 + 16) + RING_WORDS * sizeof(RingWord) + 16 + 2 * RING_PV * 4 <= 3200, "ring static shared memory over RING_STATIC");
 static_assert(6 * RING_STAMP_ITEMS * 8 <= 3584, "ring stamps over the host's room");
 
 template <typename Op>
@@ -187,6 +193,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       unsigned short id = (Op::GU && i == 1) ? w.ops[SLOT_W1] : w.ops[SLOT_W0];
       rw.w[i] = (const unsigned char*)c.bufs[id];
       rw.s[i] = c.scales[id];
+      rw.tm[i] = c.tmaps + 128 * (size_t)id;
     }
     unsigned char wb = c.wbytes[w.ops[SLOT_W0]];
     // bf16-exact scales (code 1) on the fast path only when every weight of the word has them, as fp8_stream
@@ -202,7 +209,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     rw.bs = all_bs;
     rw.partial = (w.flags & FLAG_PARTIAL) != 0;
     // (the condition of mma_path, for every weight of the word: the megakernel's and k_*'s choice)
-    rw.tc = RING_TC && (wb == 1 || wb == 3) && (!Op::GU || c.wbytes[w.ops[SLOT_W1]] == 1 || c.wbytes[w.ops[SLOT_W1]] == 3) && K % 64 == 0 && w.unit_rows == 16;
+    rw.tc = RING_TC && (wb == 1 || wb == 3) && (!Op::GU || c.wbytes[w.ops[SLOT_W1]] == 1 || c.wbytes[w.ops[SLOT_W1]] == 3) && K % KGROUP == 0 && w.unit_rows == 16;
     words[k] = rw;
   }
   if (threadIdx.x == 0) {
@@ -219,6 +226,10 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
   for (unsigned k = 0; k < nw; ++k) total += words[k].units;
 
   if (warp == CW) {  // ---- the producer warp: lane 0 issues, every lane stages scales ----
+    // RING_TC: the host wrote the tensor maps; the tensormap proxy of the issuing lane sees them after this
+    if (RING_TC && lane < 2 * nw && words[lane >> 1].tc && ((lane & 1) == 0 || Op::GU))
+      asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(words[lane >> 1].tm[lane & 1]) : "memory");
+    __syncwarp();
     unsigned t = 0, i = blockIdx.x, next = 0, k = 0, u = 0, sub = 0, ch = 0, nc = 0, span = 0, len = 0;
     GemvSpan sp{0, 0, 0, 0};
     float sv[5];  // lane l's scales l + 32 j of the current (unit, sub)'s scale row (kb <= 144 < 160)
@@ -250,14 +261,12 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       unsigned s = t % D;
       const RingWord& rw = words[k];
       const bool sc = rw.eb == 1 && scale_copy;
-      if (rw.tc) {  // 16 rows x group g0 + ch: lane j copies row j (TC_ROW apart), after lane 0's expectation
-        const unsigned nr = sp.r1 - sp.r0, k0 = (sp.g0 + ch) * KGROUP, width = min(K, k0 + KGROUP) - k0;
+      if (rw.tc) {  // 16 rows x group g0 + ch: one tensor copy (rows past the weight's end land as zeros)
         if (lane == 0) {
-          mbar_expect_tx_only(&full[s], nr * width + (sc ? kb * 4 : 0));
+          mbar_expect_tx_only(&full[s], RING_SLOT + (sc ? kb * 4 : 0));
           if (sc) bulk_to_shared(scales + s * RING_SC, rw.s[sub] + (size_t)(sp.r0 / 128) * kb, kb * 4, &full[s]);
+          tensor3_to_shared(ring + s * SLOT_STRIDE, rw.tm[sub], 0, (int)sp.r0, (int)((sp.g0 + ch) * (KGROUP / 128)), &full[s]);
         }
-        __syncwarp();
-        if (lane < nr) bulk_to_shared(ring + s * SLOT_STRIDE + lane * TC_ROW, rw.w[sub] + (size_t)(sp.r0 + lane) * K + k0, width, &full[s]);
       } else if (lane == 0) {  // the copies first (their bytes expected, no arrival yet: the phase cannot complete)
         unsigned v0 = ch * RING_SLOT, v1 = min(len, v0 + RING_SLOT);
         mbar_expect_tx_only(&full[s], v1 - v0 + (sc ? kb * 4 : 0));
@@ -475,18 +484,18 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     };
     const bool fast = RING_PAIR && !bf16w && K % KGROUP == 0;
     if (tcw) {
-      // RING_TC: warp w's 128-wide chunk w of the item's group (16 rows) as mma_unit_bs computes it (the
-      // rows past r1 hold stale bytes: mma's rows are independent, they are never kept); lanes with
-      // t == 0 leave the chunk sums of rows lq, lq + 8 in the unit's half of tcred.
+      // RING_TC: warp w's 128-wide chunk w of the item's group (16 rows, [chunk][row][128 bytes]) as
+      // mma_unit_bs computes it; lanes with t == 0 leave the chunk sums of rows lq, lq + 8 in the unit's
+      // half of tcred.
       const unsigned gi = m.w, k0 = (sp.g0 + gi) * KGROUP + warp * 128, kend = min(K, (sp.g0 + gi + 1) * KGROUP);
       if (!RING_NOCOMPUTE) {
         const unsigned nh = k0 < kend ? min(2u, (kend - k0) / 64) : 0u;
-        const char* rp = ring + s * SLOT_STRIDE + lq * TC_ROW + warp * 128 + 16 * lt;
+        const char* rp = ring + s * SLOT_STRIDE + warp * 2048 + lq * 128 + 16 * lt;
         uint4 v[2][2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           v[h][0] = ring_ld16(rp + 64 * h);
-          v[h][1] = ring_ld16(rp + 8 * TC_ROW + 64 * h);
+          v[h][1] = ring_ld16(rp + 1024 + 64 * h);
         }
         const float scale = k0 < kend ? ring_ldf(sc + 4 * (k0 / 128)) : 0.f;
         float d[4] = {0.f, 0.f, 0.f, 0.f};

@@ -34,6 +34,8 @@ pub struct DevCtx {
     /// GRAPH_STAMPS: the timeline slots (the megakernel's), else 0.
     stamps: u64,
     unit_base: u64,
+    /// RING_TC: per buffer id a 128-byte tensor map (fp8 weights of whole 16 x 1,024 items), else zeros.
+    tmaps: u64,
     rotary_dim: u32,
     head_dim: u32,
     gdn_dim: u32,
@@ -45,7 +47,7 @@ pub struct DevCtx {
     eps: f32,
     _pad: u32,
 }
-const _: () = assert!(std::mem::size_of::<DevCtx>() == 120);
+const _: () = assert!(std::mem::size_of::<DevCtx>() == 128);
 
 /// Blocks of a looping GEMV launch of `units` units with `resident` blocks fitting the GPU at once: with
 /// tickets every resident block (at most one per unit); without, as few as give every block the same
@@ -153,7 +155,7 @@ fn ring_threads() -> u32 {
 }
 /// The ring kernels' static shared memory (two mbarriers and a 16-byte item record per slot, the
 /// launch's decoded words, two halves of RING_PV floats of whole-row partials), rounded up.
-const RING_STATIC: u32 = 3136;
+const RING_STATIC: u32 = 3200;
 /// A whole-row unit's (row, group) partials, both weights (RING_PV in ring.cu).
 const RING_PV: u32 = 288;
 
@@ -161,13 +163,49 @@ fn ring_on() -> bool {
     super::cuda_define("GEMV_RING").unwrap_or(0) != 0 || tc_on()
 }
 
-/// RING_TC (megakernel/ring.cu): the ring's fp8 items are 16 rows x one k-group, rows TC_ROW bytes apart
-/// in a slot of 16 TC_ROW bytes, computed on tensor cores; TC_RED floats of chunk sums per unit parity
-/// come before the slots.
+/// The tensor map of an fp8 weight at device address `addr` ([rows][k], checkpoint row order) for
+/// RING_TC's items: `tile::weight_box`'s 3D view (16 rows x 8 chunks of 128 bytes a box), no swizzle
+/// (the consumers' 16-byte reads meet 2-way bank conflicts, 4 a warp an item), L2 promotion by 256
+/// bytes, rows past the end filled with zeros. Err: the shape has no box, or the driver refused it.
+fn weight_tensor_map(addr: u64, rows: u64, k: u64) -> Result<[u8; 128]> {
+    use cudarc::driver::sys;
+    let b = super::tile::weight_box(rows, k)?;
+    let mut m = sys::CUtensorMap { opaque: [0; 16] };
+    let elem_strides = [1u32; 3];
+    // SAFETY: every array has the rank's length (3 dims, 2 strides, 3 box extents, 3 element strides),
+    // `m` is a CUtensorMap the driver fills; the address is device memory the arena owns.
+    let r = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut m,
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT32,
+            3,
+            addr as *mut std::ffi::c_void,
+            b.dims.as_ptr(),
+            b.strides.as_ptr(),
+            b.boxdim.as_ptr(),
+            elem_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(Error::new(format!("cuTensorMapEncodeTiled ({rows} x {k}): {r:?}")));
+    }
+    let mut out = [0u8; 128];
+    for (i, w) in m.opaque.iter().enumerate() {
+        out[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    Ok(out)
+}
+
+/// RING_TC (megakernel/ring.cu): the ring's fp8 items are 16 rows x one k-group (one tensor copy of
+/// 16 KB by the weight's tensor map), computed on tensor cores; TC_RED floats of chunk sums per unit
+/// parity come before the slots.
 fn tc_on() -> bool {
     super::cuda_define("RING_TC").unwrap_or(0) != 0
 }
-const TC_ROW: u32 = 1088;
 const TC_RED: u32 = 1536;
 
 /// The ring's offset in a ring kernel's dynamic shared memory (ring_base in ring.cu): x (bf16, K) and
@@ -229,6 +267,9 @@ fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32)
             return None;
         }
         if tc_word(p, w) {
+            if k % 1024 != 0 {
+                return None; // (no tensor map: the k_* kernels' tensor-core path, the same bits)
+            }
             let groups = k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1));
             if !RING_OPS.contains(&w.opcode) || subs(w) * groups * 8 * 16 > TC_RED {
                 return None;
@@ -242,7 +283,7 @@ fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32)
     }
     // the slots after x, the block sums and the two halves of TC_RED
     let base = ring_base(k) + 2 * TC_RED * 4;
-    let slot = 16 * TC_ROW + RING_SC;
+    let slot = 16384 + RING_SC;
     let blocks = blocks.max(1);
     let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + stat).min(SMEM_PER_BLOCK - stat);
     let n = (room.saturating_sub(base) / slot).min(slots.clamp(2, RING_MAX));
@@ -495,6 +536,8 @@ impl Discrete {
         // per word (a launch uses its first word's); zero from here on: the last block of a launch
         // zeroes its pair again.
         let tickets_off = take(8 * prog.words.len());
+        // RING_TC's tensor maps, 128 bytes (64-aligned: ALIGN) per buffer id.
+        let tmaps_off = take(128 * n);
         let total = at;
         let stream = gpu.stream.clone();
         let mut arena = cu(stream.alloc_zeros::<u8>(total), "cuMemAlloc (arena)")?;
@@ -561,6 +604,17 @@ impl Discrete {
             .collect();
         put(&mut arena, tl_base, &bases)?;
         put(&mut arena, mk_stride, &le32(wait_strides(prog)))?;
+        if tc_on() {
+            let mut maps = vec![0u8; 128 * n];
+            for (i, (b, p)) in prog.buffers.iter().zip(&places).enumerate() {
+                if b.kind == BufKind::Weight && (p.elem_bytes == 1 || p.elem_bytes == 3) {
+                    if let Ok(m) = weight_tensor_map(base + p.off as u64, b.rows as u64, b.cols as u64) {
+                        maps[128 * i..128 * (i + 1)].copy_from_slice(&m);
+                    }
+                }
+            }
+            put(&mut arena, tmaps_off, &maps)?;
+        }
         let ctx = DevCtx {
             bufs: base + t_bufs as u64,
             scales: base + t_scales as u64,
@@ -572,6 +626,7 @@ impl Discrete {
             tickets: base + tickets_off as u64,
             stamps: if super::cuda_define("GRAPH_STAMPS").unwrap_or(0) != 0 { base + tl_off as u64 } else { 0 },
             unit_base: base + tl_base as u64,
+            tmaps: base + tmaps_off as u64,
             rotary_dim: rot as u32,
             head_dim: cfg.head_dim as u32,
             gdn_dim: cfg.gdn_v_dim as u32,
