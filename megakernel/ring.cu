@@ -179,8 +179,12 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
 #endif
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned K = c.cols[prog[wi].ops[SLOT_IN0]], kb = (K + 127) / 128;
-  char* ring = smem + ring_off(K);
-  const unsigned D = min((unsigned)RING_SLOTS, (dynamic_smem_bytes() - ring_off(K)) / (SLOT_STRIDE + RING_SC));
+  // RING_TC: tensor copies land at 128-byte aligned addresses (1,024 here: room for swizzled boxes); the
+  // dynamic shared memory begins after the kernel's static arrays, so the slots start past a pad (the
+  // host's ring_smem_tc allows 1,024 bytes for it).
+  const unsigned pad = RING_TC ? (1024u - (smem_addr(smem + ring_off(K)) & 1023u)) & 1023u : 0u;
+  char* ring = smem + ring_off(K) + pad;
+  const unsigned D = min((unsigned)RING_SLOTS, (dynamic_smem_bytes() - ring_off(K) - pad) / (SLOT_STRIDE + RING_SC));
   char* scales = ring + D * SLOT_STRIDE;  // slot s's block scales at s * RING_SC
   float* tcred = (float*)(smem + ring_base(K));  // RING_TC: [parity][TC_RED]
   unsigned* tk = c.tickets + 2 * wi;

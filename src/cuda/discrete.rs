@@ -281,8 +281,8 @@ fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32)
     if !RING_OPS.contains(&words[0].opcode) || words.len() > RING_WORDS {
         return None;
     }
-    // the slots after x, the block sums and the two halves of TC_RED
-    let base = ring_base(k) + 2 * TC_RED * 4;
+    // the slots after x, the block sums, the two halves of TC_RED and a pad to a 1,024-byte boundary
+    let base = ring_base(k) + 2 * TC_RED * 4 + 1024;
     let slot = 16384 + RING_SC;
     let blocks = blocks.max(1);
     let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + stat).min(SMEM_PER_BLOCK - stat);
