@@ -52,6 +52,10 @@
 #ifndef RING_BREAK
 #define RING_BREAK 0      // the op check's negative control for the ring kernels: every row's first piece off by 1
 #endif
+#ifndef TC_DIAG
+#define TC_DIAG 0         // DIAGNOSTIC, WRONG RESULTS (RING_TC): bit 0 the consumers load their chunk but skip its
+                          // arithmetic; bit 1 they skip the unit ends (warp-order sums, epilogues)
+#endif
 #ifndef RING_NOCOMPUTE
 #define RING_NOCOMPUTE 0  // DIAGNOSTIC, WRONG RESULTS: the consumers only wait for and release each item
 #endif
@@ -503,7 +507,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
         }
         const float scale = k0 < kend ? ring_ldf(sc + 4 * (k0 / 128)) : 0.f;
         float d[4] = {0.f, 0.f, 0.f, 0.f};
-        if (bs) mma_chunk<true>(v, nh, xs + k0 + 16 * lt, scale, d);
+        if (TC_DIAG & 1) d[0] = __uint_as_float(v[0][0].x ^ v[1][1].w) + scale;  // (the loads kept)
+        else if (bs) mma_chunk<true>(v, nh, xs + k0 + 16 * lt, scale, d);
         else mma_chunk<false>(v, nh, xs + k0 + 16 * lt, scale, d);
         if (lt == 0) {
           float* rr = tcred + par * TC_RED + ((sub * G + gi) * WARPS + warp) * 16;
@@ -554,7 +559,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     // A whole-row unit's end: every warp's partials in pv, then warp w's rows w, w + CW (16 / CW rows), their groups
     // summed in order from 0 (ORDER: as dot_rows' t = 0 + v_0 + v_1 + ..), the epilogue. (pv's halves
     // alternate by unit: the next unit's writes cannot reach this one's before its end's join.)
-    if (((m.y >> 9) & 1) && tcw && !RING_NOCOMPUTE) {
+    if (((m.y >> 9) & 1) && tcw && !RING_NOCOMPUTE && !(TC_DIAG & 2)) {
       // RING_TC's unit end (mma_unit_bs's order): every (weight, group, row)'s 8 chunk sums in warp order
       // (a split-K partial goes to memory), then the rows' groups in order from 0 and the epilogue.
       __syncwarp();
