@@ -934,6 +934,38 @@ __device__ __forceinline__ void mma_chunk(const uint4 (&v)[2][2], unsigned nh, c
   }
 }
 
+// mma_chunk for two whole chunks (both halves real) at once: their chains interleaved, each chain's mma
+// sequence (and so its bits) exactly mma_chunk's; the second chunk's loads and dequants overlap the
+// first's mma latency (RING_TC's consumers, TC_PAIR).
+template <bool BS>
+__device__ __forceinline__ void mma_chunks2(const uint4 (&v)[2][2][2], const unsigned short* const (&xh)[2], const float (&scale)[2], float (&d)[2][4]) {
+  unsigned s2[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    unsigned sb = __float_as_uint(scale[i] * 0x1p120f) >> 16;
+    s2[i] = sb | (sb << 16);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const unsigned wa = j == 0 ? v[i][h][0].x : j == 1 ? v[i][h][0].y : j == 2 ? v[i][h][0].z : v[i][h][0].w;
+        const unsigned wb = j == 0 ? v[i][h][1].x : j == 1 ? v[i][h][1].y : j == 2 ? v[i][h][1].z : v[i][h][1].w;
+        unsigned a0 = dequant2(e4m3x2_widen(wa, 0x9180), BS, s2[i], scale[i]);
+        unsigned a1 = dequant2(e4m3x2_widen(wb, 0x9180), BS, s2[i], scale[i]);
+        unsigned a2 = dequant2(e4m3x2_widen(wa, 0xB3A2), BS, s2[i], scale[i]);
+        unsigned a3 = dequant2(e4m3x2_widen(wb, 0xB3A2), BS, s2[i], scale[i]);
+        uint2 xb = lds8(xh[i] + 64 * h + 4 * j);
+#ifdef MK_BREAK_GEMV
+        mma_bf16_16816(d[i], a0, a1, a2, a3, xb.y, xb.x);
+#else
+        mma_bf16_16816(d[i], a0, a1, a2, a3, xb.x, xb.y);
+#endif
+      }
+}
+
 // One item of the tensor-core stream: a warp's 16 rows x 128-wide chunk of one weight (lane (q, t): 16
 // bytes of row q and of row q + 8 at k0 + 16 t and k0 + 64 + 16 t) and the chunk's block scale.
 struct TcItem {

@@ -52,6 +52,9 @@
 #ifndef RING_BREAK
 #define RING_BREAK 0      // the op check's negative control for the ring kernels: every row's first piece off by 1
 #endif
+#ifndef TC_PAIR
+#define TC_PAIR 1         // RING_TC: a consumer warp computes two consecutive items of a (unit, weight) at once
+#endif
 #ifndef TC_DIAG
 #define TC_DIAG 0         // DIAGNOSTIC, WRONG RESULTS (RING_TC): bit 0 the consumers load their chunk but skip its
                           // arithmetic; bit 1 they skip the unit ends (warp-order sums, epilogues)
@@ -491,29 +494,58 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
         for (int i = 0; i < NP; ++i) chunk_fp8_rows<1, BS, false>(&w[h][i], xs + k[i] + 512 * h, &sv[h][i], &r[i]);
     };
     const bool fast = RING_PAIR && !bf16w && K % KGROUP == 0;
+    bool pair = false;  // RING_TC with TC_PAIR: this item and the next (slot s2) computed together
+    unsigned s2 = 0;
     if (tcw) {
       // RING_TC: warp w's 128-wide chunk w of the item's group (16 rows, [chunk][row][128 bytes]) as
       // mma_unit_bs computes it; lanes with t == 0 leave the chunk sums of rows lq, lq + 8 in the unit's
-      // half of tcred.
+      // half of tcred. TC_PAIR: when the next item is the same (unit, weight)'s next group (items of a
+      // (unit, weight) are consecutive, m.w = 0 .. G - 1) and both are whole groups, the warp waits for
+      // it too and runs both chunks' mma chains interleaved (each chain's sequence as mma_chunk's: the
+      // same bits), one loop pass for two items.
       const unsigned gi = m.w, k0 = (sp.g0 + gi) * KGROUP + warp * 128, kend = min(K, (sp.g0 + gi + 1) * KGROUP);
+      pair = TC_PAIR && !(TC_DIAG & 1) && !RING_NOCOMPUTE && gi + 1 < G && (sp.g0 + gi + 2) * KGROUP <= K;
+      if (pair) {
+        s2 = s + 1 == D ? 0 : s + 1;
+        mbar_wait(&full[s2], s + 1 == D ? phase ^ 1u : phase);
+      }
       if (!RING_NOCOMPUTE) {
         const unsigned nh = k0 < kend ? min(2u, (kend - k0) / 64) : 0u;
-        const char* rp = ring + s * SLOT_STRIDE + warp * 2048 + lq * 128 + 16 * lt;
-        uint4 v[2][2];
+        auto load = [&](uint4 (&v)[2][2], unsigned slot) {
+          const char* rp = ring + slot * SLOT_STRIDE + warp * 2048 + lq * 128 + 16 * lt;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          v[h][0] = ring_ld16(rp + 64 * h);
-          v[h][1] = ring_ld16(rp + 1024 + 64 * h);
-        }
-        const float scale = k0 < kend ? ring_ldf(sc + 4 * (k0 / 128)) : 0.f;
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        if (TC_DIAG & 1) d[0] = __uint_as_float(v[0][0].x ^ v[1][1].w) + scale;  // (the loads kept)
-        else if (bs) mma_chunk<true>(v, nh, xs + k0 + 16 * lt, scale, d);
-        else mma_chunk<false>(v, nh, xs + k0 + 16 * lt, scale, d);
-        if (lt == 0) {
-          float* rr = tcred + par * TC_RED + ((sub * G + gi) * WARPS + warp) * 16;
-          rr[lq] = d[0];
-          rr[lq + 8] = d[2];
+          for (int h = 0; h < 2; ++h) {
+            v[h][0] = ring_ld16(rp + 64 * h);
+            v[h][1] = ring_ld16(rp + 1024 + 64 * h);
+          }
+        };
+        auto keep = [&](unsigned g, const float* d) {
+          if (lt == 0) {
+            float* rr = tcred + par * TC_RED + ((sub * G + g) * WARPS + warp) * 16;
+            rr[lq] = d[0];
+            rr[lq + 8] = d[2];
+          }
+        };
+        if (pair) {
+          uint4 v[2][2][2];
+          load(v[0], s);
+          load(v[1], s2);
+          const float sc2[2] = {ring_ldf(sc + 4 * (k0 / 128)), ring_ldf(scales + s2 * RING_SC + 4 * ((k0 + KGROUP) / 128))};
+          const unsigned short* xh[2] = {xs + k0 + 16 * lt, xs + k0 + KGROUP + 16 * lt};
+          float d[2][4] = {};
+          if (bs) mma_chunks2<true>(v, xh, sc2, d);
+          else mma_chunks2<false>(v, xh, sc2, d);
+          keep(gi, d[0]);
+          keep(gi + 1, d[1]);
+        } else {
+          uint4 v[2][2];
+          load(v, s);
+          const float scale = k0 < kend ? ring_ldf(sc + 4 * (k0 / 128)) : 0.f;
+          float d[4] = {0.f, 0.f, 0.f, 0.f};
+          if (TC_DIAG & 1) d[0] = __uint_as_float(v[0][0].x ^ v[1][1].w) + scale;  // (the loads kept)
+          else if (bs) mma_chunk<true>(v, nh, xs + k0 + 16 * lt, scale, d);
+          else mma_chunk<false>(v, nh, xs + k0 + 16 * lt, scale, d);
+          keep(gi, d);
         }
       }
     } else if (fast) {
@@ -551,6 +583,15 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       if (warp == CW - 1) st_done7[t] = clock64();
     }
 #endif
+    if (pair) {  // the first of the two: released, and the second's record is the item's from here on
+      if (lane == 0) mbar_arrive(&empty[s]);
+      if (++s == D) {
+        s = 0;
+        phase ^= 1u;
+      }
+      m = ring_ld16(&meta[s2]);
+      ++t;
+    }
     if (lane == 0) mbar_arrive(&empty[s]);  // the warp is done with the slot
     if (++s == D) {
       s = 0;
