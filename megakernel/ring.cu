@@ -84,6 +84,9 @@ static_assert(!RING_TC || (GEMV_RING && GEMV_MMA && RING_SLOT_KB == 16 && CW == 
 // bytes]; TC_RED floats of warps' chunk sums per unit parity (weights x groups x 8 warps x 16 rows),
 // before the ring. (A first version copied the item's 16 rows by 16 bulk copies of 1 KB each: the
 // mechanics alone took 13.7 ms/token, the whole 17.6 against the default 12.2; results/tc_18c84a7.)
+// Measured with the tensor copy: 15.18 against 12.25, the mechanics alone 9.03 (results/tc_7cfb8d5);
+// with TC_PAIR 13.80 (results/tcpair_236b085): lost, off. Without arithmetic 11.13; a warp spends ~1,300
+// cycles on its chunk of an item, the 8 warps in lockstep (results/tcdiag_84719b1).
 #define SLOT_STRIDE RING_SLOT
 #define TC_RED 1536u
 // One tensor copy of box {c0, c1, c2} (innermost first) of the map at `tmap` (global memory) into dst.

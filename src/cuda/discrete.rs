@@ -267,8 +267,12 @@ fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32)
             return None;
         }
         if tc_word(p, w) {
-            if k % 1024 != 0 {
-                return None; // (no tensor map: the k_* kernels' tensor-core path, the same bits)
+            // (weights without a tensor map keep the k_* kernels' tensor-core path: the same bits)
+            let boxed = |slot: usize| {
+                w.op(slot).is_none_or(|b| super::tile::weight_box(p.buffers[b].rows as u64, k as u64).is_ok())
+            };
+            if !boxed(crate::isa::slot::W0) || (w.opcode == Opcode::GemvGateUp && !boxed(crate::isa::slot::W1)) {
+                return None;
             }
             let groups = k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1));
             if !RING_OPS.contains(&w.opcode) || subs(w) * groups * 8 * 16 > TC_RED {
@@ -607,10 +611,13 @@ impl Discrete {
         if tc_on() {
             let mut maps = vec![0u8; 128 * n];
             for (i, (b, p)) in prog.buffers.iter().zip(&places).enumerate() {
-                if b.kind == BufKind::Weight && (p.elem_bytes == 1 || p.elem_bytes == 3) {
-                    if let Ok(m) = weight_tensor_map(base + p.off as u64, b.rows as u64, b.cols as u64) {
-                        maps[128 * i..128 * (i + 1)].copy_from_slice(&m);
-                    }
+                // (every fp8 weight with a box: ring_smem_tc takes only those; a refusal is an error)
+                if b.kind == BufKind::Weight
+                    && (p.elem_bytes == 1 || p.elem_bytes == 3)
+                    && super::tile::weight_box(b.rows as u64, b.cols as u64).is_ok()
+                {
+                    let m = weight_tensor_map(base + p.off as u64, b.rows as u64, b.cols as u64)?;
+                    maps[128 * i..128 * (i + 1)].copy_from_slice(&m);
                 }
             }
             put(&mut arena, tmaps_off, &maps)?;
@@ -1575,6 +1582,56 @@ mod tests {
         let mut lm = gate;
         lm.opcode = Opcode::LmHead;
         assert!(ring_smem_with(&p, &[lm], 1, 12, RING_STATIC, RING_SLOT).is_none());
+    }
+
+    #[test]
+    fn tensor_core_ring_takes_whole_items_and_fits() {
+        // RING_TC: every fp8 GEMV launch of the 27B takes the ring (all widths whole 1,024-wide groups,
+        // all rows multiples of 16); the layout's arithmetic: x, block sums, two halves of TC_RED, the
+        // 1,024-byte pad, then slots of 16 KB + scales.
+        let p = prog_27b();
+        let mut rings = 0;
+        for (first, n) in launch_groups_of(&p) {
+            let words = &p.words[first..first + n];
+            let r = ring_smem_tc(&p, words, 1, 12, RING_STATIC);
+            assert_eq!(r.is_some(), RING_OPS.contains(&words[0].opcode), "{:?}", words[0].opcode);
+            if let Some(b) = r {
+                let k = p.buffers[words[0].op(crate::isa::slot::IN0).unwrap()].cols as u32;
+                let base = ring_base(k) + 2 * TC_RED * 4 + 1024;
+                assert_eq!((b - base) % (16384 + RING_SC), 0);
+                assert!((b - base) / (16384 + RING_SC) >= 8, "at least 8 slots at one block per SM");
+                assert!(b + 1024 + RING_STATIC <= SMEM_PER_SM && b + RING_STATIC <= SMEM_PER_BLOCK);
+                rings += 1;
+            }
+        }
+        assert!(rings > 200, "{rings} ring launches");
+        // fp8 words are tensor-core words; the GDN's bf16 a / b projections are not (legacy items).
+        let gdn_a = p.words.iter().find(|w| w.opcode == Opcode::GemvNorm && w.rows == 48).unwrap();
+        assert!(!tc_word(&p, gdn_a));
+        assert!(p.words.iter().filter(|w| w.opcode == Opcode::GemvGateUp).all(|w| tc_word(&p, w)));
+        // Negative controls: a width without whole items (the tiny preset's) or rows not a multiple of 16
+        // keep the k_* kernels, never a ring without a tensor map.
+        let tiny_cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
+        let tiny = crate::compiler::compile(&tiny_cfg, "tiny", &crate::compiler::h200(1)).unwrap();
+        let mut checked = 0;
+        for (first, n) in launch_groups_of(&tiny) {
+            let words = &tiny.words[first..first + n];
+            if words.iter().any(|w| tc_word(&tiny, w)) {
+                assert!(ring_smem_tc(&tiny, words, 1, 12, RING_STATIC).is_none(), "tiny's {:?}", words[0].opcode);
+                checked += 1;
+            }
+        }
+        assert!(checked > 10, "{checked} tiny launches with tensor-core words");
+        let mut q = p.clone();
+        let gate = q.words.iter().find(|w| w.opcode == Opcode::GemvGateUp).unwrap().clone();
+        q.buffers[gate.op(crate::isa::slot::W1).unwrap()].rows -= 8;
+        assert!(ring_smem_tc(&q, &[gate], 1, 12, RING_STATIC).is_none(), "up's rows 17,400");
+        // RING_TC's tunables are refused with anything its consumers do not handle.
+        for bad in [["RING_TC=1", "RING_CWARPS=16"], ["RING_TC=1", "RING_SLOT_KB=32"], ["RING_TC=1", "GEMV_MMA=0"]] {
+            let defs: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
+            assert!(super::super::check_define_list(&defs).is_err(), "{bad:?}");
+        }
+        assert!(super::super::check_define_list(&["RING_TC=1".to_string()]).is_ok());
     }
 
     #[test]
