@@ -934,14 +934,14 @@ __device__ __forceinline__ void mma_chunk(const uint4 (&v)[2][2], unsigned nh, c
   }
 }
 
-// mma_chunk for two whole chunks (both halves real) at once: their chains interleaved, each chain's mma
-// sequence (and so its bits) exactly mma_chunk's; the second chunk's loads and dequants overlap the
-// first's mma latency (RING_TC's consumers, TC_PAIR).
-template <bool BS>
-__device__ __forceinline__ void mma_chunks2(const uint4 (&v)[2][2][2], const unsigned short* const (&xh)[2], const float (&scale)[2], float (&d)[2][4]) {
-  unsigned s2[2];
+// mma_chunk for N whole chunks (both halves real) at once: their chains interleaved, each chain's mma
+// sequence (and so its bits) exactly mma_chunk's; the later chunks' loads and dequants overlap the
+// earlier ones' mma latency (RING_TC's consumers: TC_PAIR, TC_WHOLE).
+template <bool BS, int N>
+__device__ __forceinline__ void mma_chunks(const uint4 (&v)[N][2][2], const unsigned short* const (&xh)[N], const float (&scale)[N], float (&d)[N][4]) {
+  unsigned s2[N];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < N; ++i) {
     unsigned sb = __float_as_uint(scale[i] * 0x1p120f) >> 16;
     s2[i] = sb | (sb << 16);
   }
@@ -950,7 +950,7 @@ __device__ __forceinline__ void mma_chunks2(const uint4 (&v)[2][2][2], const uns
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < N; ++i) {
         const unsigned wa = j == 0 ? v[i][h][0].x : j == 1 ? v[i][h][0].y : j == 2 ? v[i][h][0].z : v[i][h][0].w;
         const unsigned wb = j == 0 ? v[i][h][1].x : j == 1 ? v[i][h][1].y : j == 2 ? v[i][h][1].z : v[i][h][1].w;
         unsigned a0 = dequant2(e4m3x2_widen(wa, 0x9180), BS, s2[i], scale[i]);

@@ -55,6 +55,15 @@
 #ifndef TC_PAIR
 #define TC_PAIR 1         // RING_TC: a consumer warp computes two consecutive items of a (unit, weight) at once
 #endif
+#ifndef TC_WHOLE
+#define TC_WHOLE 0        // RING_TC: a consumer warp computes a whole item (all 8 chunks, TC_ILP chains at once; items
+                          // dealt to the warps in turn) instead of one chunk of every item (NOT YET MEASURED)
+#endif
+#ifndef TC_ILP
+#define TC_ILP 2          // TC_WHOLE: chunks whose mma chains a warp interleaves (1, 2, 4 or 8; ptxas at the ring
+                          // block's 168-register cap (9 warps count as 12): 2 spills 0-8 bytes, 4 spills 36-44, 8 ~660)
+#endif
+static_assert(8 % TC_ILP == 0, "TC_ILP divides the item's 8 chunks");
 #ifndef TC_DIAG
 #define TC_DIAG 0         // DIAGNOSTIC, WRONG RESULTS (RING_TC): bit 0 the consumers load their chunk but skip its
                           // arithmetic; bit 1 they skip the unit ends (warp-order sums, epilogues)
@@ -507,12 +516,63 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       // it too and runs both chunks' mma chains interleaved (each chain's sequence as mma_chunk's: the
       // same bits), one loop pass for two items.
       const unsigned gi = m.w, k0 = (sp.g0 + gi) * KGROUP + warp * 128, kend = min(K, (sp.g0 + gi + 1) * KGROUP);
-      pair = TC_PAIR && !(TC_DIAG & 1) && !RING_NOCOMPUTE && gi + 1 < G && (sp.g0 + gi + 2) * KGROUP <= K;
+      pair = TC_PAIR && !TC_WHOLE && !(TC_DIAG & 1) && !RING_NOCOMPUTE && gi + 1 < G && (sp.g0 + gi + 2) * KGROUP <= K;
       if (pair) {
         s2 = s + 1 == D ? 0 : s + 1;
         mbar_wait(&full[s2], s + 1 == D ? phase ^ 1u : phase);
       }
-      if (!RING_NOCOMPUTE) {
+      if (TC_WHOLE && !RING_NOCOMPUTE) {
+        // TC_WHOLE: item t is warp t % CW's; its 8 chunks (whole: K is a multiple of 1,024) in TC_ILP
+        // interleaved chains, each (group, row)'s chunk sums added in chunk order from 0 within the lane
+        // (ORDER: mma_unit_bs's warps in order), so the bits are the chunk-per-warp form's.
+        if (t % CW == warp) {
+          const unsigned kg = (sp.g0 + gi) * KGROUP;
+          const char* rp = ring + s * SLOT_STRIDE + lq * 128 + 16 * lt;
+          float v0 = 0.f, v1 = 0.f;
+#pragma unroll
+          for (int c0 = 0; c0 < 8; c0 += TC_ILP) {
+            uint4 v[TC_ILP][2][2];
+            const unsigned short* xh[TC_ILP];
+            float scl[TC_ILP];
+            float d[TC_ILP][4] = {};
+#pragma unroll
+            for (int i = 0; i < TC_ILP; ++i) {
+              const unsigned c = c0 + i;
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                v[i][h][0] = ring_ld16(rp + c * 2048 + 64 * h);
+                v[i][h][1] = ring_ld16(rp + c * 2048 + 1024 + 64 * h);
+              }
+              xh[i] = xs + kg + 128 * c + 16 * lt;
+              scl[i] = ring_ldf(sc + 4 * ((kg + 128 * c) / 128));
+            }
+            if (bs) mma_chunks<true, TC_ILP>(v, xh, scl, d);
+            else mma_chunks<false, TC_ILP>(v, xh, scl, d);
+#pragma unroll
+            for (int i = 0; i < TC_ILP; ++i) {
+              v0 += d[i][0];  // ORDER: chunks in order
+              v1 += d[i][2];
+            }
+          }
+#if RING_BREAK
+          if (gi == 0) {
+            v0 += 1.0f;
+            v1 += 1.0f;
+          }
+#endif
+          if (lt == 0) {
+            if (partial) {
+              float* po = (float*)out + (size_t)(sp.g0 + gi) * wrows + sp.r0;
+              if (sp.r0 + lq < sp.r1) po[lq] = v0;
+              if (sp.r0 + lq + 8 < sp.r1) po[lq + 8] = v1;
+            } else {
+              float* rr = tcred + par * TC_RED + (sub * G + gi) * 16;
+              rr[lq] = v0;
+              rr[lq + 8] = v1;
+            }
+          }
+        }
+      } else if (!RING_NOCOMPUTE) {
         const unsigned nh = k0 < kend ? min(2u, (kend - k0) / 64) : 0u;
         auto load = [&](uint4 (&v)[2][2], unsigned slot) {
           const char* rp = ring + slot * SLOT_STRIDE + warp * 2048 + lq * 128 + 16 * lt;
@@ -536,8 +596,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
           const float sc2[2] = {ring_ldf(sc + 4 * (k0 / 128)), ring_ldf(scales + s2 * RING_SC + 4 * ((k0 + KGROUP) / 128))};
           const unsigned short* xh[2] = {xs + k0 + 16 * lt, xs + k0 + KGROUP + 16 * lt};
           float d[2][4] = {};
-          if (bs) mma_chunks2<true>(v, xh, sc2, d);
-          else mma_chunks2<false>(v, xh, sc2, d);
+          if (bs) mma_chunks<true, 2>(v, xh, sc2, d);
+          else mma_chunks<false, 2>(v, xh, sc2, d);
           keep(gi, d[0]);
           keep(gi + 1, d[1]);
         } else {
@@ -603,7 +663,21 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
     // A whole-row unit's end: every warp's partials in pv, then warp w's rows w, w + CW (16 / CW rows), their groups
     // summed in order from 0 (ORDER: as dot_rows' t = 0 + v_0 + v_1 + ..), the epilogue. (pv's halves
     // alternate by unit: the next unit's writes cannot reach this one's before its end's join.)
-    if (((m.y >> 9) & 1) && tcw && !RING_NOCOMPUTE && !(TC_DIAG & 2)) {
+    if (TC_WHOLE && ((m.y >> 9) & 1) && tcw && !partial && !RING_NOCOMPUTE) {
+      // TC_WHOLE's unit end: the (weight, group, row) values in tcred, the rows' groups in order from 0
+      // (ORDER: as mma_unit_bs's callers) and the epilogue; one join (the halves alternate by unit).
+      __syncwarp();
+      CONSUMER_SYNC();
+      const float* rd = tcred + par * TC_RED;
+      if (threadIdx.x < sp.r1 - sp.r0) {
+        float t0 = 0.f, t1 = 0.f;
+        for (unsigned g = 0; g < G; ++g) t0 += rd[g * 16 + threadIdx.x];  // ORDER: groups in order
+        if (Op::GU)
+          for (unsigned g = 0; g < G; ++g) t1 += rd[(G + g) * 16 + threadIdx.x];
+        Op::epi((unsigned short*)out, sp.r0 + threadIdx.x, t0, t1, h0t);
+      }
+      par ^= 1u;
+    } else if (!TC_WHOLE && ((m.y >> 9) & 1) && tcw && !RING_NOCOMPUTE && !(TC_DIAG & 2)) {
       // RING_TC's unit end (mma_unit_bs's order): every (weight, group, row)'s 8 chunk sums in warp order
       // (a split-K partial goes to memory), then the rows' groups in order from 0 and the epilogue.
       __syncwarp();
