@@ -28,5 +28,9 @@ $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /
 quick_27b "" "RING_TC=1 TC_WHOLE=1"
 quick_27b "" ""
 probe "RING_TC=1 TC_WHOLE=1 TC_ILP=4"
-probe "RING_TC=1 TC_WHOLE=1 RING_STAMPS=300"
+echo "== ring_probe 'RING_TC=1 TC_WHOLE=1 RING_STAMPS=300' ($(el) s)" | log
+MK_CUDA_DEFINES="RING_TC=1 TC_WHOLE=1 RING_STAMPS=300" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache \
+  --results "$R" 2>&1 | grep -E "ms/token|^ring |error" > "$R/ring_stamps_tcwhole.txt"
+grep -E "ms/token|^ring stamps|error" "$R/ring_stamps_tcwhole.txt" | log
+grep -E "^ring item" "$R/ring_stamps_tcwhole.txt" | sed -n '1,3p;20,26p' | log
 finish drop-traces
