@@ -428,6 +428,12 @@ __device__ __forceinline__ unsigned bf16x2_fma(unsigned a, unsigned b, unsigned 
 }
 
 
+// A block scale as a bf16 pair of scale * 2^120 (the factor e4m3x2_widen leaves out), for bf16x2_fma.
+__device__ __forceinline__ unsigned bf16_scale_pair(float scale) {
+  unsigned sb = __float_as_uint(scale * 0x1p120f) >> 16;
+  return sb | (sb << 16);
+}
+
 // A weight load: 16 bytes through the non-coherent path, not kept in L1 (weights are read once a step).
 __device__ __forceinline__ uint4 ldw(const void* p) {
 #if WEIGHT_LOAD_NC
@@ -475,10 +481,7 @@ __device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned sh
   unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
   unsigned s2[NR];
 #pragma unroll
-  for (int i = 0; i < NR; ++i) {
-    unsigned sb = __float_as_uint(scale[i] * 0x1p120f) >> 16;
-    s2[i] = sb | (sb << 16);
-  }
+  for (int i = 0; i < NR; ++i) s2[i] = bf16_scale_pair(scale[i]);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     float x[4] = {lo_bf(xw[2 * q]), hi_bf(xw[2 * q]), lo_bf(xw[2 * q + 1]), hi_bf(xw[2 * q + 1])};
@@ -904,49 +907,17 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, unsigned a0, unsigned a
 // Shared floats the tensor-core GEMV of a unit needs for NW weights of width K.
 __host__ __device__ constexpr unsigned mma_red_floats(unsigned nw, unsigned K) { return nw * ((K + KGROUP - 1) / KGROUP) * WARPS * 16; }
 
-// A warp's 128-wide chunk of 16 rows on tensor cores (lane (q, t): v[h][0] / v[h][1] the 16 bytes of row q
-// / q + 8 at 64 h + 16 t of the chunk), its `nh` real 64-wide halves (0..2) in order, into d (mma's fixed
-// accumulation); `xh` = x at the chunk's start + 16 t (shared memory). mma j of a half takes the lanes'
-// bytes 4j..4j+3 with x[16 t + 4j ..+4) as B. The one arithmetic of mma_unit_bs and the ring's
-// tensor-core consumers (RING_TC): the same bits wherever the bytes come from.
-template <bool BS>
-__device__ __forceinline__ void mma_chunk(const uint4 (&v)[2][2], unsigned nh, const unsigned short* xh, float scale, float* d) {
-  unsigned sb = __float_as_uint(scale * 0x1p120f) >> 16, s2 = sb | (sb << 16);
+// N chunks' mma chains at once (mma_chunk's arguments per chunk, `nh` real halves each), interleaved:
+// each chain's mma sequence, and so its bits, is the one chunk's alone; the later chunks' loads and
+// dequants overlap the earlier ones' mma latency (RING_TC's consumers: TC_PAIR, TC_WHOLE).
+template <bool BS, int N>
+__device__ __forceinline__ void mma_chunks(const uint4 (&v)[N][2][2], unsigned nh, const unsigned short* const (&xh)[N], const float (&scale)[N], float (&d)[N][4]) {
+  unsigned s2[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) s2[i] = bf16_scale_pair(scale[i]);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if ((unsigned)h >= nh) continue;
-    const unsigned short* xq = xh + 64 * h;
-    unsigned wa[4] = {v[h][0].x, v[h][0].y, v[h][0].z, v[h][0].w};
-    unsigned wb[4] = {v[h][1].x, v[h][1].y, v[h][1].z, v[h][1].w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      unsigned a0 = dequant2(e4m3x2_widen(wa[j], 0x9180), BS, s2, scale);
-      unsigned a1 = dequant2(e4m3x2_widen(wb[j], 0x9180), BS, s2, scale);
-      unsigned a2 = dequant2(e4m3x2_widen(wa[j], 0xB3A2), BS, s2, scale);
-      unsigned a3 = dequant2(e4m3x2_widen(wb[j], 0xB3A2), BS, s2, scale);
-      uint2 xb = lds8(xq + 4 * j);  // x[16 t + 4j ..+4): B's two registers
-#ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: B's halves swapped, wrong k pairing
-      mma_bf16_16816(d, a0, a1, a2, a3, xb.y, xb.x);
-#else
-      mma_bf16_16816(d, a0, a1, a2, a3, xb.x, xb.y);
-#endif
-    }
-  }
-}
-
-// mma_chunk for N whole chunks (both halves real) at once: their chains interleaved, each chain's mma
-// sequence (and so its bits) exactly mma_chunk's; the later chunks' loads and dequants overlap the
-// earlier ones' mma latency (RING_TC's consumers: TC_PAIR, TC_WHOLE).
-template <bool BS, int N>
-__device__ __forceinline__ void mma_chunks(const uint4 (&v)[N][2][2], const unsigned short* const (&xh)[N], const float (&scale)[N], float (&d)[N][4]) {
-  unsigned s2[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    unsigned sb = __float_as_uint(scale[i] * 0x1p120f) >> 16;
-    s2[i] = sb | (sb << 16);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -957,13 +928,26 @@ __device__ __forceinline__ void mma_chunks(const uint4 (&v)[N][2][2], const unsi
         unsigned a1 = dequant2(e4m3x2_widen(wb, 0x9180), BS, s2[i], scale[i]);
         unsigned a2 = dequant2(e4m3x2_widen(wa, 0xB3A2), BS, s2[i], scale[i]);
         unsigned a3 = dequant2(e4m3x2_widen(wb, 0xB3A2), BS, s2[i], scale[i]);
-        uint2 xb = lds8(xh[i] + 64 * h + 4 * j);
-#ifdef MK_BREAK_GEMV
+        uint2 xb = lds8(xh[i] + 64 * h + 4 * j);  // x[16 t + 4j ..+4): B's two registers
+#ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: B's halves swapped, wrong k pairing
         mma_bf16_16816(d[i], a0, a1, a2, a3, xb.y, xb.x);
 #else
         mma_bf16_16816(d[i], a0, a1, a2, a3, xb.x, xb.y);
 #endif
       }
+  }
+}
+
+// A warp's 128-wide chunk of 16 rows on tensor cores (lane (q, t): v[h][0] / v[h][1] the 16 bytes of row q
+// / q + 8 at 64 h + 16 t of the chunk), its `nh` real 64-wide halves (0..2) in order, into d (mma's fixed
+// accumulation); `xh` = x at the chunk's start + 16 t (shared memory). mma j of a half takes the lanes'
+// bytes 4j..4j+3 with x[16 t + 4j ..+4) as B. The one arithmetic of mma_unit_bs and the ring's
+// tensor-core consumers (RING_TC): the same bits wherever the bytes come from.
+template <bool BS>
+__device__ __forceinline__ void mma_chunk(const uint4 (&v)[2][2], unsigned nh, const unsigned short* xh, float scale, float* d) {
+  const unsigned short* const xs1[1] = {xh};
+  const float sc1[1] = {scale};
+  mma_chunks<BS, 1>(reinterpret_cast<const uint4(&)[1][2][2]>(v), nh, xs1, sc1, reinterpret_cast<float(&)[1][4]>(*d));
 }
 
 // One item of the tensor-core stream: a warp's 16 rows x 128-wide chunk of one weight (lane (q, t): 16

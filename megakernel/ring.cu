@@ -546,8 +546,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
               xh[i] = xs + kg + 128 * c + 16 * lt;
               scl[i] = ring_ldf(sc + 4 * ((kg + 128 * c) / 128));
             }
-            if (bs) mma_chunks<true, TC_ILP>(v, xh, scl, d);
-            else mma_chunks<false, TC_ILP>(v, xh, scl, d);
+            if (bs) mma_chunks<true, TC_ILP>(v, 2, xh, scl, d);
+            else mma_chunks<false, TC_ILP>(v, 2, xh, scl, d);
 #pragma unroll
             for (int i = 0; i < TC_ILP; ++i) {
               v0 += d[i][0];  // ORDER: chunks in order
@@ -596,8 +596,8 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
           const float sc2[2] = {ring_ldf(sc + 4 * (k0 / 128)), ring_ldf(scales + s2 * RING_SC + 4 * ((k0 + KGROUP) / 128))};
           const unsigned short* xh[2] = {xs + k0 + 16 * lt, xs + k0 + KGROUP + 16 * lt};
           float d[2][4] = {};
-          if (bs) mma_chunks<true, 2>(v, xh, sc2, d);
-          else mma_chunks<false, 2>(v, xh, sc2, d);
+          if (bs) mma_chunks<true, 2>(v, 2, xh, sc2, d);
+          else mma_chunks<false, 2>(v, 2, xh, sc2, d);
           keep(gi, d[0]);
           keep(gi + 1, d[1]);
         } else {

@@ -80,3 +80,16 @@ stamped() {
   MK_CUDA_DEFINES="$2" timeout "$3" $MK run experiments/$1.ron --cache /tmp/mkcache --results "$R" 2>&1 \
     | grep -E "ms/token|diff:|in step${4:-}|timeline|results:|error" | log
 }
+# ring_probe (27B, context 16, graph only) with NVRTC defines $1: its ms/token and GEMV rows logged.
+probe() {
+  echo "== ring_probe '$1' ($(el) s)" | log
+  MK_CUDA_DEFINES="$1" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache --results "$R" 2>&1 \
+    | grep -E "ms/token|kernel Gemv|error" | log
+}
+# The op check on small with NVRTC defines $1 into gpu_ops/small$2.txt, its GEMV rows and verdict logged.
+ops_small() {
+  echo "== ops small '$1' ($(el) s)" | log
+  MK_CUDA_DEFINES="$1" timeout 150 $MK gpu ops /tmp/mkcache/small-seed0 --steps 1 --cache /tmp/mkcache \
+    > "$R/gpu_ops/small$2.txt" 2>&1
+  grep -E "^Gemv|verdict|error" "$R/gpu_ops/small$2.txt" | log
+}

@@ -8,19 +8,8 @@
 # Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
-probe() {
-  echo "== ring_probe '$1' ($(el) s)" | log
-  MK_CUDA_DEFINES="$1" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache --results "$R" 2>&1 \
-    | grep -E "ms/token|kernel Gemv|error" | log
-}
 for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
 ops_tiny_with "RING_TC=1" "_tc" "verdict|error"
-ops_small() {
-  echo "== ops small '$1' ($(el) s)" | log
-  MK_CUDA_DEFINES="$1" timeout 150 $MK gpu ops /tmp/mkcache/small-seed0 --steps 1 --cache /tmp/mkcache \
-    > "$R/gpu_ops/small$2.txt" 2>&1
-  grep -E "^Gemv|verdict|error" "$R/gpu_ops/small$2.txt" | log
-}
 ops_small "RING_TC=1" "_tc"
 grep -q "verdict: ok" "$R/gpu_ops/small_tc.txt" || { finish; exit 0; }
 ops_small "RING_TC=1 RING_BREAK=1" "_tc_break"

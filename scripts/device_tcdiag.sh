@@ -5,11 +5,6 @@
 # Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
-probe() {
-  echo "== ring_probe '$1' ($(el) s)" | log
-  MK_CUDA_DEFINES="$1" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache --results "$R" 2>&1 \
-    | grep -E "ms/token|kernel Gemv|error" | log
-}
 $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1
 echo "== ring_probe 'RING_TC=1 RING_STAMPS=300' ($(el) s)" | log
 MK_CUDA_DEFINES="RING_TC=1 RING_STAMPS=300" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache \

@@ -8,17 +8,6 @@
 # Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
-probe() {
-  echo "== ring_probe '$1' ($(el) s)" | log
-  MK_CUDA_DEFINES="$1" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache --results "$R" 2>&1 \
-    | grep -E "ms/token|kernel Gemv|error" | log
-}
-ops_small() {
-  echo "== ops small '$1' ($(el) s)" | log
-  MK_CUDA_DEFINES="$1" timeout 100 $MK gpu ops /tmp/mkcache/small-seed0 --steps 1 --cache /tmp/mkcache \
-    > "$R/gpu_ops/small$2.txt" 2>&1
-  grep -E "verdict|error" "$R/gpu_ops/small$2.txt" | log
-}
 for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
 ops_small "RING_TC=1 TC_WHOLE=1" "_tcwhole"
 grep -q "verdict: ok" "$R/gpu_ops/small_tcwhole.txt" || { finish; exit 0; }
