@@ -257,8 +257,9 @@ fn tc_word(p: &Program, w: &Word) -> bool {
         && w.unit_rows == 16
 }
 
-/// `ring_smem` with RING_TC: tensor-core words need their units' chunk sums within TC_RED; the others
-/// (bf16) the legacy items' conditions (within RING_SLOT of a TC_SLOT slot).
+/// `ring_smem` with RING_TC: tensor-core words need a tensor map for every weight (rows and width whole
+/// items) and their units' chunk sums within TC_RED; the others (bf16) the legacy items' conditions
+/// (their items are 16 KB too, in the same slots).
 fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32) -> Option<u32> {
     let subs = |w: &Word| if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
     let k = p.buffers[words.first()?.op(crate::isa::slot::IN0)?].cols as u32;
