@@ -506,6 +506,17 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
         for (int i = 0; i < NP; ++i) chunk_fp8_rows<1, BS, false>(&w[h][i], xs + k[i] + 512 * h, &sv[h][i], &r[i]);
     };
     const bool fast = RING_PAIR && !bf16w && K % KGROUP == 0;
+    // RING_TC's whole-row unit end: thread r (< the unit's rows) sums row r's (weight, group) values in
+    // rd (weight-major, groups `stride` floats apart) in group order from 0 (ORDER: as mma_unit_bs's
+    // callers) and runs the epilogue.
+    auto tc_epilogue = [&](const float* rd, unsigned stride) {
+      if (threadIdx.x >= sp.r1 - sp.r0) return;
+      float t0 = 0.f, t1 = 0.f;
+      for (unsigned g = 0; g < G; ++g) t0 += rd[g * stride + threadIdx.x];  // ORDER: groups in order
+      if (Op::GU)
+        for (unsigned g = 0; g < G; ++g) t1 += rd[(G + g) * stride + threadIdx.x];
+      Op::epi((unsigned short*)out, sp.r0 + threadIdx.x, t0, t1, h0t);
+    };
     bool pair = false;  // RING_TC with TC_PAIR: this item and the next (slot s2) computed together
     unsigned s2 = 0;
     if (tcw) {
@@ -668,14 +679,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       // (ORDER: as mma_unit_bs's callers) and the epilogue; one join (the halves alternate by unit).
       __syncwarp();
       CONSUMER_SYNC();
-      const float* rd = tcred + par * TC_RED;
-      if (threadIdx.x < sp.r1 - sp.r0) {
-        float t0 = 0.f, t1 = 0.f;
-        for (unsigned g = 0; g < G; ++g) t0 += rd[g * 16 + threadIdx.x];  // ORDER: groups in order
-        if (Op::GU)
-          for (unsigned g = 0; g < G; ++g) t1 += rd[(G + g) * 16 + threadIdx.x];
-        Op::epi((unsigned short*)out, sp.r0 + threadIdx.x, t0, t1, h0t);
-      }
+      tc_epilogue(tcred + par * TC_RED, 16);
       par ^= 1u;
     } else if (!TC_WHOLE && ((m.y >> 9) & 1) && tcw && !RING_NOCOMPUTE && !(TC_DIAG & 2)) {
       // RING_TC's unit end (mma_unit_bs's order): every (weight, group, row)'s 8 chunk sums in warp order
@@ -697,13 +701,7 @@ __device__ void ring_launch(const Word* prog, unsigned wi, unsigned nw, const De
       }
       if (!partial) {
         CONSUMER_SYNC();
-        if (threadIdx.x < nr) {
-          float t0 = 0.f, t1 = 0.f;
-          for (unsigned g = 0; g < G; ++g) t0 += rd[(size_t)g * WARPS * 16 + threadIdx.x];  // ORDER: groups in order
-          if (Op::GU)
-            for (unsigned g = 0; g < G; ++g) t1 += rd[(size_t)(G + g) * WARPS * 16 + threadIdx.x];
-          Op::epi((unsigned short*)out, sp.r0 + threadIdx.x, t0, t1, h0t);
-        }
+        tc_epilogue(rd, WARPS * 16);
       }
       par ^= 1u;
     } else if (((m.y >> 9) & 1) && !partial && !RING_NOCOMPUTE) {

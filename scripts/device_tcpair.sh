@@ -6,10 +6,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
 for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
-echo "== ops small 'RING_TC=1' ($(el) s)" | log
-MK_CUDA_DEFINES="RING_TC=1" timeout 100 $MK gpu ops /tmp/mkcache/small-seed0 --steps 1 --cache /tmp/mkcache \
-  > "$R/gpu_ops/small_tc.txt" 2>&1
-grep -E "verdict|error" "$R/gpu_ops/small_tc.txt" | log
+ops_small "RING_TC=1" "_tc"
 grep -q "verdict: ok" "$R/gpu_ops/small_tc.txt" || { finish; exit 0; }
 MK_CUDA_DEFINES="RING_TC=1" run_checks mega_small
 $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1

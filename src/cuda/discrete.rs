@@ -219,8 +219,12 @@ fn ring_base(k: u32) -> u32 {
 /// `stat`: the kernels' static shared memory (RING_STATIC, more with RING_STAMPS).
 /// `slot`: a slot's weight bytes (RING_SLOT, or 32 KB with RING_SLOT_KB=32).
 fn ring_smem_for(k: u32, blocks: u32, want: u32, stat: u32, slot: u32) -> Option<u32> {
+    ring_slots_after(ring_base(k), blocks, want, stat, slot)
+}
+
+/// `ring_smem_for` with the slots starting at byte `base` of the dynamic shared memory.
+fn ring_slots_after(base: u32, blocks: u32, want: u32, stat: u32, slot: u32) -> Option<u32> {
     let (blocks, want) = (blocks.max(1), want.clamp(2, RING_MAX));
-    let base = ring_base(k);
     let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + stat).min(SMEM_PER_BLOCK - stat);
     let slots = (room.saturating_sub(base) / (slot + RING_SC)).min(want);
     (slots >= 2).then_some(base + slots * (slot + RING_SC))
@@ -261,7 +265,6 @@ fn tc_word(p: &Program, w: &Word) -> bool {
 /// items) and their units' chunk sums within TC_RED; the others (bf16) the legacy items' conditions
 /// (their items are 16 KB too, in the same slots).
 fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32) -> Option<u32> {
-    let subs = |w: &Word| if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
     let k = p.buffers[words.first()?.op(crate::isa::slot::IN0)?].cols as u32;
     for w in words {
         if p.buffers[w.op(crate::isa::slot::IN0)?].cols as u32 != k || w.m_rows != 1 {
@@ -276,7 +279,7 @@ fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32)
                 return None;
             }
             let groups = k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1));
-            if !RING_OPS.contains(&w.opcode) || subs(w) * groups * 8 * 16 > TC_RED {
+            if !RING_OPS.contains(&w.opcode) || ring_subs(w) * groups * 8 * 16 > TC_RED {
                 return None;
             }
         } else if ring_smem_with(p, std::slice::from_ref(w), blocks, slots, stat, 16384).is_none() {
@@ -287,17 +290,21 @@ fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32)
         return None;
     }
     // the slots after x, the block sums, the two halves of TC_RED and a pad to a 1,024-byte boundary
-    let base = ring_base(k) + 2 * TC_RED * 4 + 1024;
-    let slot = 16384 + RING_SC;
-    let blocks = blocks.max(1);
-    let room = (SMEM_PER_SM / blocks).saturating_sub(1024 + stat).min(SMEM_PER_BLOCK - stat);
-    let n = (room.saturating_sub(base) / slot).min(slots.clamp(2, RING_MAX));
-    (n >= 2).then_some(base + n * slot)
+    ring_slots_after(ring_base(k) + 2 * TC_RED * 4 + 1024, blocks, slots, stat, 16384)
+}
+
+/// The weights a ring word streams per unit (gate/up: two).
+fn ring_subs(w: &Word) -> u32 {
+    if w.opcode == Opcode::GemvGateUp {
+        2
+    } else {
+        1
+    }
 }
 
 /// `ring_smem` for `blocks` ring blocks per SM and at most `slots` slots of `slot` bytes.
 fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32, slot: u32) -> Option<u32> {
-    let subs = |w: &Word| if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
+    let subs = ring_subs;
     if !RING_OPS.contains(&words.first()?.opcode) || words.len() > RING_WORDS {
         return None;
     }
