@@ -16,6 +16,7 @@
 #define OP_LM_HEAD 14
 #define OP_ARGMAX 15
 #define OP_END_STEP 16
+#define OP_GDN_STEP 17
 #define SLOT_W0 0
 #define SLOT_W1 1
 #define SLOT_W2 2
@@ -26,13 +27,19 @@
 #define SLOT_OUT1 7
 #define SLOT_ST0 8
 #define SLOT_ST1 9
+#define SLOT_W3 10
+#define SLOT_IN3 11
+#define SLOT_IN4 12
 #define OPERAND_NONE 65535u
 #define NO_COUNTER 4294967295u
 #define FLAG_PARTIAL 1u
 struct Word {
-  unsigned short opcode, layer, m_rows, flags;
-  unsigned int rows, unit_rows, k_parts, units, wait, wait_target, signal;
-  unsigned short ops[10];
+  unsigned short opcode, layer;
+  unsigned char m_rows, flags;
+  unsigned short unit_rows;
+  unsigned int rows, units, wait, wait_target, signal;
+  unsigned short k_parts;
+  unsigned short ops[13];
   unsigned int arg0, arg1;
 };
 static_assert(sizeof(Word) == 64, "instruction word is 64 bytes");

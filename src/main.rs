@@ -35,6 +35,10 @@ enum Cmd {
         /// Output rows per GEMV unit of the compiled program (a multiple of 8, 8-256; bits are the same).
         #[arg(long, default_value_t = mk::isa::DEFAULT_GEMV_UNIT_ROWS)]
         unit_rows: u32,
+        /// GDN lowering of the compiled program: fused (one GdnStep word) or split (conv, recurrence, gated
+        /// norm in out_proj; an A/B knob; bits are the same).
+        #[arg(long, default_value = "fused")]
+        gdn: mk::isa::GdnLowering,
     },
     /// Re-render the charts of a results folder from its files.
     Chart { dir: PathBuf },
@@ -112,6 +116,9 @@ enum Cmd {
         /// Output rows per GEMV unit (a multiple of 8, 8-256).
         #[arg(long, default_value_t = mk::isa::DEFAULT_GEMV_UNIT_ROWS)]
         unit_rows: u32,
+        /// GDN lowering: fused (one GdnStep word a layer) or split (GdnConv, GdnRecur, gated norm in out_proj).
+        #[arg(long, default_value = "fused")]
+        gdn: mk::isa::GdnLowering,
         #[arg(long)]
         out: PathBuf,
     },
@@ -230,13 +237,14 @@ enum ProgramCmd {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Run { file, results, cache, units, unit_rows } => {
+        Cmd::Run { file, results, cache, units, unit_rows, gdn } => {
             let e = mk::experiment::spec::Experiment::load(&file)?;
             let opts = mk::experiment::RunOptions {
                 results_root: results,
                 cache_root: cache,
                 units,
                 unit_rows,
+                gdn,
                 spec_file: file.display().to_string(),
                 command: std::env::args().collect(),
             };
@@ -310,13 +318,14 @@ fn run(cli: Cli) -> Result<()> {
             let w = forward::Weights::from_checkpoint(&ck);
             mk::trace::print(&mk::trace::compare(&w, &trace)?);
         }
-        Cmd::Compile { preset, config, sms, threads, rows, max_context, units, unit_rows, out } => {
+        Cmd::Compile { preset, config, sms, threads, rows, max_context, units, unit_rows, gdn, out } => {
             let (cfg, name) = match (preset, config) {
                 (Some(p), _) => (ModelConfig::preset(&p)?, p),
                 (None, Some(c)) => (ModelConfig::from_file(&c)?, "checkpoint".to_string()),
                 (None, None) => mk::bail!("compile: give --preset or --config"),
             };
-            let target = mk::isa::Target { sms, threads, m_rows: rows, max_context, units, gemv_unit_rows: unit_rows };
+            let target =
+                mk::isa::Target { sms, threads, m_rows: rows, max_context, units, gemv_unit_rows: unit_rows, gdn };
             let prog = mk::compiler::compile(&cfg, &name, &target)?;
             let summary = mk::isa::validate::validate(&prog)?;
             std::fs::write(&out, prog.to_ron()?)

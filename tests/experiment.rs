@@ -56,6 +56,7 @@ fn opts(tag: &str) -> RunOptions {
         command: vec!["mk".into(), "run".into()],
         units: Default::default(),
         unit_rows: mk::isa::DEFAULT_GEMV_UNIT_ROWS,
+        gdn: Default::default(),
     }
 }
 

@@ -81,6 +81,16 @@ fn program_order_is_bit_identical_to_the_reference() {
     let (base, eight) = (gemv(&tiny_program()).unwrap(), gemv(&p8).unwrap());
     assert_eq!((eight.0, eight.1), (8, 2 * base.1), "16-row units {base:?}, 8-row units {eight:?}");
     assert_eq!(run(|_| Order::Program, &p8, true), None);
+    // The split GDN lowering (GdnConv, GdnRecur, the gated norm in out_proj): the same bits.
+    let mut t = h200(1);
+    t.gdn = mk::isa::GdnLowering::Split;
+    let ps = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap();
+    validate(&ps).unwrap();
+    assert!(
+        ps.words.iter().any(|w| w.opcode == Opcode::GdnRecur) && !ps.words.iter().any(|w| w.opcode == Opcode::GdnStep)
+    );
+    assert_eq!(run(|_| Order::Program, &ps, true), None);
+    let mut t = h200(1);
     // A unit the kernels cannot take is refused with its reason.
     t.gemv_unit_rows = 12;
     let e = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap_err().to_string();
@@ -117,13 +127,13 @@ fn negative_control_a_removed_dependency_is_caught() {
 #[test]
 fn negative_control_a_weakened_dependency_shows_up_in_the_bits() {
     let mut p = tiny_program();
-    // Layer 1's gate/up waits for the GDN core instead of out_proj, which adds into the hidden state it
+    // Layer 1's gate/up waits for the GDN step instead of out_proj, which adds into the hidden state it
     // normalises: the two now race on h.
     let gu = p.words.iter().position(|w| w.opcode == Opcode::GemvGateUp && w.layer == 1).unwrap();
-    let op = p.words.iter().position(|w| w.opcode == Opcode::GemvGatedNormResidual && w.layer == 1).unwrap();
+    let op = p.words.iter().position(|w| w.opcode == Opcode::GemvResidual && w.layer == 1).unwrap();
     (p.words[gu].wait, p.words[gu].wait_target) = (p.words[op].wait, p.words[op].wait_target);
     let e = validate(&p).unwrap_err().to_string();
-    assert!(e.contains(&format!("word {op} (GemvGatedNormResidual, layer 1)")), "{e}");
+    assert!(e.contains(&format!("word {op} (GemvResidual, layer 1)")), "{e}");
     println!("validator: {e}");
     assert_eq!(run(|_| Order::Program, &p, false), None, "program order hides the race");
     let first = run(|s| Order::Shuffled(9000 + s as u64), &p, false);

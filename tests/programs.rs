@@ -28,11 +28,12 @@ fn committed_programs_are_fresh_and_valid() {
 }
 
 #[test]
-fn the_27b_program_has_660_words() {
-    // 48 GDN layers x 10 + 16 attention layers x 11 + embed, lm_head, argmax, end-of-step (README):
-    // the balanced unit shapes split the down projection in 3 parts and nothing else (one reduce).
+fn the_27b_program_has_612_words() {
+    // 48 GDN layers x 9 (4 projections, the GDN step, out_proj, gate/up, down and its reduce) + 16
+    // attention layers x 11 + embed, lm_head, argmax, end-of-step (README): the balanced unit shapes
+    // split the down projection in 3 parts and nothing else (one reduce).
     let prog = Program::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/qwen3.5-27b.ron")).unwrap();
-    assert_eq!(prog.words.len(), 48 * 10 + 16 * 11 + 4);
+    assert_eq!(prog.words.len(), 48 * 9 + 16 * 11 + 4);
     let down = prog.words.iter().find(|w| w.opcode == mk::isa::Opcode::GemvResidual && w.k_parts > 1).unwrap();
     assert_eq!((down.rows, down.k_parts), (5120, 3));
     // The first shapes (`--units fixed`): every residual GEMV split in 2, 11 and 12 words per layer.
@@ -40,7 +41,12 @@ fn the_27b_program_has_660_words() {
     let mut t = mk::compiler::h200(1);
     t.units = mk::isa::UnitPolicy::Fixed;
     let fixed = mk::compiler::compile(&cfg, "qwen3.5-27b", &t).unwrap();
-    assert_eq!(fixed.words.len(), 48 * 11 + 16 * 12 + 4);
+    assert_eq!(fixed.words.len(), 48 * 10 + 16 * 12 + 4);
+    // The split GDN lowering (GdnConv, GdnRecur, out_proj with the gated norm): one word more a layer.
+    t = mk::compiler::h200(1);
+    t.gdn = mk::isa::GdnLowering::Split;
+    let split = mk::compiler::compile(&cfg, "qwen3.5-27b", &t).unwrap();
+    assert_eq!(split.words.len(), 48 * 10 + 16 * 11 + 4);
     // Every weight byte of the step is streamed once (26.9 GB, seed Part 1).
     let bytes: u64 = prog.words.iter().map(|w| mk::isa::report::weight_bytes(&prog, w)).sum();
     assert!((26.8e9..27.0e9).contains(&(bytes as f64)), "{bytes}");
@@ -58,7 +64,8 @@ fn the_binary_image_decodes_back_to_the_program() {
 
 #[test]
 fn other_targets_compile_and_validate() {
-    for (sms, m) in [(1, 1), (16, 4), (188, 8)] {
+    use mk::isa::GdnLowering::{Fused, Split};
+    for (sms, m, gdn) in [(1, 1, Fused), (16, 4, Split), (188, 8, Fused), (132, 2, Split)] {
         let t = mk::isa::Target {
             sms,
             threads: 512,
@@ -66,6 +73,7 @@ fn other_targets_compile_and_validate() {
             max_context: 4096,
             units: Default::default(),
             gemv_unit_rows: 16,
+            gdn,
         };
         let prog = compile(&ModelConfig::preset("small").unwrap(), "small", &t).unwrap();
         validate(&prog).unwrap();
@@ -77,6 +85,7 @@ fn other_targets_compile_and_validate() {
         max_context: 4096,
         units: Default::default(),
         gemv_unit_rows: 16,
+        gdn: Default::default(),
     };
     assert!(compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &bad).unwrap_err().to_string().contains("M = 9"));
     assert!(Program::from_ron("(format: 1, words: [").unwrap_err().to_string().starts_with("program:"));
@@ -147,8 +156,8 @@ fn streamed_bytes_count_kv_rows_and_recurrent_state() {
     // K (or V) rows: positions x 4 KV heads x 256 dims x 2 bytes (beside the small norm weights).
     assert_eq!(extra(mk::isa::Opcode::AttnScores), 1024 * 4 * 256 * 2);
     assert_eq!(extra(mk::isa::Opcode::AttnPv), 1024 * 4 * 256 * 2);
-    // 48 value heads x 128 x 128 fp32, read and written.
-    assert_eq!(extra(mk::isa::Opcode::GdnRecur), 2 * 48 * 128 * 128 * 4);
+    // 48 value heads x 128 x 128 fp32 and the conv ring (10,240 channels x 4 bf16), read and written.
+    assert_eq!(extra(mk::isa::Opcode::GdnStep), 2 * 48 * 128 * 128 * 4 + 2 * 10240 * 4 * 2);
     let g = find(mk::isa::Opcode::GemvGateUp);
     assert_eq!(streamed_bytes(&prog, g, 1024), weight_bytes(&prog, g));
 }

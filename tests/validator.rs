@@ -29,25 +29,26 @@ fn the_compiled_program_is_valid() {
 #[test]
 fn a_wait_that_is_never_satisfied_is_a_deadlock() {
     let mut p = tiny();
-    let i = find(&p, Opcode::GdnConv, 1);
+    let i = find(&p, Opcode::GdnStep, 1);
     p.words[i].wait_target += 1;
-    rejects(&p, &[&format!("word {i} (GdnConv, layer 1)"), "waits", "never satisfied (deadlock)"]);
+    rejects(&p, &[&format!("word {i} (GdnStep, layer 1)"), "waits", "never satisfied (deadlock)"]);
 }
 
 #[test]
 fn a_wait_for_part_of_a_counter_is_ambiguous() {
     let mut p = tiny();
-    let i = find(&p, Opcode::GdnConv, 1);
+    let i = find(&p, Opcode::GdnStep, 1);
     p.words[i].wait_target -= 1;
-    rejects(&p, &[&format!("word {i} (GdnConv"), "ambiguous"]);
+    rejects(&p, &[&format!("word {i} (GdnStep"), "ambiguous"]);
 }
 
 #[test]
 fn waiting_on_a_later_producer_deadlocks_a_persistent_kernel() {
     let mut p = tiny();
-    let (i, j) = (find(&p, Opcode::GdnConv, 0), find(&p, Opcode::GdnRecur, 0));
+    // The GDN step waits for its own layer's out_proj.
+    let (i, j) = (find(&p, Opcode::GdnStep, 0), find(&p, Opcode::GemvResidual, 0));
     (p.words[i].wait, p.words[i].wait_target) = (p.words[j].signal, p.words[j].units);
-    rejects(&p, &[&format!("word {i} (GdnConv, layer 0)"), &format!("signalled by word {j}, not earlier")]);
+    rejects(&p, &[&format!("word {i} (GdnStep, layer 0)"), &format!("signalled by word {j}, not earlier")]);
 }
 
 #[test]
@@ -72,9 +73,14 @@ fn an_input_nobody_wrote_is_rejected() {
 #[test]
 fn buffer_ids_and_row_ranges_out_of_bounds() {
     let mut p = tiny();
-    let i = find(&p, Opcode::GdnRecur, 2);
+    let i = find(&p, Opcode::GdnStep, 2);
     p.words[i].ops[slot::ST0] = 999;
-    rejects(&p, &[&format!("word {i} (GdnRecur, layer 2)"), "buffer id 999 out of range"]);
+    rejects(&p, &[&format!("word {i} (GdnStep, layer 2)"), "buffer id 999 out of range"]);
+    // The slots past the first ten are checked alike.
+    let mut p = tiny();
+    let i = find(&p, Opcode::GdnStep, 2);
+    p.words[i].ops[slot::IN4] = 999;
+    rejects(&p, &[&format!("word {i} (GdnStep, layer 2)"), "operand in4 = buffer id 999 out of range"]);
     let mut p = tiny();
     p.words[0].rows = 300;
     p.words[0].units = 1;
@@ -91,6 +97,20 @@ fn wrong_operand_kinds_and_shapes() {
     let i = find(&p, Opcode::GemvNorm, 0);
     p.words[i].units += 1;
     rejects(&p, &["shape", "units 41 != 40 row slices"]);
+    // The GDN step's norm weight (w3) must be one head wide, its conv taps (w2) four per channel.
+    let mut p = tiny();
+    let i = find(&p, Opcode::GdnStep, 0);
+    p.words[i].ops[slot::W3] = p.words[i].ops[slot::W0];
+    rejects(&p, &[&format!("word {i} (GdnStep"), "A_log has 3 elements, the word needs 128"]);
+    let mut p = tiny();
+    let i = find(&p, Opcode::GdnStep, 0);
+    p.words[i].ops[slot::W2] = p.words[i].ops[slot::W3];
+    rejects(&p, &[&format!("word {i} (GdnStep"), "norm.weight has 128 elements, the word needs 2560"]);
+    // Its position must come from the control block.
+    let mut p = tiny();
+    let i = find(&p, Opcode::GdnStep, 0);
+    p.words[i].ops[slot::IN3] = p.buffer_id("z").unwrap() as u16;
+    rejects(&p, &[&format!("word {i} (GdnStep"), "operand in3 is z (Activation), needs a Control buffer"]);
     let mut p = tiny();
     p.words[3].m_rows = 2;
     rejects(&p, &["word 3", "m_rows 2"]);
@@ -118,7 +138,7 @@ fn opcode_arguments_and_unsignalled_counters() {
     p.words[i].flags |= mk::isa::FLAG_PARTIAL;
     rejects(&p, &["FLAG_PARTIAL on an opcode that has no split-K form"]);
     let mut p = tiny();
-    let i = find(&p, Opcode::GdnConv, 0);
+    let i = find(&p, Opcode::GdnStep, 0);
     p.n_counters += 1;
     p.words[i].wait = p.n_counters - 1;
     p.words[i].wait_target = 0;

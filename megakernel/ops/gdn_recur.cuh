@@ -5,14 +5,20 @@
 // A thread loads its state (RECUR_SPLIT: half a column, else a whole one) into registers first (its loads
 // all in flight, issued before the norms so their latency overlaps them), then works from registers and
 // stores it back once.
-__device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
+// The head's body, shared by op_gdn_recur and op_gdn_step (GdnStep): `mixed(qs, ks, vs)` fills shared
+// q, k and v of head j (f32 of the bf16 conv outputs; called by every thread after the state loads are
+// issued, followed by a block barrier), `out(v, o)` takes output element v (one thread each). Every
+// thread reaches the end (no early return: the caller may join the block after it).
+// Shared memory: GDN_STEP_SMEM floats.
+// q, k, v, the two norms, two exchange rows (RECUR_SPLIT); GdnStep's output, gates and norm weight
+#define GDN_STEP_SMEM (7 * 128 + 2)
+template <typename Mixed, typename Out>
+__device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out) {
   const unsigned d = 128;
-  unsigned j = u, hk = w.arg0, hv = w.rows, qk = j / (hv / hk);
-  const unsigned short* mixed = B<unsigned short>(c, w.ops[SLOT_IN0]);
   float* qs = (float*)smem;
   float* ks = qs + d;
-  float* sh = ks + d;  // [0] q inv norm, [1] k inv norm
-  unsigned key_dim = hk * d;
+  float* vs = ks + d;
+  float* sh = vs + d;  // [0] q inv norm, [1] k inv norm
   float* S = B<float>(c, w.ops[SLOT_ST0]) + (size_t)j * d * d;
 #if RECUR_SPLIT
   static_assert(THREADS == 256, "RECUR_SPLIT: two threads per state column of 128");
@@ -32,15 +38,11 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
     for (unsigned k = 0; k < d; ++k) col[k] = S[k * d + threadIdx.x];
   }
 #endif
-  // The head's gate inputs and this thread's value, loaded with the state (one round trip for all).
+  // The head's gate inputs, loaded with the state (one round trip for all), then q, k and v.
   const unsigned short b_raw = B<unsigned short>(c, w.ops[SLOT_IN1])[j];
   const unsigned short a_raw = B<unsigned short>(c, w.ops[SLOT_IN2])[j];
   const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
-  const unsigned short v_raw = mixed[2 * key_dim + j * d + (threadIdx.x & (d - 1))];
-  if (threadIdx.x < d) {
-    qs[threadIdx.x] = bf2f(mixed[qk * d + threadIdx.x]);
-    ks[threadIdx.x] = bf2f(mixed[key_dim + qk * d + threadIdx.x]);
-  }
+  mixed(qs, ks, vs);
   __syncthreads();
   if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
     // 32 elements at a time into registers (16-byte shared loads issued together), then the chain
@@ -68,10 +70,7 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
     ks[threadIdx.x] = ks[threadIdx.x] * sh[1];
   }
   __syncthreads();
-#if !RECUR_SPLIT
-  if (threadIdx.x >= d) return;
-  unsigned v = threadIdx.x;
-#endif
+
   float b = bf2f(b_raw);
   float a = bf2f(a_raw);
   float beta = bf(sigm(b));
@@ -90,7 +89,7 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
     kv = xch[v];
 #pragma unroll
     for (unsigned k = 0; k < d / 2; ++k) kv += (col[k] * decay) * ks[k0 + k];
-    float vv = bf2f(v_raw);
+    float vv = vs[v];
     dlt[v] = (vv - kv) * beta;
   }
   __syncthreads();
@@ -113,21 +112,41 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
       S[(k0 + k) * d + v] = sn;
       o += sn * qs[k0 + k];
     }
-    B<unsigned short>(c, w.ops[SLOT_OUT0])[j * d + v] = f2bf(o);
+    out(v, f2bf(o));
   }
 #else
-  float kv = 0.f;
+  if (threadIdx.x < d) {
+    unsigned v = threadIdx.x;
+    float kv = 0.f;
 #pragma unroll
-  for (unsigned k = 0; k < d; ++k) kv += (col[k] * decay) * ks[k];
-  float vv = bf2f(v_raw);
-  float delta = (vv - kv) * beta;
-  float o = 0.f;
+    for (unsigned k = 0; k < d; ++k) kv += (col[k] * decay) * ks[k];
+    float vv = vs[v];
+    float delta = (vv - kv) * beta;
+    float o = 0.f;
 #pragma unroll
-  for (unsigned k = 0; k < d; ++k) {
-    float sn = col[k] * decay + ks[k] * delta;
-    S[k * d + v] = sn;
-    o += sn * qs[k];
+    for (unsigned k = 0; k < d; ++k) {
+      float sn = col[k] * decay + ks[k] * delta;
+      S[k * d + v] = sn;
+      o += sn * qs[k];
+    }
+    out(v, f2bf(o));
   }
-  B<unsigned short>(c, w.ops[SLOT_OUT0])[j * d + v] = f2bf(o);
 #endif
+}
+
+__device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
+  const unsigned d = 128;
+  unsigned j = u, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d;
+  const unsigned short* mixed = B<unsigned short>(c, w.ops[SLOT_IN0]);
+  unsigned short* core = B<unsigned short>(c, w.ops[SLOT_OUT0]);
+  gdn_head(
+      c, w, j, smem,
+      [&](float* qs, float* ks, float* vs) {
+        if (threadIdx.x < d) {
+          qs[threadIdx.x] = bf2f(mixed[qk * d + threadIdx.x]);
+          ks[threadIdx.x] = bf2f(mixed[key_dim + qk * d + threadIdx.x]);
+          vs[threadIdx.x] = bf2f(mixed[2 * key_dim + j * d + threadIdx.x]);
+        }
+      },
+      [&](unsigned v, unsigned short o) { core[j * d + v] = o; });
 }

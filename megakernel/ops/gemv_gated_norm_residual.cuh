@@ -2,6 +2,25 @@
 // z (IN1) and the plain weight W1: bf(bf(w * bf(x * rstd)) * silu(z)); then h[r] = bf(h[r] + bf(W0 . x))
 // or split-K partials.
 #define GATED_HEADS 6  // value heads per warp the one-round-trip gated norm handles (6 x 8 warps = 48, the 27B's)
+// One 128-wide head's gated RMSNorm by one warp (the one arithmetic of GemvGatedNormResidual's input and
+// GdnStep): lane l holds the bf16 pairs at 2 l (cw[0], zw[0]) and 64 + 2 l (cw[1], zw[1]) of the head's
+// values and gates, wn the norm weight at 2 l, 2 l + 1, 64 + 2 l, 65 + 2 l. ORDER of the sum of squares:
+// the lane's four elements in that order, then the butterfly. Writes the pairs to dst[lane], dst[32 + lane].
+__device__ __forceinline__ void gated_head(const DevCtx& c, const unsigned* cw, const unsigned* zw, const float* wn, unsigned* dst) {
+  const unsigned d = 128, lane = threadIdx.x & 31;
+  float x[4] = {lo_bf(cw[0]), hi_bf(cw[0]), lo_bf(cw[1]), hi_bf(cw[1])};
+  float zz[4] = {lo_bf(zw[0]), hi_bf(zw[0]), lo_bf(zw[1]), hi_bf(zw[1])};
+  float ss = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) ss += x[e] * x[e];
+  ss = warp_sum(ss);
+  float rstd = 1.0f / sqrtf(ss * (1.0f / (float)d) + c.eps);
+  unsigned o[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) o[e] = f2bf(bf(wn[e] * bf(x[e] * rstd)) * silu(zz[e]));
+  dst[lane] = o[0] | (o[1] << 16);
+  dst[32 + lane] = o[2] | (o[3] << 16);
+}
 // The prepared input (into shared memory, when `fresh`): the gated norm of every value head.
 template <bool ONE_TRIP>
 __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w, char* smem, bool fresh) {
@@ -20,21 +39,7 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
     if (!fresh) return xs;
     unsigned heads = K / d, warp = threadIdx.x >> 5;
     float wn[4] = {nw[2 * lane], nw[2 * lane + 1], nw[64 + 2 * lane], nw[65 + 2 * lane]};
-    auto head = [&](unsigned hh, const unsigned* cw, const unsigned* zw) {
-      float x[4] = {lo_bf(cw[0]), hi_bf(cw[0]), lo_bf(cw[1]), hi_bf(cw[1])};
-      float zz[4] = {lo_bf(zw[0]), hi_bf(zw[0]), lo_bf(zw[1]), hi_bf(zw[1])};
-      float ss = 0.f;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ss += x[e] * x[e];
-      ss = warp_sum(ss);
-      float rstd = 1.0f / sqrtf(ss * (1.0f / (float)d) + c.eps);
-      unsigned o[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = f2bf(bf(wn[e] * bf(x[e] * rstd)) * silu(zz[e]));
-      unsigned* dst = (unsigned*)(xs + hh * d);
-      dst[lane] = o[0] | (o[1] << 16);
-      dst[32 + lane] = o[2] | (o[3] << 16);
-    };
+    auto head = [&](unsigned hh, const unsigned* cw, const unsigned* zw) { gated_head(c, cw, zw, wn, (unsigned*)(xs + hh * d)); };
     auto load = [&](const unsigned short* src, unsigned hh, unsigned* v) {
       const unsigned* p = (const unsigned*)(src + hh * d);
       v[0] = p[lane];

@@ -14,7 +14,10 @@
 use crate::bail;
 use crate::error::Result;
 use crate::isa::access::{ATTN_HEAD_DIM, CTRL_LEN, GDN_HEAD_DIM, KGROUP};
-use crate::isa::{slot, BufKind, Buffer, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FORMAT, NO_COUNTER};
+use crate::isa::{
+    slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FORMAT, NONE,
+    NO_COUNTER,
+};
 use crate::model::config::{LayerKind, ModelConfig};
 use crate::model::forward::ATTN_PART;
 use crate::model::tensors::{expected_tensors, Dt, TensorSpec};
@@ -52,6 +55,7 @@ pub fn h200(m_rows: u32) -> Target {
         max_context: 32768,
         units: UnitPolicy::Balanced,
         gemv_unit_rows: GEMV_UNIT_ROWS,
+        gdn: GdnLowering::Fused,
     }
 }
 
@@ -97,9 +101,9 @@ impl Builder<'_> {
     fn word(&self, op: Opcode, rows: u32, unit_rows: u32) -> Word {
         let mut w = Word::new(op);
         w.layer = self.layer;
-        w.m_rows = self.t.m_rows as u16;
+        w.m_rows = self.t.m_rows as u8; // 1-8, checked by compile()
         w.rows = rows;
-        w.unit_rows = unit_rows;
+        w.unit_rows = unit_rows as u16; // the constants here and GEMV unit rows <= 256, checked by compile()
         w.units = w.row_units();
         w
     }
@@ -141,8 +145,8 @@ impl Builder<'_> {
         };
         let split = k_parts > 1;
         if split {
-            w.k_parts = k_parts;
-            w.units = row_units * w.k_parts;
+            w.k_parts = k_parts as u16; // at most one part per k-group
+            w.units = row_units * k_parts;
             w.flags |= FLAG_PARTIAL;
             w.arg0 = groups;
             while self.partial.len() <= which {
@@ -258,7 +262,12 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
     let z = b.act("z", cfg.gdn_value_dim());
     let gb = b.act("gdn_b", cfg.gdn_v_heads);
     let ga = b.act("gdn_a", cfg.gdn_v_heads);
-    let conv_out = b.act("conv_out", cfg.gdn_conv_dim());
+    // The split form's conv output; the fused form has none (its conv stays inside GdnStep).
+    let conv_out = match t.gdn {
+        GdnLowering::Split => b.act("conv_out", cfg.gdn_conv_dim()),
+        GdnLowering::Fused => NONE,
+    };
+    // The recurrence's output: gated-normed by GdnStep (fused), raw for GemvGatedNormResidual (split).
     let core = b.act("core", cfg.gdn_value_dim());
     let q = b.act("q", 2 * cfg.attn_q_dim());
     let k = b.act("k", cfg.attn_kv_dim());
@@ -302,29 +311,57 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                     (GDN_HEAD_DIM * GDN_HEAD_DIM) as u64,
                     4,
                 );
-                let mut c = b.word(Opcode::GdnConv, cfg.gdn_conv_dim() as u32, CONV_UNIT);
-                c.ops[slot::W0] = b.weight(&format!("{la}conv1d.weight"))?;
-                c.ops[slot::IN0] = qkv;
-                c.ops[slot::IN1] = ctrl;
-                c.ops[slot::OUT0] = conv_out;
-                c.ops[slot::ST0] = ring;
-                b.stage(vec![c]);
-                let mut r = b.word(Opcode::GdnRecur, cfg.gdn_v_heads as u32, 1);
-                r.arg0 = cfg.gdn_k_heads as u32;
-                r.ops[slot::W0] = b.weight(&format!("{la}A_log"))?;
-                r.ops[slot::W1] = b.weight(&format!("{la}dt_bias"))?;
-                r.ops[slot::IN0] = conv_out;
-                r.ops[slot::IN1] = gb;
-                r.ops[slot::IN2] = ga;
-                r.ops[slot::OUT0] = core;
-                r.ops[slot::ST0] = rec;
-                b.stage(vec![r]);
-                let (mut o, split) = b.gemv(Opcode::GemvGatedNormResidual, hd, cfg.gdn_value_dim(), h, 0, hd);
-                o.ops[slot::W0] = b.weight(&format!("{la}out_proj.weight"))?;
-                o.ops[slot::W1] = b.weight(&format!("{la}norm.weight"))?;
-                o.ops[slot::IN0] = core;
-                o.ops[slot::IN1] = z;
-                b.residual_stage(o, split, h);
+                let (a_log, dt_bias) = (b.weight(&format!("{la}A_log"))?, b.weight(&format!("{la}dt_bias"))?);
+                let (taps, norm_w) = (b.weight(&format!("{la}conv1d.weight"))?, b.weight(&format!("{la}norm.weight"))?);
+                let out_proj = b.weight(&format!("{la}out_proj.weight"))?;
+                match t.gdn {
+                    GdnLowering::Fused => {
+                        let mut st = b.word(Opcode::GdnStep, cfg.gdn_v_heads as u32, 1);
+                        st.arg0 = cfg.gdn_k_heads as u32;
+                        st.ops[slot::W0] = a_log;
+                        st.ops[slot::W1] = dt_bias;
+                        st.ops[slot::W2] = taps;
+                        st.ops[slot::W3] = norm_w;
+                        st.ops[slot::IN0] = qkv;
+                        st.ops[slot::IN1] = gb;
+                        st.ops[slot::IN2] = ga;
+                        st.ops[slot::IN3] = ctrl;
+                        st.ops[slot::IN4] = z;
+                        st.ops[slot::OUT0] = core;
+                        st.ops[slot::ST0] = rec;
+                        st.ops[slot::ST1] = ring;
+                        b.stage(vec![st]);
+                        let (mut o, split) = b.gemv(Opcode::GemvResidual, hd, cfg.gdn_value_dim(), h, 0, hd);
+                        o.ops[slot::W0] = out_proj;
+                        o.ops[slot::IN0] = core;
+                        b.residual_stage(o, split, h);
+                    }
+                    GdnLowering::Split => {
+                        let mut c = b.word(Opcode::GdnConv, cfg.gdn_conv_dim() as u32, CONV_UNIT);
+                        c.ops[slot::W0] = taps;
+                        c.ops[slot::IN0] = qkv;
+                        c.ops[slot::IN1] = ctrl;
+                        c.ops[slot::OUT0] = conv_out;
+                        c.ops[slot::ST0] = ring;
+                        b.stage(vec![c]);
+                        let mut r = b.word(Opcode::GdnRecur, cfg.gdn_v_heads as u32, 1);
+                        r.arg0 = cfg.gdn_k_heads as u32;
+                        r.ops[slot::W0] = a_log;
+                        r.ops[slot::W1] = dt_bias;
+                        r.ops[slot::IN0] = conv_out;
+                        r.ops[slot::IN1] = gb;
+                        r.ops[slot::IN2] = ga;
+                        r.ops[slot::OUT0] = core;
+                        r.ops[slot::ST0] = rec;
+                        b.stage(vec![r]);
+                        let (mut o, split) = b.gemv(Opcode::GemvGatedNormResidual, hd, cfg.gdn_value_dim(), h, 0, hd);
+                        o.ops[slot::W0] = out_proj;
+                        o.ops[slot::W1] = norm_w;
+                        o.ops[slot::IN0] = core;
+                        o.ops[slot::IN1] = z;
+                        b.residual_stage(o, split, h);
+                    }
+                }
                 gi += 1;
             }
             LayerKind::Attention => {

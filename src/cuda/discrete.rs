@@ -278,7 +278,7 @@ fn ring_smem_tc(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u32)
             if !boxed(crate::isa::slot::W0) || (w.opcode == Opcode::GemvGateUp && !boxed(crate::isa::slot::W1)) {
                 return None;
             }
-            let groups = k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1));
+            let groups = k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1) as u32);
             if !RING_OPS.contains(&w.opcode) || ring_subs(w) * groups * 8 * 16 > TC_RED {
                 return None;
             }
@@ -319,7 +319,7 @@ fn ring_smem_with(p: &Program, words: &[Word], blocks: u32, slots: u32, stat: u3
             && (k % KGROUP as u32 == 0 || 16 * k * w0 <= slot)
             && 4 * k.div_ceil(128) <= RING_SC
             && (w.flags & crate::isa::FLAG_PARTIAL != 0
-                || subs(w) * 16 * k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1)) <= RING_PV)
+                || subs(w) * 16 * k.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1) as u32) <= RING_PV)
             && (w.opcode != Opcode::GemvGateUp || (w0 == 1 && eb(crate::isa::slot::W1)? == 1));
         if !ok {
             return None;
@@ -425,7 +425,9 @@ fn smem_bytes_depth(p: &Program, w: &Word, depth: usize) -> u32 {
         Opcode::GemvGateUp => ring(gemv_nw(k(crate::isa::slot::IN0), 2) + 16 * 4),
         Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual => ring(gemv(k(crate::isa::slot::IN0))),
         Opcode::LmHead => gemv(k(crate::isa::slot::IN0)),
-        Opcode::GdnRecur => (4 * GDN_HEAD_DIM + 2) * 4, // q, k, norms, two exchange rows (RECUR_SPLIT)
+        // q, k, v, norms, two exchange rows (RECUR_SPLIT), GdnStep's output, gates and norm weight
+        // (GDN_STEP_SMEM in gdn_recur.cuh)
+        Opcode::GdnRecur | Opcode::GdnStep => (7 * GDN_HEAD_DIM + 2) * 4,
         Opcode::Argmax => 2 * 8 * 4,
         Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
         // q of every head of the group (f32), the warp sums, the group's scores, q again as bf16 pairs

@@ -20,7 +20,7 @@ use crate::bail;
 use crate::error::{Context, Error, Result};
 
 /// The CUDA sources, in include order (one translation unit for NVRTC).
-const SOURCES: [(&str, &str); 22] = [
+const SOURCES: [(&str, &str); 23] = [
     ("common.cuh", include_str!("../../megakernel/common.cuh")),
     ("ops/embed.cuh", include_str!("../../megakernel/ops/embed.cuh")),
     ("ops/gemv_norm.cuh", include_str!("../../megakernel/ops/gemv_norm.cuh")),
@@ -38,6 +38,7 @@ const SOURCES: [(&str, &str); 22] = [
     ("ops/lm_head.cuh", include_str!("../../megakernel/ops/lm_head.cuh")),
     ("ops/argmax.cuh", include_str!("../../megakernel/ops/argmax.cuh")),
     ("ops/end_step.cuh", include_str!("../../megakernel/ops/end_step.cuh")),
+    ("ops/gdn_step.cuh", include_str!("../../megakernel/ops/gdn_step.cuh")),
     ("discrete.cu", include_str!("../../megakernel/discrete.cu")),
     ("ring.cu", include_str!("../../megakernel/ring.cu")),
     ("megakernel.cu", include_str!("../../megakernel/megakernel.cu")),

@@ -284,7 +284,7 @@ impl<'a> Interp<'a> {
                 };
                 let lin = self.lin(&w, slot::W0);
                 if w.flags & FLAG_PARTIAL != 0 {
-                    let groups = k_groups(lin.cols, w.k_parts, kp);
+                    let groups = k_groups(lin.cols, w.k_parts as u32, kp);
                     let vals: Vec<(usize, f32)> = groups
                         .flat_map(|g| rs.clone().map(move |r| (g, r)))
                         .map(|(g, r)| (g * w.rows as usize + r, lin.group_partial(&x, r, g)))
@@ -350,6 +350,53 @@ impl<'a> Interp<'a> {
                     fw::gdn_head(&self.cfg, j, &conv, gates, st, &mut core[j * dv..(j + 1) * dv]);
                 }
                 self.bufs[core_b] = core;
+            }
+            Opcode::GdnStep => {
+                // Per value head: the conv of its q/k/v channels (the ring's q/k channels written by the
+                // group's first head only; every head computes their outputs), the recurrence, then
+                // the gated norm of the head's output: GdnConv, GdnRecur and GemvGatedNormResidual's
+                // input, the same arithmetic.
+                let (dk, dv, hk, hv) =
+                    (self.cfg.gdn_k_dim, self.cfg.gdn_v_dim, self.cfg.gdn_k_heads, self.cfg.gdn_v_heads);
+                let (key_dim, ratio) = (hk * dk, hv / hk);
+                let (a_log, dt_bias) = (self.vecw(&w, slot::W0).to_vec(), self.vecw(&w, slot::W1).to_vec());
+                let (taps, norm_w) = (self.vecw(&w, slot::W2).to_vec(), self.vecw(&w, slot::W3).to_vec());
+                let qkv = self.input(&w, slot::IN0).to_vec();
+                let (b, a) = (self.input(&w, slot::IN1).to_vec(), self.input(&w, slot::IN2).to_vec());
+                let z = self.input(&w, slot::IN4).to_vec();
+                let (core_b, st_b, ring_b) =
+                    (w.ops[slot::OUT0] as usize, w.ops[slot::ST0] as usize, w.ops[slot::ST1] as usize);
+                let mut mixed = vec![0f32; qkv.len()];
+                for j in rs {
+                    let qk = j / ratio;
+                    for (i, c0) in [qk * dk, key_dim + qk * dk, 2 * key_dim + j * dv].into_iter().enumerate() {
+                        let n = if i == 2 { dv } else { dk };
+                        let mut ring = self.bufs[ring_b][4 * c0..4 * (c0 + n)].to_vec();
+                        fw::conv_channels(
+                            &qkv[c0..c0 + n],
+                            &taps[4 * c0..4 * (c0 + n)],
+                            &mut ring,
+                            pos,
+                            0..n,
+                            &mut mixed[c0..c0 + n],
+                        );
+                        if i == 2 || j % ratio == 0 {
+                            self.bufs[ring_b][4 * c0..4 * (c0 + n)].copy_from_slice(&ring);
+                        }
+                    }
+                    let gates = GdnGates { b: b[j], a: a[j], a_log: a_log[j], dt_bias: dt_bias[j] };
+                    let mut o = vec![0f32; dv];
+                    fw::gdn_head(
+                        &self.cfg,
+                        j,
+                        &mixed,
+                        gates,
+                        &mut self.bufs[st_b][j * dk * dv..(j + 1) * dk * dv],
+                        &mut o,
+                    );
+                    let out = &mut self.bufs[core_b][j * dv..(j + 1) * dv];
+                    ops::rms_norm_gated(&o, &z[j * dv..(j + 1) * dv], &norm_w, eps, out);
+                }
             }
             Opcode::AttnKv => {
                 let (d, kvd) = (self.cfg.head_dim, self.cfg.attn_kv_dim());

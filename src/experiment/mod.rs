@@ -43,6 +43,8 @@ pub struct RunOptions {
     pub units: crate::isa::UnitPolicy,
     /// Output rows per GEMV unit of that program.
     pub unit_rows: u32,
+    /// GDN lowering of that program.
+    pub gdn: crate::isa::GdnLowering,
 }
 
 /// Where a preset's synthetic checkpoint lives in the cache.
@@ -466,6 +468,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let mut target = h200(1);
     target.units = opts.units;
     target.gemv_unit_rows = opts.unit_rows;
+    target.gdn = opts.gdn;
     target.max_context = target.max_context.max((need.div_ceil(ATTN_PART) * ATTN_PART) as u32);
     let name = match model_spec {
         ModelSpec::Preset { name, .. } => name.clone(),

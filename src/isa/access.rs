@@ -150,6 +150,32 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                     a.row(slot::OUT0, m, j * dk, (j + 1) * dk, true);
                 }
             }
+            Opcode::GdnStep => {
+                // rows = value heads; arg0 = q/k heads. The conv ring's (ST1) q/k channels are recorded
+                // for the group's first unit only, which writes them: the group's other units read the
+                // ring slots pos + 1 .. pos + 3 (mod 4) of those channels, which no unit of this word
+                // writes (the step writes slot pos % 4); a footprint by channel cannot say so.
+                let (hv, hk) = (w.rows as usize, w.arg0.max(1) as usize);
+                let (key_dim, ratio) = (hk * dk, (hv / hk).max(1));
+                a.r(slot::IN3, CTRL_POS, CTRL_POS + 1);
+                for j in rs.clone() {
+                    let qk = j / ratio;
+                    let chans = [qk * dk, key_dim + qk * dk, 2 * key_dim + j * dk];
+                    for (i, c0) in chans.into_iter().enumerate() {
+                        a.row(slot::IN0, m, c0, c0 + dk, false);
+                        if i == 2 || j % ratio == 0 {
+                            a.r(slot::ST1, 4 * c0, 4 * (c0 + dk));
+                            a.wr(slot::ST1, 4 * c0, 4 * (c0 + dk));
+                        }
+                    }
+                    a.row(slot::IN1, m, j, j + 1, false);
+                    a.row(slot::IN2, m, j, j + 1, false);
+                    a.row(slot::IN4, m, j * dk, (j + 1) * dk, false);
+                    a.r(slot::ST0, j * dk * dk, (j + 1) * dk * dk);
+                    a.wr(slot::ST0, j * dk * dk, (j + 1) * dk * dk);
+                    a.row(slot::OUT0, m, j * dk, (j + 1) * dk, true);
+                }
+            }
             Opcode::AttnKv => {
                 a.r(slot::IN2, CTRL_POS, CTRL_POS + 1);
                 for h in rs.clone() {

@@ -59,10 +59,14 @@ pub enum Opcode {
     Argmax = 15,
     /// Hands the token over (token = next, pos += 1); the counters are reset for the next step.
     EndStep = 16,
+    /// The fused GDN step for one value head: its q/k/v channels' causal conv (ring of 4 by position) +
+    /// SiLU, l2norm, gates, fp32 state update, then the gated RMSNorm of its output (GdnConv, GdnRecur
+    /// and GemvGatedNormResidual's input preparation in one word, the same arithmetic).
+    GdnStep = 17,
 }
 
 impl Opcode {
-    pub const ALL: [Opcode; 16] = [
+    pub const ALL: [Opcode; 17] = [
         Opcode::Embed,
         Opcode::GemvNorm,
         Opcode::GemvGateUp,
@@ -79,6 +83,7 @@ impl Opcode {
         Opcode::LmHead,
         Opcode::Argmax,
         Opcode::EndStep,
+        Opcode::GdnStep,
     ];
 
     pub fn from_u16(v: u16) -> Option<Opcode> {
@@ -111,8 +116,13 @@ pub mod slot {
     pub const OUT1: usize = 7;
     pub const ST0: usize = 8;
     pub const ST1: usize = 9;
-    pub const COUNT: usize = 10;
-    pub const NAMES: [&str; COUNT] = ["w0", "w1", "w2", "in0", "in1", "in2", "out0", "out1", "st0", "st1"];
+    /// Slots added after the first ten (the fused GDN step's fourth weight and fourth and fifth inputs).
+    pub const W3: usize = 10;
+    pub const IN3: usize = 11;
+    pub const IN4: usize = 12;
+    pub const COUNT: usize = 13;
+    pub const NAMES: [&str; COUNT] =
+        ["w0", "w1", "w2", "in0", "in1", "in2", "out0", "out1", "st0", "st1", "w3", "in3", "in4"];
 }
 
 /// An unused operand slot.
@@ -121,9 +131,11 @@ pub const NONE: u16 = u16::MAX;
 pub const NO_COUNTER: u32 = u32::MAX;
 
 /// Flag: the word writes fp32 split-K partials (one per k-group) instead of its bf16 epilogue.
-pub const FLAG_PARTIAL: u16 = 1;
+pub const FLAG_PARTIAL: u8 = 1;
 
-/// One instruction. 64 bytes, little-endian, the same layout in `megakernel/abi.cuh`.
+/// One instruction. 64 bytes, little-endian, the same layout in `megakernel/abi.cuh` (byte offsets:
+/// opcode 0, layer 2, m_rows 4, flags 5, unit_rows 6, rows 8, units 12, wait 16, wait_target 20, signal
+/// 24, k_parts 28, ops 30..56, arg0 56, arg1 60).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[repr(C)]
@@ -132,14 +144,12 @@ pub struct Word {
     /// Decoder layer (0-based; the embedding and head use 0).
     pub layer: u16,
     /// Rows of activations processed together (1-8; >1 for speculative verification).
-    pub m_rows: u16,
-    pub flags: u16,
+    pub m_rows: u8,
+    pub flags: u8,
+    /// Output rows per unit.
+    pub unit_rows: u16,
     /// Output rows of the whole word (the extent the units split).
     pub rows: u32,
-    /// Output rows per unit.
-    pub unit_rows: u32,
-    /// Slices of the reduction axis per row slice (1 = no split-K).
-    pub k_parts: u32,
     /// Units of work = ceil(rows / unit_rows) * k_parts.
     pub units: u32,
     /// Counter this word waits on (`NO_COUNTER`: none) and the value it waits for.
@@ -147,6 +157,8 @@ pub struct Word {
     pub wait_target: u32,
     /// Counter each finished unit increments by one.
     pub signal: u32,
+    /// Slices of the reduction axis per row slice (1 = no split-K).
+    pub k_parts: u16,
     /// Buffer ids by slot (`slot::*`); `NONE` where unused.
     pub ops: [u16; slot::COUNT],
     /// Opcode-specific: k-groups of a partial buffer, attention partitions, ...
@@ -187,11 +199,12 @@ impl Word {
         };
         put(&(self.opcode as u16).to_le_bytes());
         put(&self.layer.to_le_bytes());
-        put(&self.m_rows.to_le_bytes());
-        put(&self.flags.to_le_bytes());
-        for v in [self.rows, self.unit_rows, self.k_parts, self.units, self.wait, self.wait_target, self.signal] {
+        put(&[self.m_rows, self.flags]);
+        put(&self.unit_rows.to_le_bytes());
+        for v in [self.rows, self.units, self.wait, self.wait_target, self.signal] {
             put(&v.to_le_bytes());
         }
+        put(&self.k_parts.to_le_bytes());
         for o in self.ops {
             put(&o.to_le_bytes());
         }
@@ -208,20 +221,20 @@ impl Word {
         let opcode = Opcode::from_u16(op).with_context(|| format!("instruction word: unknown opcode {op}"))?;
         let mut ops = [NONE; slot::COUNT];
         for (i, o) in ops.iter_mut().enumerate() {
-            *o = u16_at(36 + 2 * i);
+            *o = u16_at(30 + 2 * i);
         }
         Ok(Word {
             opcode,
             layer: u16_at(2),
-            m_rows: u16_at(4),
-            flags: u16_at(6),
+            m_rows: b[4],
+            flags: b[5],
+            unit_rows: u16_at(6),
             rows: u32_at(8),
-            unit_rows: u32_at(12),
-            k_parts: u32_at(16),
-            units: u32_at(20),
-            wait: u32_at(24),
-            wait_target: u32_at(28),
-            signal: u32_at(32),
+            units: u32_at(12),
+            wait: u32_at(16),
+            wait_target: u32_at(20),
+            signal: u32_at(24),
+            k_parts: u16_at(28),
             ops,
             arg0: u32_at(56),
             arg1: u32_at(60),
@@ -234,13 +247,13 @@ impl Word {
 
     /// Row slices of the word (units = row_units * k_parts).
     pub fn row_units(&self) -> u32 {
-        self.rows.div_ceil(self.unit_rows.max(1))
+        self.rows.div_ceil(self.unit_rows.max(1) as u32)
     }
 
     /// The (row range, k-part) of unit `u`: units are row-major over (row slice, k-part).
     pub fn unit_span(&self, u: u32) -> (std::ops::Range<usize>, u32) {
-        let rs = u / self.k_parts.max(1);
-        let kp = u % self.k_parts.max(1);
+        let parts = self.k_parts.max(1) as u32;
+        let (rs, kp) = (u / parts, u % parts);
         let r0 = (rs as u64 * self.unit_rows as u64) as usize;
         let r1 = ((rs as u64 + 1) * self.unit_rows as u64).min(self.rows as u64) as usize;
         (r0..r1, kp)
@@ -295,6 +308,41 @@ pub struct Target {
     /// and do not write it). Bits never depend on it.
     #[serde(default = "default_gemv_unit_rows", skip_serializing_if = "is_default_gemv_unit_rows")]
     pub gemv_unit_rows: u32,
+    /// How a GDN layer's conv, recurrence and gated norm are lowered (the programs in programs/ use the
+    /// default, fused, and do not write it). Bits never depend on it.
+    #[serde(default, skip_serializing_if = "GdnLowering::is_fused")]
+    pub gdn: GdnLowering,
+}
+
+/// How the compiler lowers a GDN layer's mixer between its projections and its out_proj. Both forms
+/// compute the same bits (the same per-channel conv, per-head recurrence and per-head gated norm, each
+/// in the same order); only the words, launches and joins differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum GdnLowering {
+    /// One `GdnStep` word (conv + recurrence + gated norm per value head), then out_proj as a plain
+    /// `GemvResidual`: two words a layer fewer to join on.
+    #[default]
+    Fused,
+    /// `GdnConv`, `GdnRecur`, then out_proj as `GemvGatedNormResidual` (the gated norm prepared by every
+    /// out_proj block): the form before 2026-12-01.
+    Split,
+}
+
+impl GdnLowering {
+    fn is_fused(&self) -> bool {
+        *self == GdnLowering::Fused
+    }
+}
+
+impl std::str::FromStr for GdnLowering {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "fused" => Ok(GdnLowering::Fused),
+            "split" => Ok(GdnLowering::Split),
+            _ => Err(format!("GDN lowering '{s}': expected fused or split")),
+        }
+    }
 }
 
 /// GEMV output rows per unit unless a target says otherwise.
@@ -420,7 +468,9 @@ pub fn cuda_header() -> String {
     s += &format!(
         "#define OPERAND_NONE {NONE}u\n#define NO_COUNTER {NO_COUNTER}u\n#define FLAG_PARTIAL {FLAG_PARTIAL}u\n"
     );
-    s += "struct Word {\n  unsigned short opcode, layer, m_rows, flags;\n  unsigned int rows, unit_rows, k_parts, units, wait, wait_target, signal;\n";
+    s +=
+        "struct Word {\n  unsigned short opcode, layer;\n  unsigned char m_rows, flags;\n  unsigned short unit_rows;\n";
+    s += "  unsigned int rows, units, wait, wait_target, signal;\n  unsigned short k_parts;\n";
     s += &format!("  unsigned short ops[{}];\n  unsigned int arg0, arg1;\n}};\n", slot::COUNT);
     s += "static_assert(sizeof(Word) == 64, \"instruction word is 64 bytes\");\n";
     s
@@ -435,7 +485,7 @@ mod tests {
         for (i, op) in Opcode::ALL.iter().enumerate() {
             let mut w = Word::new(*op);
             w.layer = i as u16;
-            w.m_rows = 1 + (i % 8) as u16;
+            w.m_rows = 1 + (i % 8) as u8;
             w.flags = FLAG_PARTIAL;
             w.rows = 1000 + i as u32;
             w.unit_rows = 16;
@@ -444,7 +494,7 @@ mod tests {
             w.wait = 5;
             w.wait_target = 99;
             w.signal = 6;
-            w.ops = [1, 2, 3, 4, 5, 6, 7, 8, 9, NONE];
+            w.ops = [1, 2, 3, 4, 5, 6, 7, 8, 9, NONE, 11, 12, 13];
             w.arg0 = 0xDEAD_BEEF;
             w.arg1 = 42;
             let back = Word::decode(&w.encode()).unwrap();

@@ -39,6 +39,9 @@ pub fn streamed_bytes(p: &Program, w: &Word, n_ctx: u64) -> u64 {
         Opcode::AttnScores => state(slot::ST0).map_or(0, |b| n_ctx.min(b.rows) * b.cols * b.elem_bytes as u64),
         Opcode::AttnPv => state(slot::ST1).map_or(0, |b| n_ctx.min(b.rows) * b.cols * b.elem_bytes as u64),
         Opcode::GdnRecur | Opcode::GdnConv => state(slot::ST0).map_or(0, |b| 2 * b.elems() * b.elem_bytes as u64),
+        Opcode::GdnStep => {
+            [slot::ST0, slot::ST1].iter().map(|&s| state(s).map_or(0, |b| 2 * b.elems() * b.elem_bytes as u64)).sum()
+        }
         _ => 0,
     };
     weight_bytes(p, w) + extra

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use super::access::{unit_accesses, Access, KGROUP};
+use super::access::{unit_accesses, Access, GDN_HEAD_DIM, KGROUP};
 use super::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, NO_COUNTER};
 use crate::bail;
 use crate::error::Result;
@@ -81,6 +81,17 @@ fn required(op: Opcode) -> [Option<BufKind>; slot::COUNT] {
             set(slot::OUT0, Activation);
             set(slot::ST0, State);
         }
+        Opcode::GdnStep => {
+            for s in [slot::W0, slot::W1, slot::W2, slot::W3] {
+                set(s, Weight);
+            }
+            for s in [slot::IN0, slot::IN1, slot::IN2, slot::IN4, slot::OUT0] {
+                set(s, Activation);
+            }
+            set(slot::IN3, Control);
+            set(slot::ST0, State);
+            set(slot::ST1, State);
+        }
         Opcode::AttnKv => {
             set(slot::W0, Weight);
             set(slot::IN0, Activation);
@@ -136,7 +147,7 @@ fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
         bail!("{at}: shape: rows {}, unit_rows {}, k_parts {} must be positive", w.rows, w.unit_rows, w.k_parts);
     }
     // Caps keep every later computation in range (no overflow, bounded memory).
-    if w.rows > 1 << 24 || w.k_parts > 1 << 12 || w.unit_rows > 1 << 24 {
+    if w.rows > 1 << 24 || w.k_parts > 1 << 12 {
         bail!(
             "{at}: shape: rows {}, unit_rows {} or k_parts {} beyond the engine's caps",
             w.rows,
@@ -197,7 +208,7 @@ fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
             );
         }
         let groups = (k as usize).div_ceil(KGROUP) as u32;
-        if w.flags & FLAG_PARTIAL != 0 && (w.arg0 != groups || w.k_parts > groups) {
+        if w.flags & FLAG_PARTIAL != 0 && (w.arg0 != groups || w.k_parts as u32 > groups) {
             bail!(
                 "{at}: shape: split-K over {} k-parts with arg0 = {} groups (the input has {groups})",
                 w.k_parts,
@@ -236,7 +247,7 @@ fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
                 bail!("{at}: shape: rows {} / arg1 {} do not describe (KV head, partition) units", w.rows, w.arg1);
             }
         }
-        Opcode::GdnRecur => {
+        Opcode::GdnRecur | Opcode::GdnStep => {
             if w.arg0 == 0 || w.rows % w.arg0 != 0 {
                 bail!("{at}: shape: {} value heads are not a multiple of arg0 = {} q/k heads", w.rows, w.arg0);
             }
@@ -291,6 +302,12 @@ fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
         Opcode::GdnRecur => {
             vector(slot::W0, w.rows as u64)?;
             vector(slot::W1, w.rows as u64)?;
+        }
+        Opcode::GdnStep => {
+            vector(slot::W0, w.rows as u64)?;
+            vector(slot::W1, w.rows as u64)?;
+            vector(slot::W2, 4 * cols(slot::IN0))?;
+            vector(slot::W3, GDN_HEAD_DIM as u64)?;
         }
         _ => {}
     }
