@@ -12,7 +12,16 @@ fn every_committed_experiment_parses() {
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "ron") {
-            Experiment::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let e = Experiment::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            // A negative control that drops a wait names the lm_head of its preset's program (its
+            // comment says so): a program that changed its word count must not leave it pointing
+            // past the end or at another word.
+            if let (Some(wi), ModelSpec::Preset { name, .. }) = (e.drop_wait, &e.model) {
+                let cfg = mk::model::config::ModelConfig::preset(name).unwrap();
+                let prog = mk::compiler::compile(&cfg, name, &mk::compiler::h200(1)).unwrap();
+                let op = prog.words.get(wi as usize).map(|w| w.opcode);
+                assert_eq!(op, Some(mk::isa::Opcode::LmHead), "{}: drop_wait {wi}", p.display());
+            }
             n += 1;
         }
     }
