@@ -204,6 +204,10 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
                            // budget; results/pipe_*), so it keeps dot_rows; through the cp.async ring too
                            // (GEMV_DEPTH 2 / 3: 18.1 / 17.9 against 14.2 ms/token, results/final_64b7705)
 #endif
+#ifndef MEGA_STEP_MIXED_FIRST
+#define MEGA_STEP_MIXED_FIRST 0 // 1: the megakernel's GdnStep computes its conv before loading the state (one more
+                                // round trip, fewer registers live at once; the same bits)
+#endif
 #ifndef MEGA_STREAM_NR1
 #define MEGA_STREAM_NR1 0  // the megakernel's norm / residual / gated-norm GEMVs through fp8_stream one row at a
                            // time (pipelined loads at half MEGA_GEMV_STREAM's registers); 2: gate/up streamed

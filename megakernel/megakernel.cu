@@ -59,7 +59,7 @@ __device__ MEGA_OP void mk_attn_reduce_gate(const DevCtx& c, const Word& w, unsi
 __device__ MEGA_OP void mk_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_lm_head<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
 __device__ MEGA_OP void mk_argmax(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_argmax(c, w, u, smem, fresh); }
 __device__ MEGA_OP void mk_end_step(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_end_step(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gdn_step(c, w, u, smem, fresh); }
+__device__ MEGA_OP void mk_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gdn_step<MEGA_STEP_MIXED_FIRST>(c, w, u, smem, fresh); }
 
 __device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   switch (w.opcode) {

@@ -8,11 +8,13 @@
 // The head's body, shared by op_gdn_recur and op_gdn_step (GdnStep): `mixed(qs, ks, vs)` fills shared
 // q, k and v of head j (f32 of the bf16 conv outputs; called by every thread after the state loads are
 // issued, followed by a block barrier), `out(v, o)` takes output element v (one thread each). Every
-// thread reaches the end (no early return: the caller may join the block after it).
+// thread reaches the end (no early return: the caller may join the block after it). MIXED_FIRST: mixed()
+// and a block barrier before the state loads are issued (one more round trip, fewer registers live at
+// once: the megakernel's 80; the same bits).
 // Shared memory: GDN_STEP_SMEM floats.
 // q, k, v, the two norms, two exchange rows (RECUR_SPLIT); GdnStep's output, gates and norm weight
 #define GDN_STEP_SMEM (7 * 128 + 2)
-template <typename Mixed, typename Out>
+template <bool MIXED_FIRST = false, typename Mixed, typename Out>
 __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out) {
   const unsigned d = 128;
   float* qs = (float*)smem;
@@ -20,6 +22,10 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
   float* vs = ks + d;
   float* sh = vs + d;  // [0] q inv norm, [1] k inv norm
   float* S = B<float>(c, w.ops[SLOT_ST0]) + (size_t)j * d * d;
+  if (MIXED_FIRST) {
+    mixed(qs, ks, vs);
+    __syncthreads();
+  }
 #if RECUR_SPLIT
   static_assert(THREADS == 256, "RECUR_SPLIT: two threads per state column of 128");
   // Thread t owns half h = t / 128 (k = 64 h .. 64 h + 63) of state column v = t % 128: 64 registers,
@@ -42,7 +48,7 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
   const unsigned short b_raw = B<unsigned short>(c, w.ops[SLOT_IN1])[j];
   const unsigned short a_raw = B<unsigned short>(c, w.ops[SLOT_IN2])[j];
   const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
-  mixed(qs, ks, vs);
+  if (!MIXED_FIRST) mixed(qs, ks, vs);
   __syncthreads();
   if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
     // 32 elements at a time into registers (16-byte shared loads issued together), then the chain

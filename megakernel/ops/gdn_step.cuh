@@ -5,6 +5,8 @@
 // The conv ring's q / k channels are written by the group's first head (j % (Hv / Hk) == 0) only; every
 // head of the group reads the ring's three older slots (pos + 1 .. pos + 3 mod 4), which no unit writes
 // in this step, and takes the new input from qkv, so the group's heads never race.
+// MIXED_FIRST (the megakernel's MEGA_STEP_MIXED_FIRST): see gdn_head.
+template <bool MIXED_FIRST = false>
 __device__ void op_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   const unsigned d = 128;
   unsigned j = u, hk = w.arg0, hv = w.rows, ratio = hv / hk, qk = j / ratio, key_dim = hk * d;
@@ -18,7 +20,7 @@ __device__ void op_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* sm
   unsigned* zs = (unsigned*)((float*)smem + 5 * d + 2 + d / 2);
   float* wns = (float*)smem + 6 * d + 2;
   const unsigned lane = threadIdx.x & 31;
-  gdn_head(
+  gdn_head<MIXED_FIRST>(
       c, w, j, smem,
       [&](float* qs, float* ks, float* vs) {
         static_assert(THREADS >= 192 && THREADS <= 384, "GdnStep: two conv channels of the head's 384 per thread at most");
