@@ -10,11 +10,7 @@ source "$(dirname "$0")/device_lib.sh"
 small_in_background 380
 ( $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1 ) &
 synth_pid=$!
-for pl in tiny:1100:128 small:1100:256; do
-  IFS=: read -r p n k <<< "$pl"
-  echo "== multistep $p: $n steps, $k per launch ($(el) s)" | log
-  timeout 150 $MK gpu multistep /tmp/mkcache/$p-seed0 --steps $n --per-launch $k --cache /tmp/mkcache 2>&1 | tee "$R/multistep_$p.txt" | tail -4 | log
-done
+multistep_checks 4
 echo "== mega_tiny_long ($(el) s)" | log
 timeout 200 $MK run experiments/mega_tiny_long.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|results:|error" | log
 wait $synth_pid

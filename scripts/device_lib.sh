@@ -86,6 +86,16 @@ probe() {
   MK_CUDA_DEFINES="$1" timeout 70 $MK run experiments/ring_probe.ron --cache /tmp/mkcache --results "$R" 2>&1 \
     | grep -E "ms/token|kernel Gemv|error" | log
 }
+# `mk gpu multistep` (the in-kernel token loop and the device-side stop against the graph, bit for bit)
+# on tiny (1,100 steps, 128 per launch) and small (1,100 steps, 256 per launch), the last $1 lines logged.
+multistep_checks() {
+  for pl in tiny:1100:128 small:1100:256; do
+    IFS=: read -r p n k <<< "$pl"
+    echo "== multistep $p: $n steps, $k per launch ($(el) s)" | log
+    timeout 150 $MK gpu multistep /tmp/mkcache/$p-seed0 --steps $n --per-launch $k --cache /tmp/mkcache 2>&1 \
+      | tee "$R/multistep_$p.txt" | tail -"$1" | log
+  done
+}
 # The op check on small with NVRTC defines $1 into gpu_ops/small$2.txt, its GEMV rows and verdict logged.
 ops_small() {
   echo "== ops small '$1' ($(el) s)" | log

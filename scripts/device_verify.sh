@@ -13,11 +13,7 @@ source "$(dirname "$0")/device_lib.sh"
 for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
 ( timeout 480 $MK run experiments/gpu_small.ron --cache /tmp/mkcache --results "$R" > "$R/gpu_small.txt" 2>&1; echo "exit $?" >> "$R/gpu_small.txt" ) &
 small_pid=$!
-for pl in tiny:1100:128 small:1100:256; do
-  IFS=: read -r p n k <<< "$pl"
-  echo "== multistep $p: $n steps, $k per launch ($(el) s)" | log
-  timeout 150 $MK gpu multistep /tmp/mkcache/$p-seed0 --steps $n --per-launch $k --cache /tmp/mkcache 2>&1 | tee "$R/multistep_$p.txt" | tail -6 | log
-done
+multistep_checks 6
 for x in mega_tiny_debug mega_tiny_debug_negative; do
   echo "== $x: per-instruction outputs of the megakernel (prefix launches) against the graph's ($(el) s)" | log
   timeout 120 $MK run experiments/$x.ron --cache /tmp/mkcache --results "$R" 2>&1 | grep -E "diff:|NEGATIVE|results:|error" | log
