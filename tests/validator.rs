@@ -106,6 +106,11 @@ fn wrong_operand_kinds_and_shapes() {
     let i = find(&p, Opcode::GdnStep, 0);
     p.words[i].ops[slot::W2] = p.words[i].ops[slot::W3];
     rejects(&p, &[&format!("word {i} (GdnStep"), "norm.weight has 128 elements, the word needs 2560"]);
+    // One value head per unit: the kernels take the unit index as the head.
+    let mut p = tiny();
+    let i = find(&p, Opcode::GdnStep, 0);
+    (p.words[i].unit_rows, p.words[i].units) = (3, 1);
+    rejects(&p, &[&format!("word {i} (GdnStep"), "unit_rows 3 (one value head per unit)"]);
     // Its position must come from the control block.
     let mut p = tiny();
     let i = find(&p, Opcode::GdnStep, 0);

@@ -19,7 +19,9 @@ __device__ void op_gdn_conv(const DevCtx& c, const Word& w, unsigned u, char*, b
     // Every load first (the input, the three older ring slots, the taps: one round trip), then the
     // input into its slot. The same sum as reading it back from the ring.
     unsigned short x_new = qkv[ch], x1 = r[(pos + 1) % 4], x2 = r[(pos + 2) % 4], x3 = r[(pos + 3) % 4];
+    const float* tp = t + 4 * ch;
+    const float taps[4] = {tp[0], tp[1], tp[2], tp[3]};
     r[pos % 4] = x_new;
-    out[ch] = conv_out4(t + 4 * ch, x1, x2, x3, x_new);
+    out[ch] = conv_out4(taps, x1, x2, x3, x_new);
   }
 }

@@ -12,7 +12,7 @@ use super::{slot, BufKind, Opcode, Program, Word, NO_COUNTER};
 /// (one row) and norm/gate vectors (counted, they are small).
 pub fn weight_bytes(p: &Program, w: &Word) -> u64 {
     let mut total = 0;
-    for s in [slot::W0, slot::W1, slot::W2] {
+    for s in [slot::W0, slot::W1, slot::W2, slot::W3] {
         if let Some(b) = w.op(s) {
             let buf = &p.buffers[b];
             if buf.kind != BufKind::Weight {

@@ -251,6 +251,10 @@ fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
             if w.arg0 == 0 || w.rows % w.arg0 != 0 {
                 bail!("{at}: shape: {} value heads are not a multiple of arg0 = {} q/k heads", w.rows, w.arg0);
             }
+            // The kernels take the unit index as the value head.
+            if w.unit_rows != 1 {
+                bail!("{at}: shape: unit_rows {} (one value head per unit)", w.unit_rows);
+            }
         }
         Opcode::ReduceStore | Opcode::ReduceResidual => {
             if w.arg0 == 0 || (w.arg0 as u64) * (w.rows as u64) > cols(slot::IN0) {
