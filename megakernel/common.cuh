@@ -204,6 +204,11 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
                            // budget; results/pipe_*), so it keeps dot_rows; through the cp.async ring too
                            // (GEMV_DEPTH 2 / 3: 18.1 / 17.9 against 14.2 ms/token, results/final_64b7705)
 #endif
+#ifndef GDN_STATE_EARLY
+#define GDN_STATE_EARLY 0  // with GRAPH_PDL: the discrete GdnStep kernel issues its state loads before
+                           // griddepcontrol.wait (built 2026-12-01, compiled, NOT yet run on the GPU:
+                           // scripts/device_state_early.sh)
+#endif
 #ifndef MEGA_STEP_MIXED_FIRST
 #define MEGA_STEP_MIXED_FIRST 0 // 1: the megakernel's GdnStep computes its conv before loading the state (one more
                                 // round trip, fewer registers live at once; the same bits)

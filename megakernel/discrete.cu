@@ -139,4 +139,35 @@ K_OP(attn_reduce_gate)
 K_GEMV(lm_head, GEMV_MIN_BLOCKS)
 K_OP(argmax)
 K_OP(end_step)
+#if GDN_STATE_EARLY && GRAPH_PDL
+// The GDN step with its state loads issued before the wait for the predecessor (the state is this word's
+// own, written by it one step earlier: it never depends on the predecessor, like the GEMVs' weights), so
+// that a block resident during the projections' tail loads its 64 KB head early. The same bits.
+struct PdlJoin {
+  const DevCtx* c;
+  unsigned long long* t_ready;
+  bool stop;
+  __device__ bool operator()() {
+    pdl_join();
+    *t_ready = stamp_now();
+    stop = DEVICE_STOP && ::stopped(*c);
+    return stop;
+  }
+  __device__ bool stopped() const { return stop; }
+};
+extern "C" __global__ void __launch_bounds__(THREADS) k_gdn_step(const Word* prog, unsigned wi, unsigned nw, DevCtx c) {
+  extern __shared__ __align__(16) char smem[];
+  unsigned long long t_start = stamp_now(), t_ready = 0;
+  unsigned u;
+  unsigned wx = launch_word_at(prog, wi, nw, &u, blockIdx.x);
+  PdlJoin join{&c, &t_ready, false};
+  op_gdn_step_with<false>(c, prog[wx], u, smem, join);
+  if (join.stop) return;
+  if (GRAPH_STAMPS) {
+    __syncthreads();
+    graph_stamp(c, wx, u, t_start, t_ready);
+  }
+}
+#else
 K_OP(gdn_step)
+#endif

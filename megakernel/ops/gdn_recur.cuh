@@ -10,12 +10,19 @@
 // issued, followed by a block barrier), `out(v, o)` takes output element v (one thread each). Every
 // thread reaches the end (no early return: the caller may join the block after it). MIXED_FIRST: mixed()
 // and a block barrier before the state loads are issued (one more round trip, fewer registers live at
-// once: the megakernel's 80; the same bits).
+// once: the megakernel's 80; the same bits). `join()` is called by every thread right after the state
+// loads are issued (the state never depends on the predecessor: GDN_STATE_EARLY's discrete kernel waits
+// for it there, griddepcontrol.wait); it returns true when the block must stop (the device-side stop).
 // Shared memory: GDN_STEP_SMEM floats.
 // q, k, v, the two norms, two exchange rows (RECUR_SPLIT); GdnStep's output, gates and norm weight
 #define GDN_STEP_SMEM (7 * 128 + 2)
-template <bool MIXED_FIRST = false, typename Mixed, typename Out>
-__device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out) {
+// A join that waits for nothing (the megakernel, the default discrete kernels: they waited before).
+struct NoJoin {
+  __device__ bool operator()() const { return false; }
+  __device__ bool stopped() const { return false; }
+};
+template <bool MIXED_FIRST = false, typename Mixed, typename Out, typename Join>
+__device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out, Join& join) {
   const unsigned d = 128;
   float* qs = (float*)smem;
   float* ks = qs + d;
@@ -44,6 +51,7 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
     for (unsigned k = 0; k < d; ++k) col[k] = S[k * d + threadIdx.x];
   }
 #endif
+  if (join()) return;
   // The head's gate inputs, loaded with the state (one round trip for all), then q, k and v.
   const unsigned short b_raw = B<unsigned short>(c, w.ops[SLOT_IN1])[j];
   const unsigned short a_raw = B<unsigned short>(c, w.ops[SLOT_IN2])[j];
@@ -145,6 +153,7 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
   unsigned j = u, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d;
   const unsigned short* mixed = B<unsigned short>(c, w.ops[SLOT_IN0]);
   unsigned short* core = B<unsigned short>(c, w.ops[SLOT_OUT0]);
+  NoJoin nj;
   gdn_head(
       c, w, j, smem,
       [&](float* qs, float* ks, float* vs) {
@@ -154,5 +163,5 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
           vs[threadIdx.x] = bf2f(mixed[2 * key_dim + j * d + threadIdx.x]);
         }
       },
-      [&](unsigned v, unsigned short o) { core[j * d + v] = o; });
+      [&](unsigned v, unsigned short o) { core[j * d + v] = o; }, nj);
 }
