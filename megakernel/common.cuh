@@ -209,6 +209,11 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
                            // griddepcontrol.wait (built 2026-12-01, compiled, NOT yet run on the GPU:
                            // scripts/device_state_early.sh)
 #endif
+#ifndef MEGA_STATE_EARLY
+#define MEGA_STATE_EARLY 0 // the megakernel's block that must wait for a GdnStep unit issues the unit's state
+                           // loads before waiting (built 2026-12-01, compiled, NOT yet run on the GPU:
+                           // scripts/device_state_early.sh)
+#endif
 #ifndef MEGA_STEP_MIXED_FIRST
 #define MEGA_STEP_MIXED_FIRST 0 // 1: the megakernel's GdnStep computes its conv before loading the state (one more
                                 // round trip, fewer registers live at once; the same bits)

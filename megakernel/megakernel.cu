@@ -107,6 +107,24 @@ __device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, u
   return ok;
 }
 
+#if MEGA_STATE_EARLY
+static_assert(!MEGA_STEP_MIXED_FIRST, "MEGA_STATE_EARLY waits inside GdnStep, after its state loads: its conv must come after");
+// MEGA_STATE_EARLY: a block that must wait for a GdnStep unit's counter issues the unit's state loads
+// first, then waits (block_wait) inside the op: the state is the word's own from the previous step.
+struct MegaJoin {
+  const MkCtl* k;
+  const unsigned* ctr;
+  unsigned target, code, s;
+  unsigned* ok_s;
+  bool stop;
+  __device__ bool operator()() {
+    stop = !block_wait(*k, ctr, target, code, s, ok_s);
+    return stop;
+  }
+  __device__ bool stopped() const { return stop; }
+};
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
   extern __shared__ __align__(16) char smem[];
   __shared__ unsigned unit_s[2], ok_s, stop_s, ready_s;
@@ -150,6 +168,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
           const unsigned target = w.wait_target + s * k.wait_stride[wi];
           if (threadIdx.x == 0) ready_s = ld_acquire(ctr) >= target;
           __syncthreads();
+#if MEGA_STATE_EARLY
+          if (!ready_s && w.opcode == OP_GDN_STEP) {
+            MegaJoin j{&k, ctr, target, wi + 1, s, &ok_s, false};
+            op_gdn_step_with<false>(c, w, u, smem, j);
+            if (j.stop) return;
+            seen = MEGA_LEAN;
+            goto published;
+          }
+#endif
           if (!ready_s) {
             if (MEGA_PREFETCH) prefetch_unit(c, w, u);
             if (!block_wait(k, ctr, target, wi + 1, s, &ok_s)) return;
@@ -159,6 +186,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
           // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
         }
         dispatch(c, w, u, smem, !UNIT_LOOP || wi != prepared);
+#if MEGA_STATE_EARLY
+      published:
+#endif
         prepared = wi;
         __syncthreads();
         if (threadIdx.x == 0) {
