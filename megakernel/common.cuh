@@ -206,13 +206,13 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
 #endif
 #ifndef GDN_STATE_EARLY
 #define GDN_STATE_EARLY 0  // with GRAPH_PDL: the discrete GdnStep kernel issues its state loads before
-                           // griddepcontrol.wait (built 2026-12-01, compiled, NOT yet run on the GPU:
-                           // scripts/device_state_early.sh)
+                           // griddepcontrol.wait (the same bits; lost: 11.968 against 11.969
+                           // ms/token, results/stateearly_65a537a)
 #endif
 #ifndef MEGA_STATE_EARLY
 #define MEGA_STATE_EARLY 0 // the megakernel's block that must wait for a GdnStep unit issues the unit's state
-                           // loads before waiting (built 2026-12-01, compiled, NOT yet run on the GPU:
-                           // scripts/device_state_early.sh)
+                           // loads before waiting (the same bits; lost: 14.394 against 13.739
+                           // ms/token, its spills slow every op; results/stateearly_65a537a)
 #endif
 #ifndef MEGA_STEP_MIXED_FIRST
 #define MEGA_STEP_MIXED_FIRST 0 // 1: the megakernel's GdnStep computes its conv before loading the state (one more
