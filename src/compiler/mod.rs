@@ -242,6 +242,17 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
     if t.gemv_unit_rows % 8 != 0 || !(8..=256).contains(&t.gemv_unit_rows) {
         bail!("compile: GEMV unit rows {} (a multiple of 8 from 8 to 256)", t.gemv_unit_rows);
     }
+    // M > 1 (a verification step over M consecutive positions) lowers GDN split: every op runs its
+    // rows in order inside each unit, and the fused step's conv ring slots of a group's q/k channels
+    // (written by the group's first head, read by the others) would be overwritten by one head's later
+    // row while another head still reads them; GdnConv owns its channels' ring, so its rows are safe.
+    let t = &{
+        let mut t = t.clone();
+        if t.m_rows > 1 {
+            t.gdn = GdnLowering::Split;
+        }
+        t
+    };
     let mut b = Builder {
         t,
         specs: expected_tensors(cfg),
@@ -256,7 +267,8 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
     let (hd, p) = (cfg.hidden, cfg.prefix.clone());
     let parts = t.max_context as usize / ATTN_PART;
     // Activations and scratch, shared by all layers (ordered reuse).
-    let ctrl = b.buf("ctrl", BufKind::Control, 1, CTRL_LEN as u64, 4);
+    // One control row per row m: (position + m, token m, next token m).
+    let ctrl = b.buf("ctrl", BufKind::Control, t.m_rows as u64, CTRL_LEN as u64, 4);
     let h = b.act("h", hd);
     let qkv = b.act("qkv", cfg.gdn_conv_dim());
     let z = b.act("z", cfg.gdn_value_dim());

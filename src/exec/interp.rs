@@ -4,8 +4,12 @@
 //! orders is the proof that the program's dependencies are sufficient, before any GPU runs it.
 //!
 //! Owns: buffers (all values as f32; bf16 buffers hold bf16 values), counters, the unit semantics of
-//! every opcode (the same contract as `isa::access`). Refuses: M > 1 (speculative verification is a
-//! later issue), and running a program whose waits are not met in program order.
+//! every opcode (the same contract as `isa::access`). Refuses: running a program whose waits are not
+//! met in program order.
+//!
+//! M rows (a verification step over positions pos .. pos + M): each unit runs its rows in order, row m
+//! on the row-m view of the activation, scratch and control buffers (as the GPU's row views), so row m
+//! computes exactly what a single-row step at position pos + m computes.
 
 use std::borrow::Cow;
 
@@ -43,6 +47,10 @@ pub struct Interp<'a> {
     cfg: ModelConfig,
     ws: Vec<Wt<'a>>,
     pub bufs: Vec<Vec<f32>>,
+    /// M > 1: the rows of each per-row buffer (activation, scratch, control), one vector a row; the
+    /// active row's vector is swapped into `bufs` (its slot here holds an empty placeholder).
+    rows: Vec<Vec<Vec<f32>>>,
+    active: usize,
     counters: Vec<u32>,
     ctrl: usize,
     logits: usize,
@@ -63,9 +71,6 @@ impl<'a> Interp<'a> {
 
     /// Skips the validator: only for negative controls that run a deliberately broken program.
     pub fn new_unchecked(prog: &'a Program, ck: &'a Checkpoint) -> Result<Interp<'a>> {
-        if prog.target.m_rows != 1 {
-            bail!("interpreter: M = {} rows (the CPU interpreter runs M = 1)", prog.target.m_rows);
-        }
         let specs = ck.specs();
         let mut ws = Vec::new();
         let mut bufs = Vec::new();
@@ -93,6 +98,18 @@ impl<'a> Interp<'a> {
                 bufs.push(vec![0f32; b.elems() as usize]);
             }
         }
+        let m = prog.target.m_rows as usize;
+        let mut rows = vec![Vec::new(); bufs.len()];
+        for (i, b) in prog.buffers.iter().enumerate() {
+            if m > 1 && matches!(b.kind, BufKind::Activation | BufKind::Scratch | BufKind::Control) {
+                if b.rows != m as u64 {
+                    bail!("interpreter: buffer {} has {} rows for M = {m}", b.name, b.rows);
+                }
+                let cols = b.cols as usize;
+                rows[i] = (0..m).map(|r| if r == 0 { Vec::new() } else { vec![0f32; cols] }).collect();
+                bufs[i].truncate(cols);
+            }
+        }
         let find =
             |n: &str| prog.buffer_id(n).ok_or_else(|| crate::error::Error::new(format!("interpreter: no buffer {n}")));
         Ok(Interp {
@@ -100,6 +117,8 @@ impl<'a> Interp<'a> {
             cfg: ck.config.clone(),
             ws,
             bufs,
+            rows,
+            active: 0,
             counters: vec![0; prog.n_counters as usize],
             ctrl: find("ctrl")?,
             logits: find("logits")?,
@@ -110,8 +129,73 @@ impl<'a> Interp<'a> {
         })
     }
 
+    /// The position of row 0 (between steps the active row is 0).
     pub fn pos(&self) -> usize {
         self.bufs[self.ctrl][CTRL_POS] as usize
+    }
+
+    /// Makes row `m` the one `bufs` holds of every per-row buffer (M > 1).
+    fn select(&mut self, m: usize) {
+        if m == self.active {
+            return;
+        }
+        for (b, r) in self.bufs.iter_mut().zip(self.rows.iter_mut()) {
+            if !r.is_empty() {
+                std::mem::swap(b, &mut r[self.active]);
+                std::mem::swap(b, &mut r[m]);
+            }
+        }
+        self.active = m;
+    }
+
+    /// Buffer `b` whole: its M rows in order (M = 1: the buffer).
+    pub fn full(&self, b: usize) -> Vec<f32> {
+        if self.rows[b].is_empty() {
+            return self.bufs[b].clone();
+        }
+        let mut v = Vec::new();
+        for m in 0..self.rows[b].len() {
+            v.extend_from_slice(if m == self.active { &self.bufs[b] } else { &self.rows[b][m] });
+        }
+        v
+    }
+
+    /// The logits of every row of the last step, row after row (bf16 values).
+    pub fn logits_rows(&self) -> Vec<f32> {
+        self.full(self.logits)
+    }
+
+    /// One verification step over M rows: token m at position pos + m, for every m; returns each
+    /// row's greedy next token. The position moves on by M.
+    pub fn step_rows(&mut self, tokens: &[u32], order: Order) -> Result<Vec<u32>> {
+        let m = self.prog.target.m_rows as usize;
+        if tokens.len() != m {
+            bail!("interpreter: {} tokens for an M = {m} program", tokens.len());
+        }
+        let pos = self.pos();
+        for (r, &t) in tokens.iter().enumerate() {
+            fw::check_input(&self.cfg, pos + r, self.prog.target.max_context as usize, t)?;
+        }
+        for (r, &t) in tokens.iter().enumerate() {
+            self.select(r);
+            self.bufs[self.ctrl][CTRL_POS] = (pos + r) as f32;
+            self.bufs[self.ctrl][CTRL_TOKEN] = t as f32;
+        }
+        self.select(0);
+        match order {
+            Order::Program => self.run_in_order()?,
+            Order::Shuffled(seed) => {
+                self.rng = Rng::new(seed ^ (pos as u64).wrapping_mul(0x9E37_79B9));
+                self.run_shuffled()?
+            }
+        }
+        let mut next = Vec::with_capacity(m);
+        for r in 0..m {
+            self.select(r);
+            next.push(self.bufs[self.ctrl][CTRL_TOKEN] as u32);
+        }
+        self.select(0);
+        Ok(next)
     }
 
     /// The logits of the last step (bf16 values).
@@ -124,8 +208,16 @@ impl<'a> Interp<'a> {
         self.prog.buffer_id(name).map(|i| self.bufs[i].as_slice())
     }
 
+    /// A buffer by name, all its rows (M > 1: a copy of every row in order).
+    pub fn buffer_full(&self, name: &str) -> Option<Vec<f32>> {
+        self.prog.buffer_id(name).map(|i| self.full(i))
+    }
+
     /// Runs one decode step on `token`; returns the greedy next token.
     pub fn step(&mut self, token: u32, order: Order) -> Result<u32> {
+        if self.prog.target.m_rows != 1 {
+            bail!("interpreter: an M = {} program steps with step_rows", self.prog.target.m_rows);
+        }
         fw::check_input(&self.cfg, self.pos(), self.prog.target.max_context as usize, token)?;
         self.bufs[self.ctrl][CTRL_TOKEN] = token as f32;
         match order {
@@ -158,7 +250,7 @@ impl<'a> Interp<'a> {
             self.word_ns[i] += t.elapsed().as_nanos() as u64;
             if self.capture {
                 if let Some(b) = Interp::output_of(w) {
-                    self.captured.push((i, self.bufs[b].clone()));
+                    self.captured.push((i, self.full(b)));
                 }
             }
         }
@@ -250,9 +342,34 @@ impl<'a> Interp<'a> {
         &mut self.bufs[b]
     }
 
-    /// Executes unit `u` of word `i` and signals its counter; returns the counter.
+    /// Executes unit `u` of word `i` (its rows in order) and signals its counter; returns the counter.
     fn unit(&mut self, i: usize, u: u32) -> usize {
         let w = self.prog.words[i];
+        let m = w.m_rows as usize;
+        if w.opcode == Opcode::EndStep {
+            // ORDER: every row's position moves on by M and its token becomes its next.
+            for r in 0..m {
+                self.select(r);
+                let ctrl = &mut self.bufs[self.ctrl];
+                ctrl[CTRL_TOKEN] = ctrl[CTRL_NEXT];
+                ctrl[CTRL_POS] += m as f32;
+            }
+            self.select(0);
+            self.counters.iter_mut().for_each(|c| *c = 0);
+            return w.signal as usize;
+        }
+        for r in 0..m {
+            self.select(r);
+            self.unit_row(&w, u);
+        }
+        self.select(0);
+        self.counters[w.signal as usize] += 1;
+        w.signal as usize
+    }
+
+    /// Unit `u` of `w` on the active row.
+    fn unit_row(&mut self, w: &Word, u: u32) {
+        let w = *w;
         let (rs, kp) = w.unit_span(u);
         let pos = self.pos();
         let eps = self.cfg.rms_eps as f32;
@@ -444,16 +561,8 @@ impl<'a> Interp<'a> {
                 }
                 self.out(&w, slot::OUT0)[CTRL_NEXT] = bi;
             }
-            Opcode::EndStep => {
-                let ctrl = self.out(&w, slot::IN0);
-                ctrl[CTRL_TOKEN] = ctrl[CTRL_NEXT];
-                ctrl[CTRL_POS] += 1.0;
-                self.counters.iter_mut().for_each(|c| *c = 0);
-                return w.signal as usize;
-            }
+            Opcode::EndStep => {}
         }
-        self.counters[w.signal as usize] += 1;
-        w.signal as usize
     }
 
     fn rms(&self, x: &[f32], wn: &[f32], eps: f32) -> Vec<f32> {

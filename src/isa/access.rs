@@ -64,12 +64,14 @@ impl Acc<'_> {
         let cols = self.cols(s);
         self.add(s, m * cols + c0, m * cols + c1, write);
     }
-    /// Split-K partials `[m][group][rows]` of the groups of k-part `kp`, rows `rs`.
+    /// Split-K partials `[m][group][rows]` of the groups of k-part `kp`, rows `rs` (row m of the partial
+    /// buffer starts at m times its columns: the buffer is shared by words of several shapes).
     fn partials(&mut self, m: usize, rs: &std::ops::Range<usize>, kp: u32, write: bool) {
         let (groups, parts, rows) = (self.w.arg0 as usize, self.w.k_parts as usize, self.w.rows as usize);
         let (g0, g1) = (kp as usize * groups / parts, (kp as usize + 1) * groups / parts);
+        let stride = self.cols(slot::OUT0);
         for g in g0..g1 {
-            let base = (m * groups + g) * rows;
+            let base = m * stride + g * rows;
             self.add(slot::OUT0, base + rs.start, base + rs.end, write);
         }
     }
@@ -90,7 +92,7 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
     for m in 0..w.m_rows as usize {
         match w.opcode {
             Opcode::Embed => {
-                a.r(slot::IN0, CTRL_TOKEN, CTRL_TOKEN + 1);
+                a.row(slot::IN0, m, CTRL_TOKEN, CTRL_TOKEN + 1, false);
                 a.row(slot::OUT0, m, rs.start, rs.end, true);
             }
             Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual => {
@@ -117,9 +119,9 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 }
             }
             Opcode::ReduceStore | Opcode::ReduceResidual => {
-                let (groups, rows) = (w.arg0 as usize, w.rows as usize);
+                let (groups, rows, stride) = (w.arg0 as usize, w.rows as usize, a.cols(slot::IN0));
                 for g in 0..groups {
-                    let base = (m * groups + g) * rows;
+                    let base = m * stride + g * rows;
                     a.r(slot::IN0, base + rs.start, base + rs.end);
                 }
                 if w.opcode == Opcode::ReduceResidual {
@@ -128,7 +130,7 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 a.row(slot::OUT0, m, rs.start, rs.end, true);
             }
             Opcode::GdnConv => {
-                a.r(slot::IN1, CTRL_POS, CTRL_POS + 1);
+                a.row(slot::IN1, m, CTRL_POS, CTRL_POS + 1, false);
                 a.row(slot::IN0, m, rs.start, rs.end, false);
                 a.r(slot::ST0, 4 * rs.start, 4 * rs.end);
                 a.wr(slot::ST0, 4 * rs.start, 4 * rs.end);
@@ -157,7 +159,7 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 // writes (the step writes slot pos % 4); a footprint by channel cannot say so.
                 let (hv, hk) = (w.rows as usize, w.arg0.max(1) as usize);
                 let (key_dim, ratio) = (hk * dk, (hv / hk).max(1));
-                a.r(slot::IN3, CTRL_POS, CTRL_POS + 1);
+                a.row(slot::IN3, m, CTRL_POS, CTRL_POS + 1, false);
                 for j in rs.clone() {
                     let qk = j / ratio;
                     let chans = [qk * dk, key_dim + qk * dk, 2 * key_dim + j * dk];
@@ -177,7 +179,7 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 }
             }
             Opcode::AttnKv => {
-                a.r(slot::IN2, CTRL_POS, CTRL_POS + 1);
+                a.row(slot::IN2, m, CTRL_POS, CTRL_POS + 1, false);
                 for h in rs.clone() {
                     a.row(slot::IN0, m, h * d, (h + 1) * d, false);
                     a.row(slot::IN1, m, h * d, (h + 1) * d, false);
@@ -190,7 +192,13 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 let (parts, group) = (w.arg0.max(1) as usize, w.arg1 as usize);
                 let (kvh, part) = (rs.start / parts, rs.start % parts);
                 let max_ctx = parts * ATTN_PART;
-                a.r(if w.opcode == Opcode::AttnScores { slot::IN1 } else { slot::IN2 }, CTRL_POS, CTRL_POS + 1);
+                a.row(
+                    if w.opcode == Opcode::AttnScores { slot::IN1 } else { slot::IN2 },
+                    m,
+                    CTRL_POS,
+                    CTRL_POS + 1,
+                    false,
+                );
                 for h in kvh * group..(kvh + 1) * group {
                     let srow = h * max_ctx + part * ATTN_PART;
                     if w.opcode == Opcode::AttnScores {
@@ -208,7 +216,7 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
             }
             Opcode::AttnReduceGate => {
                 let parts = w.arg0.max(1) as usize;
-                a.r(slot::IN2, CTRL_POS, CTRL_POS + 1);
+                a.row(slot::IN2, m, CTRL_POS, CTRL_POS + 1, false);
                 for h in rs.clone() {
                     a.row(slot::IN0, m, h * parts * d, (h + 1) * parts * d, false);
                     a.row(slot::IN1, m, 2 * d * h + d, 2 * d * (h + 1), false);
@@ -223,11 +231,12 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
             }
             Opcode::Argmax => {
                 a.row(slot::IN0, m, 0, 2 * w.arg0 as usize, false);
-                a.wr(slot::OUT0, CTRL_NEXT, CTRL_NEXT + 1);
+                a.row(slot::OUT0, m, CTRL_NEXT, CTRL_NEXT + 1, true);
             }
             Opcode::EndStep => {
-                a.r(slot::IN0, 0, CTRL_LEN);
-                a.wr(slot::IN0, 0, CTRL_LEN);
+                // one unit over every control row (position += M, token = next, per row)
+                a.row(slot::IN0, m, 0, CTRL_LEN, false);
+                a.row(slot::IN0, m, 0, CTRL_LEN, true);
             }
         }
     }

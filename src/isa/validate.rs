@@ -2,7 +2,8 @@
 //!
 //! Rules (each error is one line naming the word and the rule):
 //! 1. shape: opcode operands present and of the right kind, ids in range, units = row slices x k-parts,
-//!    m_rows equal to the target's, split-K partial layouts consistent, counters in range.
+//!    m_rows equal to the target's, split-K partial layouts consistent, counters in range; activation,
+//!    scratch and control buffers one row per row m; GdnStep only at M = 1.
 //! 2. bounds: every unit's reads and writes lie inside their buffers.
 //! 3. units: the units of one word are unordered, so no unit writes what another unit of it touches.
 //! 4. waits: a word waits for the full count of its counter (which producers it follows is then
@@ -142,6 +143,9 @@ fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
     let at = who(i, w);
     if w.m_rows as u32 != p.target.m_rows || !(1..=8).contains(&w.m_rows) {
         bail!("{at}: shape: m_rows {} (the program's target has M = {}, 1-8 allowed)", w.m_rows, p.target.m_rows);
+    }
+    if w.opcode == Opcode::GdnStep && w.m_rows > 1 {
+        bail!("{at}: shape: GdnStep runs M = 1 only (M > 1 lowers GDN split: its rows would race on the shared q/k ring slots)");
     }
     if w.unit_rows == 0 || w.k_parts == 0 || w.rows == 0 {
         bail!("{at}: shape: rows {}, unit_rows {}, k_parts {} must be positive", w.rows, w.unit_rows, w.k_parts);
@@ -448,6 +452,21 @@ pub fn validate(p: &Program) -> Result<Summary> {
             p.n_counters,
             p.buffers.len()
         );
+    }
+    // M rows: every activation, scratch and control buffer holds one row per row m (the GPU runs an op
+    // row by row on a view whose row-m buffers start m rows in).
+    for b in &p.buffers {
+        if matches!(b.kind, BufKind::Activation | BufKind::Scratch | BufKind::Control)
+            && b.rows != p.target.m_rows as u64
+        {
+            bail!(
+                "program: buffer {} ({:?}) has {} rows, the target's M is {}",
+                b.name,
+                b.kind,
+                b.rows,
+                p.target.m_rows
+            );
+        }
     }
     for (i, w) in p.words.iter().enumerate() {
         check_shape(p, i, w)?;
