@@ -214,6 +214,10 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
                            // loads before waiting (the same bits; lost: 14.394 against 13.739
                            // ms/token, its spills slow every op; results/stateearly_65a537a)
 #endif
+#ifndef M_ROWS
+#define M_ROWS 1           // the program's M (rows of a verification step); the host prepends it to the source
+                           // for M > 1 programs, so M = 1 programs compile exactly as before (no row loop)
+#endif
 #ifndef MEGA_STEP_MIXED_FIRST
 #define MEGA_STEP_MIXED_FIRST 0 // 1: the megakernel's GdnStep computes its conv before loading the state (one more
                                 // round trip, fewer registers live at once; the same bits)
@@ -271,6 +275,7 @@ struct DevCtx {
   const unsigned char* tmaps;     // RING_TC: per buffer id a 128-byte tensor map (fp8 weights of whole items), else zeros
   unsigned rotary_dim, head_dim, gdn_dim, n_heads, n_kv_heads, gdn_k_heads, gdn_v_heads, max_ctx;
   float eps;
+  unsigned n_bufs;                // buffers per row view: bufs holds M_ROWS views of n_bufs pointers each
 };
 static_assert(sizeof(DevCtx) == 128, "DevCtx as src/cuda/discrete.rs lays it out");
 
@@ -332,6 +337,25 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 template <typename T> __device__ __forceinline__ T* B(const DevCtx& c, unsigned short id) { return (T*)c.bufs[id]; }
+
+// M rows (M_ROWS > 1: a verification step over positions pos .. pos + M): an op runs once per row, rows
+// in order, row m on the row-m view of the buffers (bufs + m n_bufs: activations, scratch and the
+// control block, whose row m holds position pos + m and token m, start m rows in; weights, states and
+// KV caches are shared), so row m computes the bits a one-row step at position pos + m computes. A
+// barrier precedes every row: row m + 1 reads what row m wrote (the recurrent state, the conv ring) and
+// re-prepares the shared-memory input. EndStep runs once over every row. M_ROWS == 1: the op, once.
+template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, F f) {
+  if (M_ROWS == 1 || w.opcode == OP_END_STEP) {
+    f(c, false);
+    return;
+  }
+  for (unsigned m = 0; m < w.m_rows; ++m) {
+    __syncthreads();  // (also before row 0: the unit before, of the same word, may still read its input)
+    DevCtx r = c;
+    r.bufs = c.bufs + (size_t)m * c.n_bufs;
+    f(r, true);
+  }
+}
 
 // ss += the squares of a 16-byte chunk of bf16, in element order.
 __device__ __forceinline__ float chunk_squares(uint4 v, float ss) {

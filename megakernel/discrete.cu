@@ -51,7 +51,7 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
     if (DEVICE_STOP && stopped(c)) return;                                                           \
     unsigned u;                                                                                      \
     unsigned wx = launch_word_at(prog, wi, nw, &u, blockIdx.x);                                      \
-    op_##name(c, prog[wx], u, smem, true);                                                           \
+    for_rows(c, prog[wx], [&](const DevCtx& r, bool) { op_##name(r, prog[wx], u, smem, true); });     \
     if (GRAPH_STAMPS) {                                                                              \
       __syncthreads();                                                                               \
       graph_stamp(c, wx, u, t_start, t_ready);                                                       \
@@ -82,7 +82,7 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
     if (!UNIT_LOOP) {                                                                                \
       unsigned u;                                                                                    \
       Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                            \
-      op_##name<GEMV_STREAM>(c, w, u, smem, true);                                                  \
+      for_rows(c, w, [&](const DevCtx& r, bool) { op_##name<GEMV_STREAM>(r, w, u, smem, true); });  \
       return;                                                                                        \
     }                                                                                                \
     __shared__ unsigned next_s[2];                                                                   \
@@ -98,7 +98,7 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
       if (UNIT_SYNC || (here != last && last != 0xffffffffu)) __syncthreads();                       \
-      op_##name<GEMV_STREAM>(c, w, u, smem, here != last);                                           \
+      for_rows(c, w, [&](const DevCtx& r, bool row) { op_##name<GEMV_STREAM>(r, w, u, smem, row || here != last); }); \
       last = here;                                                                                   \
       if (GEMV_DYNAMIC) {                                                                            \
         /* double-buffered: the slot written here was last read before the barrier above */        \

@@ -185,7 +185,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
           seen = MEGA_LEAN;
           // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
         }
-        dispatch(c, w, u, smem, !UNIT_LOOP || wi != prepared);
+        for_rows(c, w, [&](const DevCtx& r, bool row) { dispatch(r, w, u, smem, row || !UNIT_LOOP || wi != prepared); });
 #if MEGA_STATE_EARLY
       published:
 #endif

@@ -211,6 +211,23 @@ enum GpuCmd {
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
     },
+    /// M-row verification steps (M tokens at positions pos .. pos + M in one graph replay or one
+    /// megakernel launch) against one-row steps, bit for bit: every row's logits and token and the
+    /// final states, on both paths, with a negative control (two tokens swapped); then ms per step.
+    Rows {
+        dir: PathBuf,
+        /// The Ms to check (2-8), comma separated; each divides --tokens.
+        #[arg(long, value_delimiter = ',', default_value = "2,3,4,8")]
+        m: Vec<u32>,
+        /// Tokens fed from position 0 (264 crosses position 256, the second attention partition).
+        #[arg(long, default_value_t = 264)]
+        tokens: u32,
+        /// Timed steps per path and M.
+        #[arg(long, default_value_t = 20)]
+        reps: u32,
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+    },
     /// Every op on the GPU against the CPU op on the same inputs (the CPU interpreter), per opcode.
     Ops {
         /// Checkpoint folder.
@@ -400,6 +417,9 @@ fn run(cli: Cli) -> Result<()> {
             if piped != synced {
                 mk::bail!("gpu soak: the pipelined tokens differ from the synchronised ones");
             }
+        }
+        Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, cache } } => {
+            mk::cuda::rows::run(&dir, &m, tokens as usize, reps as usize, &cache)?
         }
         Cmd::Gpu { cmd: GpuCmd::Multistep { dir, steps, per_launch, cache } } => {
             multistep(&dir, steps as usize, per_launch as usize, &cache)?

@@ -45,7 +45,8 @@ pub struct DevCtx {
     gdn_v_heads: u32,
     max_ctx: u32,
     eps: f32,
-    _pad: u32,
+    /// Buffers per row view (`bufs` holds M views).
+    n_bufs: u32,
 }
 const _: () = assert!(std::mem::size_of::<DevCtx>() == 128);
 
@@ -447,8 +448,11 @@ impl Discrete {
     pub fn new(gpu: Gpu, prog: &Program, ck: &Checkpoint, cache: &std::path::Path) -> Result<Discrete> {
         let cfg = &ck.config;
         super::check_defines()?;
-        if prog.target.m_rows != 1 {
-            crate::bail!("gpu: M = {} rows (the discrete path runs M = 1)", prog.target.m_rows);
+        let m_rows = prog.target.m_rows as usize;
+        if let Some(b) = prog.buffers.iter().find(|b| {
+            matches!(b.kind, BufKind::Activation | BufKind::Scratch | BufKind::Control) && b.rows != m_rows as u64
+        }) {
+            crate::bail!("gpu: buffer {} has {} rows, the program's M is {m_rows}", b.name, b.rows);
         }
         // The attention ops keep one accumulator per query head of a group in registers (MAX_GROUP).
         if cfg.n_heads / cfg.n_kv_heads > 8 {
@@ -522,7 +526,7 @@ impl Discrete {
             places.push(p);
         }
         let n = prog.buffers.len();
-        let t_bufs = take(8 * n);
+        let t_bufs = take(8 * n * m_rows); // M row views of the buffer pointers (`for_rows` in common.cuh)
         let t_scales = take(8 * n);
         let t_rows = take(4 * n);
         let t_cols = take(4 * n);
@@ -587,7 +591,17 @@ impl Discrete {
         // Tables.
         let le64 = |v: Vec<u64>| v.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let le32 = |v: Vec<u32>| v.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        put(&mut arena, t_bufs, &le64(places.iter().map(|p| base + p.off as u64).collect()))?;
+        // Row view m: per-row buffers (activations, scratch, the control block: one row per row m, the
+        // validator checks) start m rows in; weights, states and KV caches are shared.
+        let views: Vec<u64> = (0..m_rows as u64)
+            .flat_map(|m| {
+                prog.buffers.iter().zip(&places).map(move |(b, p)| {
+                    let rowed = matches!(b.kind, BufKind::Activation | BufKind::Scratch | BufKind::Control);
+                    base + p.off as u64 + if rowed { m * b.cols * b.elem_bytes as u64 } else { 0 }
+                })
+            })
+            .collect();
+        put(&mut arena, t_bufs, &le64(views))?;
         put(
             &mut arena,
             t_scales,
@@ -653,9 +667,14 @@ impl Discrete {
             gdn_v_heads: cfg.gdn_v_heads as u32,
             max_ctx: max_ctx as u32,
             eps: cfg.rms_eps as f32,
-            _pad: 0,
+            n_bufs: n as u32,
         };
-        let (module, module_hash) = gpu.module(&super::source(), cache)?;
+        // M > 1: the row loop is compiled in (M = 1 programs compile the sources unchanged).
+        let src = match m_rows {
+            1 => super::source(),
+            m => format!("#define M_ROWS {m}\n{}", super::source()),
+        };
+        let (module, module_hash) = gpu.module(&src, cache)?;
         let mut funcs = HashMap::new();
         // Dynamic shared memory above the 48 KiB default is opted into per kernel.
         let opt_in = |f: &CudaFunction, bytes: u32| -> Result<()> {
@@ -1118,8 +1137,19 @@ impl Discrete {
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    /// A token id and a position the kernels can take (they do not check: the host does).
+    /// A token id and a position the kernels can take (they do not check: the host does); one-row
+    /// stepping only (an M > 1 program steps with `step_rows`).
     fn check(&self, token: u32) -> Result<()> {
+        if self.prog.target.m_rows != 1 {
+            crate::bail!(
+                "gpu: an M = {} program runs verification steps only (step_rows: M tokens, one step per launch)",
+                self.prog.target.m_rows
+            );
+        }
+        self.check_token(token)
+    }
+
+    fn check_token(&self, token: u32) -> Result<()> {
         if self.broken {
             crate::bail!("gpu: an earlier step failed part way; reset the sequence before stepping again");
         }
@@ -1300,6 +1330,56 @@ impl Discrete {
 
     pub fn program(&self) -> &Program {
         &self.prog
+    }
+
+    /// One verification step of an M-row program: token m at position pos + m for every row m, as one
+    /// graph replay or one megakernel launch; returns each row's greedy next token (row m's logits are
+    /// row m of `logits()`). The position moves on by M. Greedy only (the sampler takes one row).
+    pub fn step_rows(&mut self, tokens: &[u32], mega: bool) -> Result<Vec<u32>> {
+        let m = self.prog.target.m_rows as usize;
+        if tokens.len() != m {
+            crate::bail!("gpu: {} tokens for a step of M = {m} rows", tokens.len());
+        }
+        for &t in tokens {
+            self.check_token(t)?;
+        }
+        if self.pos + m > self.prog.target.max_context as usize {
+            crate::bail!(
+                "context overflow: {m} rows from position {} pass max context {}",
+                self.pos,
+                self.prog.target.max_context
+            );
+        }
+        if self.sampling && m > 1 {
+            crate::bail!("gpu: sampling takes one row; an M = {m} step is greedy");
+        }
+        let r = self.step_rows_unchecked(tokens, mega);
+        match r {
+            Ok(v) => {
+                self.pos += m;
+                Ok(v)
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn step_rows_unchecked(&mut self, tokens: &[u32], mega: bool) -> Result<Vec<u32>> {
+        let m = tokens.len();
+        let mut ctrl = Vec::with_capacity(m * CTRL_LEN);
+        for (r, &t) in tokens.iter().enumerate() {
+            ctrl.extend([(self.pos + r) as f32, t as f32, 0.0]);
+        }
+        self.write(self.ctrl, &ctrl)?;
+        if mega {
+            self.step_mega_unchecked(tokens[0], 1, false, self.prog.words.len() as u32)?;
+        } else {
+            self.step_unchecked(tokens[0], false, |_, _| Ok(()))?;
+        }
+        let c = self.read_u32(self.ctrl, 0, m * CTRL_LEN)?;
+        Ok((0..m).map(|r| c[r * CTRL_LEN + crate::isa::access::CTRL_TOKEN]).collect())
     }
 
     /// One decode step as one cooperative launch of the megakernel (a block per SM); returns the
@@ -1487,7 +1567,7 @@ impl Discrete {
             return Ok(Vec::new()); // a debug prefix: no EndStep, no token
         }
         // The steps run: the position EndStep advanced (fewer than n_steps after a stop).
-        let ran = u32::from_le_bytes(pos).wrapping_sub(pos0) as usize;
+        let ran = u32::from_le_bytes(pos).wrapping_sub(pos0) as usize / self.prog.target.m_rows as usize;
         if ran == 0 || ran > n_steps as usize {
             crate::bail!("megakernel: the launch of {n_steps} steps moved the position by {ran}");
         }

@@ -7,6 +7,7 @@
 
 pub mod discrete;
 pub mod opcheck;
+pub mod rows;
 pub mod tile;
 
 use std::ffi::{c_char, CString};
