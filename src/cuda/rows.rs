@@ -79,7 +79,14 @@ fn compare(d: &mut Discrete, want: &Want, n: usize, mega: bool, swap: Option<usi
             }
         }
     }
-    for ((name, a), (_, b)) in states(d)?.iter().zip(&want.states) {
+    let got = states(d)?;
+    if got.len() != want.states.len() {
+        return Ok(Some(format!("{} state buffers vs {} (one-row)", got.len(), want.states.len())));
+    }
+    for (name, a) in &got {
+        let Some((_, b)) = want.states.iter().find(|(n, _)| n == name) else {
+            return Ok(Some(format!("state {name}: the one-row program has none")));
+        };
         if let Some(e) = a.iter().zip(b).position(|(x, y)| x != y) {
             return Ok(Some(format!(
                 "state {name} element {e}: {} vs {} (one-row)",
