@@ -464,6 +464,38 @@ fn run(cli: Cli) -> Result<()> {
             }
             d.set_sampling(&SamplingParams::greedy(), 0)?;
             println!("negative control (the CPU drawing with seed + 1): {control_diff} of {total} tokens differ");
+            // What the sampler costs a token (what fusing top-k into the lm_head could save at most):
+            // pipelined generation, greedy (the sampler kernel returns at once) against sampled, one
+            // warm-up run each, then the two timed runs alternated three times (medians).
+            let mut timed = |p: &SamplingParams| -> mk::error::Result<f64> {
+                d.reset()?;
+                d.set_sampling(p, seed)?;
+                d.sync()?;
+                let t = std::time::Instant::now();
+                d.generate(9419, steps as usize)?;
+                d.sync()?;
+                Ok(t.elapsed().as_secs_f64() * 1e3 / steps as f64)
+            };
+            let sampled = SamplingParams { temperature: 0.7, top_k: 50, top_p: 0.95 };
+            let (mut g, mut s) = (Vec::new(), Vec::new());
+            timed(&SamplingParams::greedy())?;
+            timed(&sampled)?;
+            for _ in 0..3 {
+                g.push(timed(&SamplingParams::greedy())?);
+                s.push(timed(&sampled)?);
+            }
+            d.set_sampling(&SamplingParams::greedy(), 0)?;
+            let median = |v: &mut Vec<f64>| {
+                v.sort_by(|a, b| a.total_cmp(b));
+                v[v.len() / 2]
+            };
+            let (g, s) = (median(&mut g), median(&mut s));
+            println!(
+                "timing ({steps} pipelined steps, median of 3): greedy {g:.3} ms/token, sampled (T 0.7, top-k 50, top-p 0.95) \
+                 {s:.3} ms/token: the sampler costs {:.1} us a token ({:.2} % of the greedy step)",
+                (s - g) * 1e3,
+                (s - g) / g * 100.0
+            );
             if bad > 0 || control_diff == 0 {
                 mk::bail!("gpu sample: {bad} tokens differ from the CPU sampler (negative control differed {control_diff} times)");
             }
