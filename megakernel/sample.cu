@@ -11,6 +11,15 @@
 #define SAMPLE_MAX 2048
 #define SAMPLE_CAP 4096  // a power of two (the bitonic sort's padding); 2 x 16 KB of shared memory
 
+#ifndef SAMPLE_WIDE
+#define SAMPLE_WIDE 0  // 1: every pass over the logits issues four 16-byte loads per thread before it uses
+                       // any (64 KB in flight for the block, against 2 KB with one 2-byte load per thread
+                       // and round: the sampler is latency-bound, 265 us a token on the 27B; warp-
+                       // aggregated histogram atomics changed nothing: results/sampler_adf1b4f). The same
+                       // counts and ids, so the same token. Built 2026-12-01, compiled, NOT yet run:
+                       // scripts/device_sampler.sh with MK_CUDA_DEFINES=SAMPLE_WIDE=1.
+#endif
+
 struct SampleParams {
   float temperature;
   unsigned top_k;
@@ -57,28 +66,30 @@ __device__ __forceinline__ unsigned total_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Histogram copies (warp w adds to copy w % SAMPLE_HISTS; summed in copy order, integers: exact).
-#define SAMPLE_HISTS 8
-
-// hist[bucket] += 1 for every lane with `on`, warp-aggregated: the lanes of one bucket add their count
-// once (the logits' high bytes crowd into a few buckets: one contended shared atomic per logit cost
-// about 250 us a token on the 27B's 248K logits, results/sampler_85f9f38). Every lane of the warp calls it.
-__device__ __forceinline__ void hist_add(unsigned* hist, unsigned bucket, bool on) {
-  unsigned act = __ballot_sync(0xffffffffu, on);
-  if (!on) return;
-  unsigned peers = __match_any_sync(act, bucket);
-  if ((threadIdx.x & 31) == (unsigned)(__ffs(peers) - 1)) atomicAdd(&hist[bucket], (unsigned)__popc(peers));
-}
-
-// The histogram's copies summed into copy 0 (bucket by bucket, copies in order).
-__device__ void hist_merge(unsigned* hist) {
-  __syncthreads();
-  for (unsigned b = threadIdx.x; b < 256; b += SAMPLE_THREADS) {
-    unsigned n = 0;
-    for (int c = 0; c < SAMPLE_HISTS; ++c) n += hist[c * 256 + b];
-    hist[b] = n;
+// f(key) for every logit's key (any order: the callers only count).
+template <typename F>
+__device__ __forceinline__ void each_key(const unsigned short* logits, unsigned V, F f) {
+  unsigned i = threadIdx.x;
+  if (SAMPLE_WIDE) {
+    const unsigned V8 = V & ~7u;  // whole 16-byte chunks (the buffer is 256-byte aligned)
+    for (unsigned base = 0; base < V8; base += 32 * SAMPLE_THREADS) {
+      uint4 v[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        unsigned at = base + 8 * (j * SAMPLE_THREADS + threadIdx.x);
+        v[j] = at < V8 ? *(const uint4*)(logits + at) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (base + 8 * (j * SAMPLE_THREADS + threadIdx.x) >= V8) break;
+        const unsigned w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) f(logit_key((unsigned short)(w[e >> 1] >> (16 * (e & 1)))));
+      }
+    }
+    i += V8;
   }
-  __syncthreads();
+  for (; i < V; i += SAMPLE_THREADS) f(logit_key(logits[i]));
 }
 
 // Exclusive prefix sum of one unsigned per thread over the block, in thread order (integers: any
@@ -129,7 +140,7 @@ __device__ void bitonic_sort(unsigned* hi, unsigned* lo, unsigned n) {
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsigned short* logits, unsigned V, unsigned* ctrl,
                                                                      const SampleParams* sp, unsigned* status, const unsigned* stop) {
-  __shared__ unsigned hist[SAMPLE_HISTS * 256], sh[33], b1_s, need_s, kth_s;
+  __shared__ unsigned hist[256], sh[33], b1_s, need_s, kth_s;
   __shared__ unsigned key_hi[SAMPLE_CAP], key_lo[SAMPLE_CAP];
   float T = sp->temperature;
   if (!(T > 0.0f)) return;  // greedy: the argmax's token stands
@@ -137,14 +148,10 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsi
   unsigned k = sp->top_k, t = threadIdx.x;
   // 1) The k-th largest key by two 8-bit radix passes (integer counts: exact in any order): the high
   //    byte's bucket holding the k-th largest, then the low byte within it.
-  unsigned* my = hist + ((t >> 5) % SAMPLE_HISTS) * 256;
-  for (unsigned i = t; i < SAMPLE_HISTS * 256; i += SAMPLE_THREADS) hist[i] = 0;
+  for (unsigned i = t; i < 256; i += SAMPLE_THREADS) hist[i] = 0;
   __syncthreads();
-  for (unsigned i0 = 0; i0 < V; i0 += SAMPLE_THREADS) {  // (a trip count uniform over the warp: hist_add)
-    unsigned i = i0 + t;
-    hist_add(my, i < V ? logit_key(logits[i]) >> 8 : 0u, i < V);
-  }
-  hist_merge(hist);
+  each_key(logits, V, [&](unsigned key) { atomicAdd(&hist[key >> 8], 1u); });
+  __syncthreads();
   if (t == 0) {
     unsigned above = 0, b = 255;
     while (b > 0 && above + hist[b] < k) above += hist[b--];
@@ -152,14 +159,13 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsi
     need_s = k - above;
   }
   __syncthreads();
-  for (unsigned i = t; i < SAMPLE_HISTS * 256; i += SAMPLE_THREADS) hist[i] = 0;
+  for (unsigned i = t; i < 256; i += SAMPLE_THREADS) hist[i] = 0;
   __syncthreads();
   const unsigned b1 = b1_s;
-  for (unsigned i0 = 0; i0 < V; i0 += SAMPLE_THREADS) {
-    unsigned i = i0 + t, key = i < V ? logit_key(logits[i]) : 0u;
-    hist_add(my, key & 255u, i < V && (key >> 8) == b1);
-  }
-  hist_merge(hist);
+  each_key(logits, V, [&](unsigned key) {
+    if ((key >> 8) == b1) atomicAdd(&hist[key & 255u], 1u);
+  });
+  __syncthreads();
   if (t == 0) {
     unsigned above = 0, b = 255;
     while (b > 0 && above + hist[b] < need_s) above += hist[b--];
@@ -167,23 +173,30 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsi
   }
   __syncthreads();
   unsigned kth = kth_s;
-  // 2) The ids at or above the threshold, in id order: each thread a contiguous chunk of a multiple of
-  //    8 ids (16-byte loads; the logits buffer is 256-byte aligned). A NaN (key 0) is never kept, even
+  // 2) The ids at or above the threshold, in id order: each thread a contiguous chunk (SAMPLE_WIDE: a
+  //    multiple of 8 ids, read 32 at a time by four 16-byte loads). A NaN (key 0) is never kept, even
   //    when the threshold falls among them (the CPU's rule).
-  unsigned chunk = ((V + SAMPLE_THREADS - 1) / SAMPLE_THREADS + 7) & ~7u, i0 = min(V, t * chunk), i1 = min(V, i0 + chunk), cnt = 0;
-  auto keep = [&](unsigned short b) { unsigned key = logit_key(b); return key >= kth && key != 0; };
-  // f(id, kept) over the chunk in id order
-  auto scan_chunk = [&](auto f) {
+  unsigned chunk = (V + SAMPLE_THREADS - 1) / SAMPLE_THREADS;
+  if (SAMPLE_WIDE) chunk = (chunk + 7) & ~7u;
+  unsigned i0 = min(V, t * chunk), i1 = min(V, i0 + chunk), cnt = 0;
+  auto keep = [&](unsigned short b) {
+    unsigned key = logit_key(b);
+    return key >= kth && key != 0;
+  };
+  auto scan_chunk = [&](auto f) {  // f(id, kept) over the chunk in id order
     unsigned i = i0;
-    for (; i + 8 <= i1; i += 8) {
-      uint4 v = *(const uint4*)(logits + i);
-      unsigned w[4] = {v.x, v.y, v.z, v.w};
+    if (SAMPLE_WIDE)
+      for (; i + 32 <= i1; i += 32) {
+        uint4 v[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        f(i + 2 * j, keep((unsigned short)(w[j] & 0xffffu)));
-        f(i + 2 * j + 1, keep((unsigned short)(w[j] >> 16)));
+        for (int j = 0; j < 4; ++j) v[j] = *(const uint4*)(logits + i + 8 * j);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const unsigned w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+          for (int e = 0; e < 8; ++e) f(i + 8 * j + e, keep((unsigned short)(w[e >> 1] >> (16 * (e & 1)))));
+        }
       }
-    }
     for (; i < i1; ++i) f(i, keep(logits[i]));
   };
   scan_chunk([&](unsigned, bool k) { cnt += k; });
