@@ -337,7 +337,9 @@ fn ring_launch_smem(p: &Program) -> Option<u32> {
 /// Dynamic shared memory a word's discrete kernel gets: its needs and the deepest weight ring (at most
 /// GEMV_DEPTH items per warp) with which GEMV_MIN_BLOCKS blocks still fit on an SM.
 fn smem_bytes(p: &Program, w: &Word) -> u32 {
-    let blocks = super::cuda_define("GEMV_MIN_BLOCKS").unwrap_or(1).max(1);
+    // (GDN out_proj's kernel has launch bounds of its own, GNR_MIN_BLOCKS, GEMV_MIN_BLOCKS unless set)
+    let gnr = if w.opcode == Opcode::GemvGatedNormResidual { super::cuda_define("GNR_MIN_BLOCKS") } else { None };
+    let blocks = gnr.or_else(|| super::cuda_define("GEMV_MIN_BLOCKS")).unwrap_or(1).max(1);
     smem_bytes_fit(p, w, blocks, super::cuda_define("GEMV_DEPTH").unwrap_or(0) as usize)
 }
 

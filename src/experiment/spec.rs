@@ -68,7 +68,7 @@ pub struct Workload {
     /// empty: the prompt's length.
     #[serde(default)]
     pub contexts: Vec<u32>,
-    /// Activation rows per step (1; >1 is speculative verification, later).
+    /// Activation rows per step: 1 (M-row verification steps run under `mk gpu rows`, not `mk run`).
     #[serde(default = "one")]
     pub rows: u32,
     /// Timing only, for long contexts: each context is reached by a jump of the position (the KV
@@ -210,7 +210,7 @@ impl Experiment {
         }
         if self.workload.rows != 1 {
             bail!(
-                "experiment: workload.rows = {} (M > 1 needs speculative verification, not built yet)",
+                "experiment: workload.rows = {} (`mk run` steps one row; M-row verification steps are checked and timed by `mk gpu rows`)",
                 self.workload.rows
             );
         }
