@@ -65,6 +65,7 @@ fn the_binary_image_decodes_back_to_the_program() {
 #[test]
 fn other_targets_compile_and_validate() {
     use mk::isa::GdnLowering::{Fused, Split};
+    // (M > 1 lowers GDN split whatever the target asks: tests/rows.rs)
     for (sms, m, gdn) in [(1, 1, Fused), (16, 4, Split), (188, 8, Fused), (132, 2, Split)] {
         let t = mk::isa::Target {
             sms,

@@ -100,12 +100,19 @@ fn m_row_programs_lower_gdn_split_and_keep_one_row_per_buffer() {
         w.m_rows = 4;
     }
     let e = validate(&bad).unwrap_err().to_string();
-    assert!(e.contains("rows"), "{e}");
+    assert!(e.contains("has 1 rows, the target's M is 4"), "{e}");
     let mut bad = p.clone();
     let i = bad.words.iter().position(|w| w.opcode == Opcode::GdnRecur).unwrap();
     bad.words[i].opcode = Opcode::GdnStep;
     let e = validate(&bad).unwrap_err().to_string();
     assert!(e.contains("GdnStep runs M = 1 only"), "{e}");
+    // An access past its row's columns (here the argmax's next-token slot, with a control block of two
+    // columns) would reach the next row: refused, though it lies inside the buffer.
+    let mut bad = p.clone();
+    let c = bad.buffer_id("ctrl").unwrap();
+    bad.buffers[c].cols = 2;
+    let e = validate(&bad).unwrap_err().to_string();
+    assert!(e.contains("(Argmax") && e.contains("ctrl[2, 3), outside its row 0 of 2 columns"), "{e}");
 }
 
 #[test]

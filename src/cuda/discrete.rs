@@ -910,6 +910,12 @@ impl Discrete {
         if self.stopped {
             crate::bail!("gpu: the sequence stopped at its stop token; reset it before setting another");
         }
+        if stop.is_some() && self.prog.target.m_rows > 1 {
+            crate::bail!(
+                "gpu: the device-side stop takes one-row steps (this program's M is {})",
+                self.prog.target.m_rows
+            );
+        }
         let vocab = self.prog.buffers[self.logits].cols as u32;
         if let Some(t) = stop.filter(|&t| t >= vocab) {
             crate::bail!("stop token id {t} is out of range (vocabulary {vocab})");

@@ -101,7 +101,10 @@ pub fn check_defines() -> Result<()> {
 fn check_define_list(defs: &[String]) -> Result<()> {
     for d in defs {
         let (name, value) = d.split_once('=').unwrap_or((d.as_str(), ""));
-        if HOST_TUNABLES.iter().any(|t| t.0 == name) && value.parse::<u32>().is_err() {
+        // (GNR_MIN_BLOCKS too: the host sizes GDN out_proj's shared memory by it; its default is
+        // GEMV_MIN_BLOCKS's, so it is not in HOST_TUNABLES)
+        let host_read = HOST_TUNABLES.iter().any(|t| t.0 == name) || name == "GNR_MIN_BLOCKS";
+        if host_read && value.parse::<u32>().is_err() {
             bail!("MK_CUDA_DEFINES: {d}: {name} needs a decimal value (NAME=N): the host reads it too");
         }
         if name == "RING_SLOTS" && value.parse::<u32>().is_ok_and(|d| !(2..=16).contains(&d)) {
@@ -253,6 +256,7 @@ mod tests {
             "RING_BLOCKS=8",
             "RING_SLOT_KB=24",
             "RING_CWARPS=12",
+            "GNR_MIN_BLOCKS=GEMV_MIN_BLOCKS",
         ] {
             assert!(check_define_list(&l(&[bad])).is_err(), "{bad}");
         }

@@ -198,12 +198,12 @@ impl<'a> Interp<'a> {
         Ok(next)
     }
 
-    /// The logits of the last step (bf16 values).
+    /// The logits of the last step (bf16 values; row 0's at M > 1: `logits_rows`).
     pub fn logits(&self) -> &[f32] {
         &self.bufs[self.logits]
     }
 
-    /// A state or activation buffer by name.
+    /// A state or activation buffer by name (of a per-row buffer at M > 1, row 0: `buffer_full`).
     pub fn buffer(&self, name: &str) -> Option<&[f32]> {
         self.prog.buffer_id(name).map(|i| self.bufs[i].as_slice())
     }

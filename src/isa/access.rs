@@ -33,6 +33,8 @@ pub struct Access {
     pub lo: u64,
     pub hi: u64,
     pub write: bool,
+    /// Row m of a per-row buffer (activation, scratch, control): the access must lie in that row.
+    pub row: Option<u32>,
 }
 
 struct Acc<'a> {
@@ -42,18 +44,18 @@ struct Acc<'a> {
 }
 
 impl Acc<'_> {
-    fn add(&mut self, s: usize, lo: usize, hi: usize, write: bool) {
+    fn add(&mut self, s: usize, lo: usize, hi: usize, write: bool, row: Option<u32>) {
         if let Some(b) = self.w.op(s) {
             if lo < hi {
-                self.out.push(Access { buf: b, lo: lo as u64, hi: hi as u64, write });
+                self.out.push(Access { buf: b, lo: lo as u64, hi: hi as u64, write, row });
             }
         }
     }
     fn r(&mut self, s: usize, lo: usize, hi: usize) {
-        self.add(s, lo, hi, false);
+        self.add(s, lo, hi, false, None);
     }
     fn wr(&mut self, s: usize, lo: usize, hi: usize) {
-        self.add(s, lo, hi, true);
+        self.add(s, lo, hi, true, None);
     }
     /// Columns of the buffer in slot `s` (its row length).
     fn cols(&self, s: usize) -> usize {
@@ -62,17 +64,15 @@ impl Acc<'_> {
     /// Row `m` of an activation buffer, columns [c0, c1).
     fn row(&mut self, s: usize, m: usize, c0: usize, c1: usize, write: bool) {
         let cols = self.cols(s);
-        self.add(s, m * cols + c0, m * cols + c1, write);
+        self.add(s, m * cols + c0, m * cols + c1, write, Some(m as u32));
     }
     /// Split-K partials `[m][group][rows]` of the groups of k-part `kp`, rows `rs` (row m of the partial
     /// buffer starts at m times its columns: the buffer is shared by words of several shapes).
     fn partials(&mut self, m: usize, rs: &std::ops::Range<usize>, kp: u32, write: bool) {
         let (groups, parts, rows) = (self.w.arg0 as usize, self.w.k_parts as usize, self.w.rows as usize);
         let (g0, g1) = (kp as usize * groups / parts, (kp as usize + 1) * groups / parts);
-        let stride = self.cols(slot::OUT0);
         for g in g0..g1 {
-            let base = m * stride + g * rows;
-            self.add(slot::OUT0, base + rs.start, base + rs.end, write);
+            self.row(slot::OUT0, m, g * rows + rs.start, g * rows + rs.end, write);
         }
     }
 }
@@ -119,10 +119,9 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 }
             }
             Opcode::ReduceStore | Opcode::ReduceResidual => {
-                let (groups, rows, stride) = (w.arg0 as usize, w.rows as usize, a.cols(slot::IN0));
+                let (groups, rows) = (w.arg0 as usize, w.rows as usize);
                 for g in 0..groups {
-                    let base = m * stride + g * rows;
-                    a.r(slot::IN0, base + rs.start, base + rs.end);
+                    a.row(slot::IN0, m, g * rows + rs.start, g * rows + rs.end, false);
                 }
                 if w.opcode == Opcode::ReduceResidual {
                     a.row(slot::OUT0, m, rs.start, rs.end, false);

@@ -409,7 +409,7 @@ fn check_units(p: &Program, i: usize, w: &Word) -> Result<HashMap<usize, Ranges>
     let mut per_buf: HashMap<usize, Ranges> = HashMap::new();
     let mut unit_acc: Vec<(usize, u64, u64, bool, u32)> = Vec::new();
     for u in 0..w.units {
-        for Access { buf, lo, hi, write } in unit_accesses(p, w, u) {
+        for Access { buf, lo, hi, write, row } in unit_accesses(p, w, u) {
             let b = &p.buffers[buf];
             if b.kind == BufKind::Weight {
                 continue;
@@ -419,6 +419,15 @@ fn check_units(p: &Program, i: usize, w: &Word) -> Result<HashMap<usize, Ranges>
                     "{at}: bounds: unit {u} touches {}[{lo}, {hi}) but the buffer has {} elements",
                     b.name,
                     b.elems()
+                );
+            }
+            // Row m's access lies inside row m (its view on the GPU, its vector in the interpreter:
+            // past the row's columns it would reach the next row).
+            if let Some(m) = row.filter(|&m| lo < m as u64 * b.cols || hi > (m as u64 + 1) * b.cols) {
+                bail!(
+                    "{at}: bounds: unit {u} touches {}[{lo}, {hi}), outside its row {m} of {} columns",
+                    b.name,
+                    b.cols
                 );
             }
             let r = per_buf.entry(buf).or_default();
