@@ -50,6 +50,21 @@ pub struct DevCtx {
 }
 const _: () = assert!(std::mem::size_of::<DevCtx>() == 128);
 
+/// The buffer pointer table of `prog` (buffer i at `at[i]`) as M row views, view after view: in view m
+/// per-row buffers (one row per row m, the validator checks) start m rows in; weights, states and KV
+/// caches are shared (`for_rows` in common.cuh).
+fn row_views(prog: &Program, at: &[u64]) -> Vec<u64> {
+    let m_rows = prog.target.m_rows as u64;
+    (0..m_rows)
+        .flat_map(|m| {
+            prog.buffers
+                .iter()
+                .zip(at)
+                .map(move |(b, &a)| a + if b.kind.per_row() { m * b.cols * b.elem_bytes as u64 } else { 0 })
+        })
+        .collect()
+}
+
 /// Blocks of a looping GEMV launch of `units` units with `resident` blocks fitting the GPU at once: with
 /// tickets every resident block (at most one per unit); without, as few as give every block the same
 /// number of units (rounds = ceil(units / resident)).
@@ -451,9 +466,7 @@ impl Discrete {
         let cfg = &ck.config;
         super::check_defines()?;
         let m_rows = prog.target.m_rows as usize;
-        if let Some(b) = prog.buffers.iter().find(|b| {
-            matches!(b.kind, BufKind::Activation | BufKind::Scratch | BufKind::Control) && b.rows != m_rows as u64
-        }) {
+        if let Some(b) = prog.buffers.iter().find(|b| b.kind.per_row() && b.rows != m_rows as u64) {
             crate::bail!("gpu: buffer {} has {} rows, the program's M is {m_rows}", b.name, b.rows);
         }
         // The attention ops keep one accumulator per query head of a group in registers (MAX_GROUP).
@@ -593,17 +606,8 @@ impl Discrete {
         // Tables.
         let le64 = |v: Vec<u64>| v.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let le32 = |v: Vec<u32>| v.into_iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        // Row view m: per-row buffers (activations, scratch, the control block: one row per row m, the
-        // validator checks) start m rows in; weights, states and KV caches are shared.
-        let views: Vec<u64> = (0..m_rows as u64)
-            .flat_map(|m| {
-                prog.buffers.iter().zip(&places).map(move |(b, p)| {
-                    let rowed = matches!(b.kind, BufKind::Activation | BufKind::Scratch | BufKind::Control);
-                    base + p.off as u64 + if rowed { m * b.cols * b.elem_bytes as u64 } else { 0 }
-                })
-            })
-            .collect();
-        put(&mut arena, t_bufs, &le64(views))?;
+        let at: Vec<u64> = places.iter().map(|p| base + p.off as u64).collect();
+        put(&mut arena, t_bufs, &le64(row_views(prog, &at)))?;
         put(
             &mut arena,
             t_scales,
@@ -1636,6 +1640,29 @@ pub fn wait_strides(prog: &Program) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_views_offset_per_row_buffers_only() {
+        let mut t = crate::compiler::h200(3);
+        t.max_context = 256;
+        let p =
+            crate::compiler::compile(&crate::model::config::ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap();
+        let at: Vec<u64> = (0..p.buffers.len() as u64).map(|i| 1 << 40 | i << 24).collect();
+        let v = row_views(&p, &at);
+        let n = p.buffers.len();
+        assert_eq!(v.len(), 3 * n);
+        assert_eq!(&v[..n], &at[..], "view 0 is the table itself");
+        let id = |name: &str| p.buffer_id(name).unwrap();
+        // h (bf16), the control block (u32 x 3), a KV cache and a weight, in view 2
+        let h = id("h");
+        assert_eq!(v[2 * n + h], at[h] + 2 * p.buffers[h].cols * 2);
+        let c = id("ctrl");
+        assert_eq!(v[2 * n + c], at[c] + 2 * 3 * 4);
+        let kv = p.buffers.iter().position(|b| b.kind == BufKind::State).unwrap();
+        assert_eq!(v[2 * n + kv], at[kv]);
+        let wt = p.buffers.iter().position(|b| b.kind == BufKind::Weight).unwrap();
+        assert_eq!(v[n + wt], at[wt]);
+    }
 
     #[test]
     fn ring_shared_memory_fits_the_blocks_per_sm() {

@@ -101,7 +101,7 @@ impl<'a> Interp<'a> {
         let m = prog.target.m_rows as usize;
         let mut rows = vec![Vec::new(); bufs.len()];
         for (i, b) in prog.buffers.iter().enumerate() {
-            if m > 1 && matches!(b.kind, BufKind::Activation | BufKind::Scratch | BufKind::Control) {
+            if m > 1 && b.kind.per_row() {
                 if b.rows != m as u64 {
                     bail!("interpreter: buffer {} has {} rows for M = {m}", b.name, b.rows);
                 }

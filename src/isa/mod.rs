@@ -270,8 +270,16 @@ pub enum BufKind {
     Scratch,
     /// Per-sequence state that lives across steps (conv rings, recurrent state, KV caches).
     State,
-    /// The control block: [pos, token, next_token] (u32).
+    /// The control block: [pos, token, next_token] (u32), one row per row m.
     Control,
+}
+
+impl BufKind {
+    /// One row per row m of an M-row step (activations, scratch, the control block); weights and states
+    /// are shared by the rows.
+    pub fn per_row(self) -> bool {
+        matches!(self, BufKind::Activation | BufKind::Scratch | BufKind::Control)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

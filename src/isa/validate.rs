@@ -465,9 +465,7 @@ pub fn validate(p: &Program) -> Result<Summary> {
     // M rows: every activation, scratch and control buffer holds one row per row m (the GPU runs an op
     // row by row on a view whose row-m buffers start m rows in).
     for b in &p.buffers {
-        if matches!(b.kind, BufKind::Activation | BufKind::Scratch | BufKind::Control)
-            && b.rows != p.target.m_rows as u64
-        {
+        if b.kind.per_row() && b.rows != p.target.m_rows as u64 {
             bail!(
                 "program: buffer {} ({:?}) has {} rows, the target's M is {}",
                 b.name,
