@@ -902,7 +902,7 @@ impl Discrete {
     ) -> Result<u32> {
         self.check(token)?;
         let r = self.step_unchecked(token, eager, after_word);
-        let t = self.advance(r)?;
+        let t = self.advance(r, 1)?;
         self.stopped = Some(t) == self.stop_token;
         Ok(t)
     }
@@ -1078,14 +1078,7 @@ impl Discrete {
     /// and that copy's event, never a stream synchronisation. Returns the n generated tokens.
     pub fn generate(&mut self, token: u32, n: usize) -> Result<Vec<u32>> {
         self.check(token)?;
-        if self.pos + n > self.prog.target.max_context as usize {
-            crate::bail!(
-                "context overflow: {} steps from position {} pass max context {}",
-                n,
-                self.pos,
-                self.prog.target.max_context
-            );
-        }
+        self.room(n, "steps")?;
         let r = self.generate_unchecked(token, n).and_then(|v| self.check_sampler().map(|_| v));
         self.advance_by(r)
     }
@@ -1178,12 +1171,24 @@ impl Discrete {
         Ok(())
     }
 
+    /// `n` more positions (`what`: steps or rows) fit the max context.
+    fn room(&self, n: usize, what: &str) -> Result<()> {
+        if self.pos + n > self.prog.target.max_context as usize {
+            crate::bail!(
+                "context overflow: {n} {what} from position {} pass max context {}",
+                self.pos,
+                self.prog.target.max_context
+            );
+        }
+        Ok(())
+    }
+
     /// After a checked step: the position moves on when it succeeded; a failure leaves the state
     /// partly written, so the sequence is marked broken until `reset`.
-    fn advance<T>(&mut self, r: Result<T>) -> Result<T> {
+    fn advance<T>(&mut self, r: Result<T>, positions: usize) -> Result<T> {
         match r {
             Ok(v) => {
-                self.pos += 1;
+                self.pos += positions;
                 Ok(v)
             }
             Err(e) => {
@@ -1198,7 +1203,7 @@ impl Discrete {
     pub fn time_words(&mut self, token: u32) -> Result<Vec<f32>> {
         self.check(token)?;
         let r = self.time_words_unchecked(token);
-        self.advance(r)
+        self.advance(r, 1)
     }
 
     fn time_words_unchecked(&mut self, token: u32) -> Result<Vec<f32>> {
@@ -1355,27 +1360,12 @@ impl Discrete {
         for &t in tokens {
             self.check_token(t)?;
         }
-        if self.pos + m > self.prog.target.max_context as usize {
-            crate::bail!(
-                "context overflow: {m} rows from position {} pass max context {}",
-                self.pos,
-                self.prog.target.max_context
-            );
-        }
+        self.room(m, "rows")?;
         if self.sampling && m > 1 {
             crate::bail!("gpu: sampling takes one row; an M = {m} step is greedy");
         }
         let r = self.step_rows_unchecked(tokens, mega);
-        match r {
-            Ok(v) => {
-                self.pos += m;
-                Ok(v)
-            }
-            Err(e) => {
-                self.broken = true;
-                Err(e)
-            }
-        }
+        self.advance(r, m)
     }
 
     fn step_rows_unchecked(&mut self, tokens: &[u32], mega: bool) -> Result<Vec<u32>> {
