@@ -150,6 +150,11 @@
                            // DevCtx::stamps: the graph's per-word times inside the captured step (not the
                            // GEMV_RING kernels, nor the GEMVs with UNIT_LOOP=0)
 #endif
+#ifndef TOPK_FUSED
+#define TOPK_FUSED 1       // sampling's top-k threshold from histograms the lm_head fills as it writes the logits
+                           // (k_sample_collect then one pass of many blocks); 0: the one-block sampler's four
+                           // passes over the logits (sample.cu)
+#endif
 #ifndef DEVICE_STOP
 #define DEVICE_STOP 1      // graph kernels return at once after the stop token (0: timing the check's cost only)
 #endif
@@ -260,6 +265,34 @@ static_assert(PV_UNROLL >= 1, "PV_UNROLL: at least one value row in flight");
                         // head computes and sums them (the same bits)
 #endif
 
+// The sampler's block in the arena (DevCtx::sampler), in u32 words: SampleParams and the sticky status,
+// then what the fused top-k (TOPK_FUSED) keeps between the lm_head and the sampler; words SB_COUNT ..
+// SB_CANDS are zero between steps (k_sample zeroes them after use; the host at reset and set_sampling).
+struct SampleParams {
+  float temperature;
+  unsigned top_k;
+  float top_p;
+  unsigned pad;
+  unsigned long long seed;
+};
+#define SB_STATUS 6       // sticky: more ids tied at the threshold than SAMPLE_CAP
+#define SB_KEPT 7         // the last sampled step's ids at or above the top-k threshold (the GPU check reads it)
+#define SB_COUNT 8        // ids at or above the threshold (k_sample_collect's integer atomic)
+#define SB_HI 256         // [256] logits counted by their key's high byte (the lm_head)
+#define SB_FULL 512       // [65536] logits counted by key (the lm_head)
+#define SB_CANDS 66048    // [SAMPLE_CAP] the kept ids, in any order
+#define SAMPLE_CAP 4096   // ids kept at most, ties at the k-th value included (a power of two: the bitonic sort's
+                          // padding; 2 x 16 KB of the sampler's shared memory)
+#define SB_WORDS (SB_CANDS + SAMPLE_CAP)
+
+// A bf16 logit's 16-bit key, ascending with its value: NaN lowest, -0 as +0 (top-k is a threshold on
+// values, and -0 == +0).
+__device__ __forceinline__ unsigned logit_key(unsigned short b) {
+  if ((b & 0x7fffu) > 0x7f80u) return 0;
+  if (b == 0x8000u) b = 0;
+  return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
+}
+
 struct DevCtx {
   void* const* bufs;              // per buffer id: device pointer
   const float* const* scales;     // per buffer id: fp8 weight_scale_inv as f32 [rows/128][cols/128], else null
@@ -273,11 +306,12 @@ struct DevCtx {
   unsigned long long* stamps;     // GRAPH_STAMPS: the timeline slots (four u64 per unit), else null
   const unsigned* unit_base;      // [n_words]: each word's first timeline slot
   const unsigned char* tmaps;     // RING_TC: per buffer id a 128-byte tensor map (fp8 weights of whole items), else zeros
+  unsigned* sampler;              // the sampler's block (SB_*), or null (the megakernel: it never samples)
   unsigned rotary_dim, head_dim, gdn_dim, n_heads, n_kv_heads, gdn_k_heads, gdn_v_heads, max_ctx;
   float eps;
   unsigned n_bufs;                // buffers per row view: bufs holds M_ROWS views of n_bufs pointers each
 };
-static_assert(sizeof(DevCtx) == 128, "DevCtx as src/cuda/discrete.rs lays it out");
+static_assert(sizeof(DevCtx) == 136, "DevCtx as src/cuda/discrete.rs lays it out");
 
 // The sequence stopped (an earlier step produced the stop token): every later kernel of the graph
 // returns at once, so replays queued past the stop change nothing. The host clears it (reset).

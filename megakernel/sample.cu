@@ -1,32 +1,27 @@
 // The GPU sampler (discrete path): temperature, top-k, top-p and the draw, exactly as the CPU's
 // `model::sample` (transformers' warpers in its order, its tie rules, `exp_mk`, `uniform_at`), so a
-// GPU-sampled token equals the CPU's choice on the same logits, bit for bit. One block of 1,024
-// threads between the Argmax and EndStep words; greedy (temperature 0) leaves the argmax's token.
+// GPU-sampled token equals the CPU's choice on the same logits, bit for bit. k_sample_collect (many
+// blocks, TOPK_FUSED) then k_sample (one block of 1,024 threads) between the Argmax and EndStep words;
+// greedy (temperature 0) leaves the argmax's token.
 // Needs 1 <= top_k <= SAMPLE_MAX (the host refuses others: full-vocabulary sampling is CPU-only).
 // top-k keeps every id at or above the k-th value (transformers' rule), so ties can keep more than k:
-// room for SAMPLE_CAP; more sets *status = 1 (sticky: the host reports it) and leaves the argmax's
+// room for SAMPLE_CAP; more sets the status word (sticky: the host reports it) and leaves the argmax's
 // token. (Measured: top-k 2048 on the tiny preset's 248K bf16 logits tied past 2,048.)
 
 #define SAMPLE_THREADS 1024
+#ifndef TOPK_BREAK
+#define TOPK_BREAK 0  // negative control: 1 raises the fused top-k's threshold by one key (`mk gpu sample` must fail)
+#endif
 #define SAMPLE_MAX 2048
-#define SAMPLE_CAP 4096  // a power of two (the bitonic sort's padding); 2 x 16 KB of shared memory
 
 #ifndef SAMPLE_WIDE
-#define SAMPLE_WIDE 0  // 1: every pass over the logits issues four 16-byte loads per thread before it uses
-                       // any (64 KB in flight for the block, against 2 KB with one 2-byte load per thread
-                       // and round: the sampler is latency-bound, 265 us a token on the 27B; warp-
-                       // aggregated histogram atomics changed nothing: results/sampler_adf1b4f). The same
-                       // counts and ids, so the same token. Built 2026-12-01, compiled, NOT yet run:
-                       // scripts/device_sampler.sh with MK_CUDA_DEFINES=SAMPLE_WIDE=1.
+#define SAMPLE_WIDE 1  // TOPK_FUSED=0's passes over the logits: four 16-byte loads per thread before it uses
+                       // any (64 KB in flight for the block; 0: one 2-byte load per thread and round). The
+                       // passes are latency-bound: 163 against 255 us a token on the 27B, 157 against 252
+                       // on small (results/sampler_27b4452; warp-aggregated histogram atomics changed
+                       // nothing: results/sampler_adf1b4f). The same counts and ids, so the same token.
 #endif
 
-struct SampleParams {
-  float temperature;
-  unsigned top_k;
-  float top_p;
-  unsigned pad;
-  unsigned long long seed;
-};
 
 // e^x from IEEE +, -, * only, in the CPU's order (--fmad=false: nothing fuses). See exp_mk in
 // src/model/sample.rs; the constants are the same f32 bits.
@@ -52,13 +47,6 @@ __device__ float uniform_at(unsigned long long seed, unsigned long long pos) {
   return (float)(z >> 40) / 16777216.0f;
 }
 
-// A bf16 logit's 16-bit key, ascending with its value: NaN lowest, -0 as +0 (top-k is a threshold on
-// values, and -0 == +0).
-__device__ __forceinline__ unsigned logit_key(unsigned short b) {
-  if ((b & 0x7fffu) > 0x7f80u) return 0;
-  if (b == 0x8000u) b = 0;
-  return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
-}
 
 // f32 total order (Rust's total_cmp) as an unsigned key.
 __device__ __forceinline__ unsigned total_key(float f) {
@@ -138,13 +126,11 @@ __device__ void bitonic_sort(unsigned* hi, unsigned* lo, unsigned n) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsigned short* logits, unsigned V, unsigned* ctrl,
-                                                                     const SampleParams* sp, unsigned* status, const unsigned* stop) {
-  __shared__ unsigned hist[256], sh[33], b1_s, need_s, kth_s;
-  __shared__ unsigned key_hi[SAMPLE_CAP], key_lo[SAMPLE_CAP];
-  float T = sp->temperature;
-  if (!(T > 0.0f)) return;  // greedy: the argmax's token stands
-  if (((volatile const unsigned*)stop)[1] != 0) return;  // the sequence stopped (DevCtx::stop)
+// TOPK_FUSED=0: the kept ids (key_lo, in id order) from four passes over the logits; returns how many
+// (more than SAMPLE_CAP: none written).
+__device__ unsigned kept_by_passes(const unsigned short* logits, unsigned V, const SampleParams* sp, unsigned* key_lo,
+                                   unsigned* sh) {
+  __shared__ unsigned hist[256], b1_s, need_s, kth_s;
   unsigned k = sp->top_k, t = threadIdx.x;
   // 1) The k-th largest key by two 8-bit radix passes (integer counts: exact in any order): the high
   //    byte's bucket holding the k-th largest, then the low byte within it.
@@ -202,14 +188,20 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsi
   scan_chunk([&](unsigned, bool k) { cnt += k; });
   unsigned n;
   unsigned at = block_exclusive_scan(cnt, sh, &n);
-  if (n > SAMPLE_CAP) {
-    if (t == 0) *status = 1;
-    return;
-  }
+  if (n > SAMPLE_CAP) return n;
   scan_chunk([&](unsigned i, bool k) {
     if (k) key_lo[at++] = i;
   });
   __syncthreads();
+  return n;
+}
+
+// 3) and 4): top-p over the n kept ids (key_lo, in id order) and the draw; ctrl[2] receives the token.
+// Every thread calls it (the sorts).
+__device__ void sample_kept(const unsigned short* logits, unsigned n, unsigned* key_hi, unsigned* key_lo, unsigned* sh,
+                            unsigned* ctrl, const SampleParams* sp) {
+  float T = sp->temperature;
+  unsigned t = threadIdx.x;
   // 3) top-p: ascending (score, id), the ascending prefix with cumulative probability <= 1 - p removed.
   unsigned first = 0;
   if (sp->top_p < 1.0f) {
@@ -253,5 +245,102 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsi
       if (cum > target) { pick = key_lo[i]; break; }
     }
     ctrl[2] = pick;
+  }
+}
+
+// The bin holding the k-th largest of 256 counts (h[255] first), by one warp, as the serial walk
+// `while (b > 0 && above + h[b] < k) above += h[b--]`: lane l sums bins 255 - 8l .. 248 - 8l, a warp
+// scan (integers: exact) finds the first lane whose running count reaches k (else the last: bin 0),
+// that lane walks its eight. Returns the bin; *need = k - the count above it.
+__device__ unsigned kth_bin(const unsigned* h, unsigned k, unsigned* need) {
+  unsigned lane = threadIdx.x & 31, top = 255 - 8 * lane, s = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s += h[top - j];
+  unsigned x = s;
+  for (int o = 1; o < 32; o <<= 1) {
+    unsigned y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= (unsigned)o) x += y;
+  }
+  unsigned reach = __ballot_sync(0xffffffffu, x >= k);
+  unsigned L = reach ? __ffs(reach) - 1 : 31;
+  unsigned above = __shfl_sync(0xffffffffu, x - s, L), b = 255 - 8 * L;
+  while (b > 0 && above + h[b] < k) above += h[b--];  // (every lane the same walk: no divergence)
+  *need = k - above;
+  return b;
+}
+
+// TOPK_FUSED: the ids at or above the k-th largest key, from the counts the lm_head left (SB_HI,
+// SB_FULL): every block finds the threshold (two warp walks over 256 bins: 2 KB read) while its 2,048
+// logits load, then appends its kept ids at an integer atomic (any order: k_sample sorts them by id).
+// A NaN (key 0) is never kept. One thread per 8 ids; grid ceil(V / 2048) blocks of 256.
+extern "C" __global__ void __launch_bounds__(256) k_sample_collect(const unsigned short* logits, unsigned V, unsigned* sb,
+                                                                  const unsigned* stop) {
+  const SampleParams* sp = (const SampleParams*)sb;
+  if (!(sp->temperature > 0.0f)) return;
+  if (((volatile const unsigned*)stop)[1] != 0) return;
+  __shared__ unsigned kth_s;
+  unsigned i0 = 8 * (blockIdx.x * 256 + threadIdx.x);
+  unsigned short v[8];
+  bool whole = i0 + 8 <= V && (V & 7u) == 0;  // (the buffer is 256-byte aligned: a 16-byte load)
+  if (whole) {
+    uint4 q = *(const uint4*)(logits + i0);
+    const unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = (unsigned short)(w[e >> 1] >> (16 * (e & 1)));
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = i0 + e < V ? logits[i0 + e] : 0x7fc0u;  // past the end: a NaN, never kept
+  }
+  if (threadIdx.x < 32) {
+    unsigned need, b1 = kth_bin(sb + SB_HI, sp->top_k, &need);
+    unsigned b0 = kth_bin(sb + SB_FULL + 256 * b1, need, &need);
+    if (threadIdx.x == 0) kth_s = ((b1 << 8) | b0) + TOPK_BREAK;
+  }
+  __syncthreads();
+  unsigned kth = kth_s;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    unsigned key = logit_key(v[e]);
+    if (key >= kth && key != 0) {
+      unsigned at = atomicAdd(sb + SB_COUNT, 1u);
+      if (at < SAMPLE_CAP) sb[SB_CANDS + at] = i0 + e;
+    }
+  }
+}
+
+// TOPK_FUSED: k_sample_collect's ids into key_lo in id order (ids are distinct: a sort by id alone);
+// returns how many (more than SAMPLE_CAP: the ones past it were never written).
+__device__ unsigned kept_collected(const unsigned* sb, unsigned* key_hi, unsigned* key_lo) {
+  unsigned n = ((volatile const unsigned*)sb)[SB_COUNT];
+  if (n > SAMPLE_CAP) return n;
+  for (unsigned i = threadIdx.x; i < n; i += SAMPLE_THREADS) key_hi[i] = key_lo[i] = sb[SB_CANDS + i];
+  __syncthreads();
+  bitonic_sort(key_hi, key_lo, n);
+  return n;
+}
+
+// The sampler: the kept ids (TOPK_FUSED: k_sample_collect's, else four passes over the logits), then
+// top-p and the draw (sample_kept). One block of 1,024 threads between the Argmax and EndStep words.
+// TOPK_FUSED: it then zeroes the counts for the next step (the lm_head counted if sampling is on,
+// whether or not the sequence stopped after it with DEVICE_STOP=0).
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsigned short* logits, unsigned V, unsigned* ctrl,
+                                                                     unsigned* sb, const unsigned* stop) {
+  __shared__ unsigned sh[33];
+  __shared__ unsigned key_hi[SAMPLE_CAP], key_lo[SAMPLE_CAP];
+  const SampleParams* sp = (const SampleParams*)sb;
+  if (!(sp->temperature > 0.0f)) return;  // greedy: the argmax's token stands (and nothing was counted)
+  if (((volatile const unsigned*)stop)[1] == 0) {  // (else the sequence stopped: DevCtx::stop)
+    unsigned n = TOPK_FUSED ? kept_collected(sb, key_hi, key_lo) : kept_by_passes(logits, V, sp, key_lo, sh);
+    if (threadIdx.x == 0) sb[SB_KEPT] = n;
+    if (n > SAMPLE_CAP) {
+      if (threadIdx.x == 0) sb[SB_STATUS] = 1;  // the argmax's token stands
+    } else {
+      sample_kept(logits, n, key_hi, key_lo, sh, ctrl, sp);
+    }
+  }
+  if (TOPK_FUSED) {
+    __syncthreads();  // every read of the count is done
+    uint4* z = (uint4*)(sb + SB_COUNT);
+    for (unsigned i = threadIdx.x; i < (SB_CANDS - SB_COUNT) / 4; i += SAMPLE_THREADS) z[i] = make_uint4(0, 0, 0, 0);
   }
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The sampler's cost a token (what fusing top-k into the lm_head could save at most): `mk gpu sample`
-# on small and the 27B (its checks: every GPU-sampled token equals the CPU sampler's, the negative
-# control; then pipelined ms/token greedy against sampled, medians of 3), with the defaults and with
-# SAMPLE_WIDE=1 (four 16-byte loads per thread in flight in every pass over the logits; built
-# 2026-12-01, NOT yet run). Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
+# The sampler: `mk gpu sample` on small and the 27B (its checks: every GPU-sampled token and every
+# step's kept-set size equal the CPU sampler's, the negative control; then pipelined ms/token greedy
+# against sampled, medians of 3), with the defaults (TOPK_FUSED=1: the lm_head counts the logits'
+# keys, k_sample_collect keeps the ids at or above the threshold) and with TOPK_FUSED=0 (the one-block
+# sampler's four passes, SAMPLE_WIDE=1); TOPK_BREAK=1 (the threshold one key high) must FAIL the check.
+# Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
-$MK synth --preset small --seed 0 --out /tmp/mkcache/small-seed0 > /dev/null
+for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
 ( $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1 ) &
 synth_pid=$!
 mkdir -p "$R/sample"
@@ -16,9 +17,12 @@ sample() {
   echo "exit $?" >> "$R/sample/$1$4.txt"
   cat "$R/sample/$1$4.txt" | log
 }
-sample small-seed0 200 "SAMPLE_WIDE=1" _wide
-sample small-seed0 200 "" ""
+ops_tiny  # the lm_head's op check (greedy: it counts nothing) and the megakernel's identity on tiny
+run_checks mega_tiny_debug
+sample small-seed0 200 "" _fused
+sample small-seed0 200 "TOPK_FUSED=0" _passes
+sample small-seed0 200 "TOPK_BREAK=1" _negative
 wait $synth_pid
-sample qwen3.5-27b-seed0 240 "SAMPLE_WIDE=1" _wide
-sample qwen3.5-27b-seed0 240 "" ""
+sample qwen3.5-27b-seed0 240 "" _fused
+sample qwen3.5-27b-seed0 240 "TOPK_FUSED=0" _passes
 finish

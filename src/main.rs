@@ -425,7 +425,7 @@ fn run(cli: Cli) -> Result<()> {
             multistep(&dir, steps as usize, per_launch as usize, &cache)?
         }
         Cmd::Gpu { cmd: GpuCmd::Sample { dir, steps, cache } } => {
-            use mk::model::sample::{sample, uniform_at, SamplingParams};
+            use mk::model::sample::{candidates, sample, uniform_at, SamplingParams};
             let ck = Checkpoint::open(&dir)?;
             let mut t = mk::compiler::h200(1);
             t.max_context = (steps as usize + 2).div_ceil(256) as u32 * 256;
@@ -437,7 +437,8 @@ fn run(cli: Cli) -> Result<()> {
                 let p = SamplingParams { temperature, top_k, top_p };
                 d.reset()?;
                 d.set_sampling(&p, seed)?;
-                let (mut tok, mut same) = (9419u32, 0u32);
+                let (mut tok, mut same, mut kept_same) = (9419u32, 0u32, 0u32);
+                let top_k_only = SamplingParams { top_p: 1.0, ..p };
                 // A setting that fails (the sampler's capacity) is reported and counted; the others run.
                 let run = (|| -> mk::error::Result<()> {
                     for pos in 0..steps as u64 {
@@ -446,16 +447,19 @@ fn run(cli: Cli) -> Result<()> {
                         let want = sample(&logits, &p, uniform_at(seed, pos))?;
                         let other = sample(&logits, &p, uniform_at(seed + 1, pos))?;
                         same += (next == want) as u32;
+                        // the kept set's size (top-k's threshold with its ties) against the CPU's
+                        kept_same += (d.sampler_kept()? as usize == candidates(&logits, &top_k_only).len()) as u32;
                         control_diff += (other != next) as u32;
                         total += 1;
                         tok = next;
                     }
                     Ok(())
                 })();
-                bad += steps - same;
+                bad += 2 * steps - same - kept_same;
                 match run {
                     Ok(()) => println!(
-                        "T {temperature} top-k {top_k} top-p {top_p}: {same} of {steps} GPU tokens equal the CPU's"
+                        "T {temperature} top-k {top_k} top-p {top_p}: {same} of {steps} GPU tokens equal the CPU's, \
+                         the kept set's size in {kept_same}"
                     ),
                     Err(e) => {
                         println!("T {temperature} top-k {top_k} top-p {top_p}: FAILED after {same} equal tokens: {e}")
@@ -464,7 +468,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             d.set_sampling(&SamplingParams::greedy(), 0)?;
             println!("negative control (the CPU drawing with seed + 1): {control_diff} of {total} tokens differ");
-            // What the sampler costs a token (what fusing top-k into the lm_head could save at most):
+            // What the sampler costs a token (with TOPK_FUSED the lm_head's counting included):
             // pipelined generation, greedy (the sampler kernel returns at once) against sampled, one
             // warm-up run each, then the two timed runs alternated three times (medians).
             let mut timed = |p: &SamplingParams| -> mk::error::Result<f64> {
@@ -497,7 +501,9 @@ fn run(cli: Cli) -> Result<()> {
                 (s - g) / g * 100.0
             );
             if bad > 0 || control_diff == 0 {
-                mk::bail!("gpu sample: {bad} tokens differ from the CPU sampler (negative control differed {control_diff} times)");
+                mk::bail!(
+                    "gpu sample: {bad} tokens or kept-set sizes differ from the CPU sampler (negative control differed {control_diff} times)"
+                );
             }
             println!("verdict: ok");
         }

@@ -1,6 +1,23 @@
 // op_lm_head: logits of the unit's vocabulary rows, bf(W . rmsnorm(h)) (final norm in W1), and the
 // unit's (max, argmax) candidate: first maximum in row order, so the lowest id wins ties (a NaN
 // below every number, as op_argmax and the CPU's argmax).
+// Sampling on (TOPK_FUSED): warp 1 counts the unit's logits into the sampler's histograms (integer
+// atomics: exact counts in any order; lanes of one key add together) for the top-k threshold, so the
+// sampler never reads the whole vocabulary to find it.
+__device__ __forceinline__ void topk_count(const DevCtx& c, const unsigned short* logits, unsigned r0, unsigned r1) {
+  if (!c.sampler || !(((const SampleParams*)c.sampler)->temperature > 0.0f)) return;
+  unsigned lane = threadIdx.x & 31;
+  for (unsigned base = r0; base < r1; base += 32) {
+    bool in = base + lane < r1;
+    unsigned key = in ? logit_key(logits[base + lane]) : 0xffffffffu;
+    unsigned same = __match_any_sync(0xffffffffu, key);
+    if (in && __ffs(same) - 1 == (int)lane) atomicAdd(c.sampler + SB_FULL + key, (unsigned)__popc(same));
+    unsigned hi = in ? key >> 8 : 0xffffffffu;
+    same = __match_any_sync(0xffffffffu, hi);
+    if (in && __ffs(same) - 1 == (int)lane) atomicAdd(c.sampler + SB_HI + hi, (unsigned)__popc(same));
+  }
+}
+
 template <bool STREAM>  // (unused: bf16 weights take dot_rows)
 __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
@@ -29,4 +46,5 @@ __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* sme
     cand[2 * u] = best;
     cand[2 * u + 1] = (float)id;
   }
+  if (TOPK_FUSED && threadIdx.x >= 32 && threadIdx.x < 64) topk_count(c, logits, r0, r1);
 }

@@ -36,6 +36,8 @@ pub struct DevCtx {
     unit_base: u64,
     /// RING_TC: per buffer id a 128-byte tensor map (fp8 weights of whole 16 x 1,024 items), else zeros.
     tmaps: u64,
+    /// The sampler's block (`SB_*` in common.cuh); 0 for the megakernel (it never samples).
+    sampler: u64,
     rotary_dim: u32,
     head_dim: u32,
     gdn_dim: u32,
@@ -48,7 +50,7 @@ pub struct DevCtx {
     /// Buffers per row view (`bufs` holds M views).
     n_bufs: u32,
 }
-const _: () = assert!(std::mem::size_of::<DevCtx>() == 128);
+const _: () = assert!(std::mem::size_of::<DevCtx>() == 136);
 
 /// The buffer pointer table of `prog` (buffer i at `at[i]`) as M row views, view after view: in view m
 /// per-row buffers (one row per row m, the validator checks) start m rows in; weights, states and KV
@@ -89,8 +91,14 @@ fn cu<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> 
 const ALIGN: usize = 256;
 /// The GPU sampler's largest top_k (SAMPLE_MAX in sample.cu).
 const SAMPLE_MAX: usize = 2048;
-/// The GPU sampler's room for candidates, ties at the k-th value included (SAMPLE_CAP in sample.cu).
+/// The GPU sampler's room for candidates, ties at the k-th value included (SAMPLE_CAP in common.cuh).
 const SAMPLE_CAP: usize = 4096;
+/// The sampler's block in the arena, in u32 words (SB_* in common.cuh): SampleParams (24 bytes), the
+/// sticky status, then the fused top-k's count, histograms (zero between steps) and kept ids.
+const SB_STATUS: usize = 6;
+const SB_KEPT: usize = 7;
+const SB_CANDS: usize = 66048;
+const SB_WORDS: usize = SB_CANDS + SAMPLE_CAP;
 
 /// Where a buffer lives in the arena and how it is stored there.
 #[derive(Clone, Copy, Debug)]
@@ -137,6 +145,8 @@ pub struct Discrete {
     stop_token: Option<u32>,
     stopped: bool,
     sampler: Option<CudaFunction>,
+    /// TOPK_FUSED: the sampler's collect kernel (the ids at or above the threshold the lm_head's counts give).
+    sample_collect: Option<CudaFunction>,
     /// Sampling (temperature > 0) is on: steps check the sampler's status.
     sampling: bool,
     /// The persistent kernel, when the module has it.
@@ -561,8 +571,9 @@ impl Discrete {
         let total_units: usize = prog.words.iter().map(|w| w.units as usize).sum();
         let tl_base = take(4 * prog.words.len());
         let tl_off = take(32 * total_units);
-        // The GPU sampler's parameters (SampleParams in sample.cu, 24 bytes) and its sticky status.
-        let samp_off = take(32);
+        // The GPU sampler's block: parameters (SampleParams, 24 bytes), sticky status, the fused top-k's
+        // counts and kept ids (SB_* in common.cuh).
+        let samp_off = take(4 * SB_WORDS);
         // The device-side stop: the stop token + 1 (0: none) and the stopped flag EndStep sets.
         let stop_off = take(8);
         // The discrete GEMV launches' unit tickets and finished-block counts (GEMV_DYNAMIC), one pair
@@ -664,6 +675,7 @@ impl Discrete {
             stamps: if super::cuda_define("GRAPH_STAMPS").unwrap_or(0) != 0 { base + tl_off as u64 } else { 0 },
             unit_base: base + tl_base as u64,
             tmaps: base + tmaps_off as u64,
+            sampler: base + samp_off as u64,
             rotary_dim: rot as u32,
             head_dim: cfg.head_dim as u32,
             gdn_dim: cfg.gdn_v_dim as u32,
@@ -743,6 +755,10 @@ impl Discrete {
             stop_token: None,
             stopped: false,
             sampler: module.load_function("k_sample").ok(),
+            sample_collect: match super::cuda_define("TOPK_FUSED").unwrap_or(1) {
+                0 => None,
+                _ => module.load_function("k_sample_collect").ok(),
+            },
             sampling: false,
             mega: match module.load_function("megakernel") {
                 Ok(f) => {
@@ -879,9 +895,9 @@ impl Discrete {
                 cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
             }
         }
-        // The sampler's sticky status (its parameters stay), the stopped flag (the stop token stays).
-        let mut v = self.arena.slice_mut(self.samp_off + 24..self.samp_off + 28);
-        cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
+        // The sampler's sticky status and counts (its parameters stay), the stopped flag (the stop
+        // token stays).
+        self.clear_sampler()?;
         let mut v = self.arena.slice_mut(self.stop_off + 4..self.stop_off + 8);
         cu(stream.memset_zeros(&mut v), "cuMemsetD8")?;
         // The GEMV launches' ticket pairs (zero after every complete launch; zeroed here too, so that a
@@ -988,22 +1004,40 @@ impl Discrete {
         Ok(ctrl[1])
     }
 
-    /// The sampler kernel (one block of 1,024 threads; it returns at once when sampling is off). In
-    /// the graph always, so that turning sampling on or off never recaptures it.
+    /// The sampler's kernels (they return at once when sampling is off): with TOPK_FUSED
+    /// k_sample_collect (one block of 256 per 2,048 ids: the ids at or above the top-k threshold the
+    /// lm_head's counts give), then k_sample (one block of 1,024: top-p, the draw). In the graph
+    /// always, so that turning sampling on or off never recaptures it.
     fn launch_sample(&self) -> Result<()> {
-        let Some(f) = &self.sampler else { return Ok(()) };
-        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+        let (Some(f), collect) = (&self.sampler, &self.sample_collect) else { return Ok(()) };
         let logits = self.base + self.places[self.logits].off as u64;
         let vocab = self.prog.buffers[self.logits].cols as u32;
         let ctrl = self.base + self.places[self.ctrl].off as u64;
-        let params = self.base + self.samp_off as u64;
-        let status = params + 24;
+        let sb = self.base + self.samp_off as u64;
         let stop = self.base + self.stop_off as u64;
+        if let Some(c) = collect {
+            let cfg =
+                LaunchConfig { grid_dim: (vocab.div_ceil(2048), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let mut b = self.gpu.stream.launch_builder(c);
+            b.arg(&logits).arg(&vocab).arg(&sb).arg(&stop);
+            // SAFETY: (const unsigned short*, unsigned, unsigned*, const unsigned*) as k_sample_collect
+            // declares; every pointer is in the arena.
+            cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch the sampler's collect")?;
+        }
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
         let mut b = self.gpu.stream.launch_builder(f);
-        b.arg(&logits).arg(&vocab).arg(&ctrl).arg(&params).arg(&status).arg(&stop);
-        // SAFETY: (const unsigned short*, unsigned, unsigned*, const SampleParams*, unsigned*, const
-        // unsigned*) as k_sample declares; every pointer is in the arena.
+        b.arg(&logits).arg(&vocab).arg(&ctrl).arg(&sb).arg(&stop);
+        // SAFETY: (const unsigned short*, unsigned, unsigned*, unsigned*, const unsigned*) as k_sample
+        // declares; every pointer is in the arena.
         cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch the sampler")
+    }
+
+    /// Zeroes the sampler's sticky status and the fused top-k's counts (its parameters stay).
+    fn clear_sampler(&mut self) -> Result<()> {
+        let stream = self.gpu.stream.clone();
+        let (a, b) = (self.samp_off + 4 * SB_STATUS, self.samp_off + 4 * SB_CANDS);
+        let mut v = self.arena.slice_mut(a..b);
+        cu(stream.memset_zeros(&mut v), "cuMemsetD8")
     }
 
     /// Sampling for the following steps of the graph path (greedy when the temperature is 0): the
@@ -1028,14 +1062,24 @@ impl Discrete {
         b.extend_from_slice(&p.top_p.to_le_bytes());
         b.extend_from_slice(&0u32.to_le_bytes());
         b.extend_from_slice(&seed.to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes()); // status
-        b.extend_from_slice(&0u32.to_le_bytes());
         let stream = self.gpu.stream.clone();
-        let mut v = self.arena.slice_mut(self.samp_off..self.samp_off + 32);
+        let mut v = self.arena.slice_mut(self.samp_off..self.samp_off + 24);
         cu(stream.memcpy_htod(&b, &mut v), "write the sampling parameters")?;
+        self.clear_sampler()?;
         cu(stream.synchronize(), "cuStreamSynchronize")?;
         self.sampling = on;
         Ok(())
+    }
+
+    /// How many ids the last sampled step kept at or above its top-k threshold (before top-p): the
+    /// GPU check compares it with the CPU's count.
+    pub fn sampler_kept(&self) -> Result<u32> {
+        let at = self.samp_off + 4 * SB_KEPT;
+        let v = self.arena.slice(at..at + 4);
+        let mut b = [0u8; 4];
+        cu(self.gpu.stream.memcpy_dtoh(&v, &mut b), "read the sampler's kept count")?;
+        cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")?;
+        Ok(u32::from_le_bytes(b))
     }
 
     /// The sampler's sticky status after steps: more ids tied at the top-k threshold than it holds.
@@ -1043,7 +1087,7 @@ impl Discrete {
         if !self.sampling {
             return Ok(());
         }
-        let v = self.arena.slice(self.samp_off + 24..self.samp_off + 28);
+        let v = self.arena.slice(self.samp_off + 4 * SB_STATUS..self.samp_off + 4 * SB_STATUS + 4);
         let mut b = [0u8; 4];
         cu(self.gpu.stream.memcpy_dtoh(&v, &mut b), "read the sampler status")?;
         cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")?;
@@ -1530,7 +1574,9 @@ impl Discrete {
         let prog_ptr = self.base + self.prog_off as u64;
         let n_words = words;
         let mut b = stream.launch_builder(&f);
-        b.arg(&prog_ptr).arg(&n_words).arg(&self.ctx).arg(&ctl);
+        // (the megakernel never samples: its lm_head counts nothing)
+        let ctx = DevCtx { sampler: 0, ..self.ctx };
+        b.arg(&prog_ptr).arg(&n_words).arg(&ctx).arg(&ctl);
         // SAFETY: (const Word*, unsigned, DevCtx, MkCtl) as the kernel declares; every pointer is in
         // the arena. Cooperative: the launch fails instead of hanging if the blocks cannot co-reside.
         cu(unsafe { b.launch_cooperative(cfg) }.map(|_| ()), "cooperative launch of the megakernel")?;
