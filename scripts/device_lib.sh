@@ -51,6 +51,13 @@ wait_for() {
   wait "$pid"
   grep -E "diff:|results:|error|exit" "$@" | log
 }
+# Synthesises the tiny and small checkpoints, then the 27B's in the background (about 30 s): its pid
+# in synth_pid (wait for it before the 27B's runs).
+synth_all() {
+  for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
+  ( $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1 ) &
+  synth_pid=$!
+}
 # Synthesises the tiny and small checkpoints, then starts gpu_small (reference, twin, graph; its
 # envelope) in the background within $1 seconds; its pid in bg_pid (wait_for it, with gpu_small.txt).
 small_in_background() {

@@ -6,9 +6,7 @@
 # the row-view change), if time is left. Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
-for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
-( $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1 ) &
-synth_pid=$!
+synth_all
 mkdir -p "$R/rows"
 rows() {
   echo "== rows $1 --m $2 ($(el) s)" | log

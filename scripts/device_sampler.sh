@@ -7,9 +7,7 @@
 # Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
-for p in tiny small; do $MK synth --preset $p --seed 0 --out /tmp/mkcache/$p-seed0 > /dev/null; done
-( $MK synth --preset qwen3.5-27b --seed 0 --out /tmp/mkcache/qwen3.5-27b-seed0 > /dev/null 2>&1 ) &
-synth_pid=$!
+synth_all
 mkdir -p "$R/sample"
 sample() {
   echo "== sample $1 '$3' ($(el) s)" | log
