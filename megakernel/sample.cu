@@ -12,7 +12,7 @@
 #ifndef TOPK_BREAK
 #define TOPK_BREAK 0  // negative control: 1 raises the fused top-k's threshold by one key (`mk gpu sample` must fail)
 #endif
-#define SAMPLE_MAX 2048
+#define SAMPLE_MAX 2048  // the largest top_k (the host refuses others)
 
 #ifndef SAMPLE_WIDE
 #define SAMPLE_WIDE 1  // TOPK_FUSED=0's passes over the logits: four 16-byte loads per thread before it uses

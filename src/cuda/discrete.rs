@@ -1678,6 +1678,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sampler_block_layout_matches_the_kernels() {
+        // The host sizes, clears and reads the sampler's block by these; the kernels define them.
+        let src = super::super::source();
+        for (name, v) in [
+            ("SB_STATUS", SB_STATUS),
+            ("SB_KEPT", SB_KEPT),
+            ("SB_CANDS", SB_CANDS),
+            ("SAMPLE_CAP", SAMPLE_CAP),
+            ("SAMPLE_MAX", SAMPLE_MAX),
+        ] {
+            assert!(src.contains(&format!("#define {name} {v} ")), "#define {name} {v} in the CUDA sources");
+        }
+        assert!(src.contains("#define SB_WORDS (SB_CANDS + SAMPLE_CAP)"));
+    }
+
+    #[test]
     fn row_views_offset_per_row_buffers_only() {
         let mut t = crate::compiler::h200(3);
         t.max_context = 256;
