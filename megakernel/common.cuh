@@ -243,6 +243,10 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
                                         // registers only: with GEMV_DEPTH the host sizes shared memory for
                                         // GEMV_MIN_BLOCKS)
 #endif
+#ifndef WEIGHT_L2_HINT
+#define WEIGHT_L2_HINT 0   // weight loads (ldw) ask L2 for 256-byte fetches (1), also an evict-first cache policy
+                           // (2: weights are read once a step); 0: no hint
+#endif
 #ifndef WEIGHT_LOAD_NC
 #define WEIGHT_LOAD_NC 1   // weights through ld.global.nc.L1::no_allocate (else plain loads)
 #endif
@@ -510,8 +514,18 @@ __device__ __forceinline__ unsigned bf16_scale_pair(float scale) {
 __device__ __forceinline__ uint4 ldw(const void* p) {
 #if WEIGHT_LOAD_NC
   uint4 v;
+#if WEIGHT_L2_HINT == 1
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#elif WEIGHT_L2_HINT == 2
+  unsigned long long pol;  // (an evict-first policy for the whole line; sm_90 takes it as a cache hint)
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+#else
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#endif
   return v;
 #else
   return *(const uint4*)p;
