@@ -378,10 +378,26 @@ fn smem_bytes_fit(p: &Program, w: &Word, blocks: u32, depth: usize) -> u32 {
 }
 
 /// Shared memory on an H200 SM (228 KiB), of which one block may take 227 KiB; 1 KiB per resident
-/// block is the driver's. (This engine targets the H200; on a GPU with less, a GEMV_DEPTH ring would
-/// be sized too deep and its launch refused with the driver's error.)
+/// block is the driver's. (This engine targets the H200; a GPU with less is refused at startup,
+/// `check_smem`.)
 const SMEM_PER_SM: u32 = 228 * 1024;
 const SMEM_PER_BLOCK: u32 = 227 * 1024;
+/// Refuses a GPU with less shared memory than the launch shapes are sized for (SMEM_PER_SM,
+/// SMEM_PER_BLOCK: the H200's), rather than launches the driver would refuse mid-run.
+fn check_smem(name: &str, per_sm: u32, per_block: u32) -> Result<()> {
+    if per_sm < SMEM_PER_SM || per_block < SMEM_PER_BLOCK {
+        crate::bail!(
+            "gpu: {name} has {} KiB of shared memory per SM and {} KiB per block; the kernels' launch shapes are sized for \
+             the H200's {} and {}",
+            per_sm / 1024,
+            per_block / 1024,
+            SMEM_PER_SM / 1024,
+            SMEM_PER_BLOCK / 1024
+        );
+    }
+    Ok(())
+}
+
 /// Room left per block for the kernels' static shared memory (K_GEMV's ticket slots, the megakernel's
 /// unit and wait flags: tens of bytes; ptxas reports them).
 const STATIC_SMEM_ROOM: u32 = 256;
@@ -475,6 +491,15 @@ impl Discrete {
     pub fn new(gpu: Gpu, prog: &Program, ck: &Checkpoint, cache: &std::path::Path) -> Result<Discrete> {
         let cfg = &ck.config;
         super::check_defines()?;
+        let attr = |a, what: &str| -> Result<u32> {
+            gpu.ctx.attribute(a).map(|v| v as u32).map_err(|e| Error::new(format!("{what}: {e:?}")))
+        };
+        use cudarc::driver::sys::CUdevice_attribute as A;
+        check_smem(
+            &gpu.name,
+            attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, "shared memory per SM")?,
+            attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory per block")?,
+        )?;
         let m_rows = prog.target.m_rows as usize;
         if let Some(b) = prog.buffers.iter().find(|b| b.kind.per_row() && b.rows != m_rows as u64) {
             crate::bail!("gpu: buffer {} has {} rows, the program's M is {m_rows}", b.name, b.rows);
@@ -1676,6 +1701,14 @@ pub fn wait_strides(prog: &Program) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gpu_with_less_shared_memory_is_refused() {
+        assert!(check_smem("H200", 228 * 1024, 227 * 1024).is_ok());
+        let e = check_smem("small GPU", 100 * 1024, 99 * 1024).unwrap_err().to_string();
+        assert!(e.contains("small GPU has 100 KiB of shared memory per SM"), "{e}");
+        assert!(check_smem("H200", 228 * 1024, 200 * 1024).is_err());
+    }
 
     #[test]
     fn sampler_block_layout_matches_the_kernels() {
