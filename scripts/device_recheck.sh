@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# For the next device session: the checks again after the CPU reference took the GPU's new norm orders
-# (hidden norms over 16-byte chunks, the gated norm over bf16 pairs): ops (its tolerance), gpu_tiny,
-# the megakernel's identity and negative control, gpu_small's envelope (background); then quick_27b with
-# the defaults and two untried variants: the megakernel at 2 blocks per SM with dot_rows (its GDN
-# recurrence ran twice the graph's time at 3 blocks, 80 registers), and the stream at 3 blocks per SM.
-# Run from the repository root with carry ["devbin/mk.xz"] and MK=/tmp/mk after unpacking it (xz -dc).
+# The session's last binary re-checked (its host refuses GPUs with less shared memory than the H200's,
+# so every command below also proves the check passes here): the tiny op check and the megakernel's
+# per-instruction identity and its negative control, `mk gpu sample` on small (fused top-k), quick_27b
+# (graph vs megakernel bits, ms/token). Run with carry ["devbin/mk.xz"], MK=/tmp/mk.
 set -uo pipefail
 source "$(dirname "$0")/device_lib.sh"
-small_in_background 330
-tiny_checks
+synth_all
+ops_tiny
+run_checks mega_tiny_debug mega_tiny_debug_negative
+mkdir -p "$R/sample"
+echo "== sample small ($(el) s)" | log
+timeout 200 $MK gpu sample /tmp/mkcache/small-seed0 --steps 64 --cache /tmp/mkcache > "$R/sample/small.txt" 2>&1
+echo "exit $?" >> "$R/sample/small.txt"
+cat "$R/sample/small.txt" | log
+wait $synth_pid
 quick_27b "" ""
-quick_27b "" "MEGA_BLOCKS_PER_SM=2"
-quick_27b "" "GEMV_MIN_BLOCKS=3"
-wait_for $bg_pid "$R/gpu_small.txt"
 finish drop-traces
