@@ -219,13 +219,6 @@ static_assert(TMA_DEPTH >= 1, "TMA_DEPTH is at least 1");
                            // loads before waiting (the same bits; lost: 14.394 against 13.739
                            // ms/token, its spills slow every op; results/stateearly_65a537a)
 #endif
-#ifndef MROW_GEMV
-#define MROW_GEMV 0        // M > 1: the discrete fp8 GEMVs (norm, residual, gate/up) read each weight item once for
-                           // all M rows (the rows' prepared inputs side by side in shared memory, each row's sums
-                           // in the one-row order: the same bits); 0: the row loop (for_rows) streams them M times
-#endif
-#define MROW_XS_LIMIT 98304  // MROW_GEMV: the M rows' inputs take at most this many bytes of shared memory (M = 8 fits
-                             // K = 5,120 and 6,144; down_proj's 17,408 only M = 2: the others keep the row loop)
 #ifndef M_ROWS
 #define M_ROWS 1           // the program's M (rows of a verification step); the host prepends it to the source
                            // for M > 1 programs, so M = 1 programs compile exactly as before (no row loop)
@@ -382,39 +375,15 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 }
 
 template <typename T> __device__ __forceinline__ T* B(const DevCtx& c, unsigned short id) { return (T*)c.bufs[id]; }
-// Buffer id in row view m (per-row buffers start m rows in; m = 0 is c's own view).
-template <typename T> __device__ __forceinline__ T* BM(const DevCtx& c, unsigned m, unsigned short id) {
-  return (T*)c.bufs[(size_t)m * c.n_bufs + id];
-}
 
 // M rows (M_ROWS > 1: a verification step over positions pos .. pos + M): an op runs once per row, rows
 // in order, row m on the row-m view of the buffers (bufs + m n_bufs: activations, scratch and the
 // control block, whose row m holds position pos + m and token m, start m rows in; weights, states and
 // KV caches are shared), so row m computes the bits a one-row step at position pos + m computes. A
 // barrier precedes every row: row m + 1 reads what row m wrote (the recurrent state, the conv ring) and
-// re-prepares the shared-memory input. EndStep runs once over every row, and so does a GEMV word that
-// takes its rows together (MROW: the discrete GEMV kernels, mrow_word). M_ROWS == 1: the op, once.
-// One row's prepared input in shared memory (bf16, 16-byte multiple); row m's at m times this.
-__device__ __forceinline__ unsigned xs_stride(unsigned K) { return (K * 2 + 15) / 16 * 16; }
-__device__ __forceinline__ unsigned dynamic_smem_bytes() {
-  unsigned v;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
-  return v;
-}
-static_assert(!(MROW_GEMV && MEGA_GEMV_STREAM), "MROW_GEMV is the discrete kernels' (the megakernel keeps the row loop)");
-// MROW_GEMV: word w's GEMV takes all M rows in one pass (fp8 weights on the register stream, the rows'
-// inputs within MROW_XS_LIMIT and the launch's shared memory). for_rows and the op decide alike.
-template <bool STREAM>
-__device__ __forceinline__ bool mrow_word(const DevCtx& c, const Word& w) {
-  if (!(M_ROWS > 1 && MROW_GEMV && STREAM && !GEMV_TMA && !GEMV_MMA && GEMV_DEPTH == 0)) return false;
-  if (w.opcode != OP_GEMV_NORM && w.opcode != OP_GEMV_RESIDUAL && w.opcode != OP_GEMV_GATE_UP) return false;
-  unsigned char b0 = c.wbytes[w.ops[SLOT_W0]], b1 = w.opcode == OP_GEMV_GATE_UP ? c.wbytes[w.ops[SLOT_W1]] : b0;
-  unsigned need = M_ROWS * xs_stride(c.cols[w.ops[SLOT_IN0]]);
-  return (b0 == 1 || b0 == 3) && (b1 == 1 || b1 == 3) && need <= MROW_XS_LIMIT && need + 256 <= dynamic_smem_bytes();
-}
-
-template <bool MROW = false, typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, F f) {
-  if (M_ROWS == 1 || w.opcode == OP_END_STEP || (MROW && mrow_word<true>(c, w))) {
+// re-prepares the shared-memory input. EndStep runs once over every row. M_ROWS == 1: the op, once.
+template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, F f) {
+  if (M_ROWS == 1 || w.opcode == OP_END_STEP) {
     f(c, false);
     return;
   }
@@ -525,19 +494,6 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
     BLOCK_SYNC();
   }
   return xs;
-}
-// MROW_GEMV: the M rows' prepared inputs, row m's at smem + m * xs_stride(K) (its norm's block-sum
-// scratch just past it, inside row m + 1's room until that row is prepared: a barrier between rows).
-template <bool ONE_TRIP>
-__device__ unsigned short* prepared_rows(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh) {
-  unsigned S = xs_stride(c.cols[w.ops[SLOT_IN0]]);
-  for (unsigned m = 0; m < M_ROWS; ++m) {
-    if (m && fresh) __syncthreads();
-    DevCtx r = c;
-    r.bufs = c.bufs + (size_t)m * c.n_bufs;
-    prepared_input<ONE_TRIP>(r, w, norm_slot, smem + m * S, fresh);
-  }
-  return (unsigned short*)smem;
 }
 
 // d = a * b + c on two bf16 lanes, one rounding each (round to nearest even, subnormals kept).
@@ -789,6 +745,11 @@ __device__ __forceinline__ unsigned stream_ring_off(unsigned K) {
   unsigned red = 2 * ((K + KGROUP - 1) / KGROUP) * WARPS * 16;
   return (((K * 2 + 15) / 16) * 16 + 4 * (red > 8 ? red : 8) + 64 + 127) / 128 * 128;
 }
+__device__ __forceinline__ unsigned dynamic_smem_bytes() {
+  unsigned v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+}
 // The ring depth this launch's shared memory holds (at most GEMV_DEPTH; 0: the register path).
 __device__ __forceinline__ unsigned stream_depth(unsigned K, unsigned nr) {
   unsigned have = dynamic_smem_bytes(), off = stream_ring_off(K);
@@ -906,21 +867,17 @@ __device__ void fp8_ring(const DevCtx& c, const unsigned short* wid, unsigned n,
 
 template <bool B> struct BoolTag { static constexpr bool value = B; };
 template <int N> struct IntTag { static constexpr int value = N; };
-// MR > 1 (MROW_GEMV): each item's weights, loaded once, are applied to MR input rows (row m's input at
-// xs + m * xs_m), each row's sums in the one-row order; part(set, i, g, v, m). The register path only.
-template <int NR, int MR = 1, typename RowOf, typename Prep, typename Part>
-__device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned ns, unsigned lim, RowOf row_of, Prep prep, unsigned g0, unsigned g1, char* smem, Part part, unsigned xs_m = 0) {
+template <int NR, typename RowOf, typename Prep, typename Part>
+__device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned ns, unsigned lim, RowOf row_of, Prep prep, unsigned g0, unsigned g1, char* smem, Part part) {
   unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, kb = (K + 127) / 128, ng = g1 - g0, n = ns * ng;
+  unsigned depth = stream_depth(K, NR);
   bool all_bs = true;
 #pragma unroll
   for (int i = 0; i < NR; ++i) all_bs = all_bs && c.wbytes[wid[i]] == 1;
-  if constexpr (MR == 1) {
-    unsigned depth = stream_depth(K, NR);
-    if (depth > 0) {
-      if (all_bs) fp8_ring<NR, true>(c, wid, n, ng, lim, row_of, prep, g0, g1, smem, depth, part);
-      else fp8_ring<NR, false>(c, wid, n, ng, lim, row_of, prep, g0, g1, smem, depth, part);
-      return;
-    }
+  if (depth > 0) {
+    if (all_bs) fp8_ring<NR, true>(c, wid, n, ng, lim, row_of, prep, g0, g1, smem, depth, part);
+    else fp8_ring<NR, false>(c, wid, n, ng, lim, row_of, prep, g0, g1, smem, depth, part);
+    return;
   }
   struct Item {
     uint4 v[2][NR];
@@ -971,31 +928,18 @@ __device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned 
     unsigned s = 0, g = g0;
     for (unsigned t = 0; t < n; ++t) {
       if (GEMV_PIPE && t + 1 < n) load(nxt);
+      float acc[NR];
 #pragma unroll
-      for (int m = 0; m < MR; ++m) {  // ORDER: per input row, the one-row arithmetic on the same registers
-        if constexpr (MR > 1) {  // the weights "change" per row: widened again, not held widened across rows
+      for (int i = 0; i < NR; ++i) acc[i] = 0.f;
 #pragma unroll
-          for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < 2; ++j) {
+        unsigned k = g * KGROUP + lane * 16 + j * 512;
+        if (k < min(K, (g + 1) * KGROUP)) chunk_fp8_rows<NR, BS>(cur.v[j], xs + k, cur.sc[j], acc);
+      }
 #pragma unroll
-            for (int i = 0; i < NR; ++i)
-              asm volatile("" : "+r"(cur.v[j][i].x), "+r"(cur.v[j][i].y), "+r"(cur.v[j][i].z), "+r"(cur.v[j][i].w));
-        }
-        float acc[NR];
-#pragma unroll
-        for (int i = 0; i < NR; ++i) acc[i] = 0.f;
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          unsigned k = g * KGROUP + lane * 16 + j * 512;
-          if (k < min(K, (g + 1) * KGROUP)) chunk_fp8_rows<NR, BS>(cur.v[j], xs + m * xs_m + k, cur.sc[j], acc);
-        }
-#pragma unroll
-        for (int i = 0; i < NR; ++i) {
-          float v = warp_sum(acc[i]);  // every lane, every row (converged: no collective emulation)
-          if (row_of(s, i) < lim) {
-            if constexpr (MR == 1) part(s, i, g, v);
-            else part(s, i, g, v, (unsigned)m);
-          }
-        }
+      for (int i = 0; i < NR; ++i) {
+        float v = warp_sum(acc[i]);  // every lane, every row (converged: no collective emulation)
+        if (row_of(s, i) < lim) part(s, i, g, v);
       }
       if (++g == g1) {
         g = g0;

@@ -57,55 +57,6 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
       graph_stamp(c, wx, u, t_start, t_ready);                                                       \
     }                                                                                                \
   }
-// MROW_GEMV (M > 1, mrow_word): a GEMV word's unit for all M rows at once: each weight item, loaded once,
-// is applied to every row's input (fp8_stream<2, M_ROWS>), each (output row, input row m) summed in the
-// one-row order (gemv_rows' stream path; op_gemv_gate_up's), the ops' epilogues on row view m. The
-// megakernel and M = 1 never take it (for_rows and the ops there are unchanged).
-#if M_ROWS > 1
-__device__ __forceinline__ void mrow_gemv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
-  bool gate_up = w.opcode == OP_GEMV_GATE_UP;
-  unsigned K = c.cols[w.ops[SLOT_IN0]], lane = threadIdx.x & 31;
-  auto prep = [&] { return prepared_rows<ONE_TRIP_PREP(true)>(c, w, gate_up ? SLOT_W2 : SLOT_W1, smem, fresh); };
-  float total[M_ROWS][2];
-  if (gate_up) {
-    unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows), groups = (K + KGROUP - 1) / KGROUP;
-    unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W1]};
-    auto row_of = [&](unsigned set, int) { return r0 + (threadIdx.x >> 5) + WARPS * set; };
-    fp8_stream<2, M_ROWS>(c, wids, warp_sets(r0, r1, WARPS), r1, row_of, prep, 0, groups, smem,
-                          [&](unsigned set, int i, unsigned g, float v, unsigned m) {
-      total[m][i] = (g == 0 ? 0.f : total[m][i]) + v;  // ORDER: k-groups in order, from 0 (op_gemv_gate_up)
-      if (g + 1 == groups && i == 1 && lane == 0)
-        BM<unsigned short>(c, m, w.ops[SLOT_OUT0])[row_of(set, 0)] = f2bf(bf(silu(bf(total[m][0]))) * bf(total[m][1]));
-    }, xs_stride(K) / 2);
-    return;
-  }
-  GemvSpan s = gemv_span(w, u, K);
-  bool partial = w.flags & FLAG_PARTIAL, residual = w.opcode == OP_GEMV_RESIDUAL;
-  unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W0]};
-  auto row_of = [&](unsigned set, int i) { return s.r0 + (threadIdx.x >> 5) + 2 * WARPS * set + WARPS * i; };
-  fp8_stream<2, M_ROWS>(c, wids, warp_sets(s.r0, s.r1, 2 * WARPS), s.r1, row_of, prep, s.g0, s.g1, smem,
-                        [&](unsigned set, int i, unsigned g, float v, unsigned m) {
-    unsigned r = row_of(set, i);
-    if (partial) {
-      if (lane == 0) BM<float>(c, m, w.ops[SLOT_OUT0])[(size_t)g * w.rows + r] = v;
-      return;
-    }
-    total[m][i] = (g == s.g0 ? 0.f : total[m][i]) + v;  // ORDER: k-groups in order (gemv_rows)
-    if (g + 1 == s.g1 && lane == 0) {
-      unsigned short* y = BM<unsigned short>(c, m, w.ops[SLOT_OUT0]);
-      y[r] = residual ? f2bf(bf2f(y[r]) + bf(total[m][i])) : f2bf(total[m][i]);  // (op_gemv_residual, op_gemv_norm)
-    }
-  }, xs_stride(K) / 2);
-}
-#else
-__device__ __forceinline__ void mrow_gemv(const DevCtx&, const Word&, unsigned, char*, bool) {}
-#endif
-// A GEMV kernel's unit: all M rows at once (MROW_GEMV) or the op (on one row view).
-#define GEMV_UNIT(name, r, w, u, smem, fresh)                                                        \
-  do {                                                                                               \
-    if (M_ROWS > 1 && mrow_word<GEMV_STREAM>(r, w)) mrow_gemv(r, w, u, smem, fresh);                 \
-    else op_##name<GEMV_STREAM>(r, w, u, smem, fresh);                                               \
-  } while (0)
 // The GEMV kernels: with UNIT_LOOP a block runs several units (only they loop: the others' code, the
 // GDN step's register column above all, stays as without it): with GEMV_DYNAMIC its first is unit
 // blockIdx.x and each next one a ticket (an integer atomic on the launch's pair in c.tickets, taken at
@@ -131,7 +82,7 @@ __device__ __forceinline__ void mrow_gemv(const DevCtx&, const Word&, unsigned, 
     if (!UNIT_LOOP) {                                                                                \
       unsigned u;                                                                                    \
       Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                            \
-      for_rows<GEMV_STREAM>(c, w, [&](const DevCtx& r, bool) { GEMV_UNIT(name, r, w, u, smem, true); });  \
+      for_rows(c, w, [&](const DevCtx& r, bool) { op_##name<GEMV_STREAM>(r, w, u, smem, true); });  \
       return;                                                                                        \
     }                                                                                                \
     __shared__ unsigned next_s[2];                                                                   \
@@ -147,7 +98,7 @@ __device__ __forceinline__ void mrow_gemv(const DevCtx&, const Word&, unsigned, 
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
       if (UNIT_SYNC || (here != last && last != 0xffffffffu)) __syncthreads();                       \
-      for_rows<GEMV_STREAM>(c, w, [&](const DevCtx& r, bool row) { GEMV_UNIT(name, r, w, u, smem, row || here != last); }); \
+      for_rows(c, w, [&](const DevCtx& r, bool row) { op_##name<GEMV_STREAM>(r, w, u, smem, row || here != last); }); \
       last = here;                                                                                   \
       if (GEMV_DYNAMIC) {                                                                            \
         /* double-buffered: the slot written here was last read before the barrier above */        \

@@ -377,25 +377,6 @@ fn smem_bytes_fit(p: &Program, w: &Word, blocks: u32, depth: usize) -> u32 {
         .unwrap_or_else(|| smem_bytes_depth(p, w, 0))
 }
 
-/// MROW_GEMV's limit on the M rows' inputs in shared memory (MROW_XS_LIMIT in common.cuh).
-const MROW_XS_LIMIT: usize = 98304;
-
-/// MROW_GEMV (M > 1): the room for rows 1 .. M - 1 of the input (row 0's is the one-row layout) of a
-/// norm / residual / gate-up GEMV word whose M rows fit MROW_XS_LIMIT (mrow_word in common.cuh, which
-/// also checks the launch's shared memory, so a word this gives nothing to keeps the row loop).
-fn mrow_extra(p: &Program, k: usize) -> usize {
-    let m = p.target.m_rows as usize;
-    let on = super::cuda_define("MROW_GEMV").unwrap_or(0) != 0
-        && super::cuda_define("GEMV_TMA").unwrap_or(0) == 0
-        && super::cuda_define("GEMV_DEPTH").unwrap_or(0) == 0;
-    let stride = (k * 2).div_ceil(16) * 16;
-    if m > 1 && on && m * stride <= MROW_XS_LIMIT {
-        (m - 1) * stride
-    } else {
-        0
-    }
-}
-
 /// Shared memory on an H200 SM (228 KiB), of which one block may take 227 KiB; 1 KiB per resident
 /// block is the driver's. (This engine targets the H200; a GPU with less is refused at startup,
 /// `check_smem`.)
@@ -485,13 +466,8 @@ fn smem_bytes_depth(p: &Program, w: &Word, depth: usize) -> u32 {
         Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead if tma_on => {
             tma(k(crate::isa::slot::IN0), 1)
         }
-        Opcode::GemvGateUp => {
-            ring(gemv_nw(k(crate::isa::slot::IN0), 2) + 16 * 4) + mrow_extra(p, k(crate::isa::slot::IN0))
-        }
-        Opcode::GemvNorm | Opcode::GemvResidual => {
-            ring(gemv(k(crate::isa::slot::IN0))) + mrow_extra(p, k(crate::isa::slot::IN0))
-        }
-        Opcode::GemvGatedNormResidual => ring(gemv(k(crate::isa::slot::IN0))),
+        Opcode::GemvGateUp => ring(gemv_nw(k(crate::isa::slot::IN0), 2) + 16 * 4),
+        Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual => ring(gemv(k(crate::isa::slot::IN0))),
         Opcode::LmHead => gemv(k(crate::isa::slot::IN0)),
         // q, k, v, norms, two exchange rows (RECUR_SPLIT), GdnStep's output, gates and norm weight
         // (GDN_STEP_SMEM in gdn_recur.cuh)
@@ -1735,7 +1711,7 @@ mod tests {
     }
 
     #[test]
-    fn host_layout_constants_match_the_kernels() {
+    fn sampler_block_layout_matches_the_kernels() {
         // The host sizes, clears and reads the sampler's block by these; the kernels define them.
         let src = super::super::source();
         for (name, v) in [
@@ -1744,7 +1720,6 @@ mod tests {
             ("SB_CANDS", SB_CANDS),
             ("SAMPLE_CAP", SAMPLE_CAP),
             ("SAMPLE_MAX", SAMPLE_MAX),
-            ("MROW_XS_LIMIT", MROW_XS_LIMIT),
         ] {
             assert!(src.contains(&format!("#define {name} {v} ")), "#define {name} {v} in the CUDA sources");
         }

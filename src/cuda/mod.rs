@@ -64,7 +64,7 @@ pub fn cuda_defines() -> Vec<String> {
 
 /// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
 /// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 19] = [
+pub const HOST_TUNABLES: [(&str, u32); 18] = [
     ("GEMV_TMA", 0),
     ("GEMV_DYNAMIC", 1),
     ("GRAPH_PDL", 1),
@@ -83,7 +83,6 @@ pub const HOST_TUNABLES: [(&str, u32); 19] = [
     ("RING_TC", 0),
     ("GRAPH_STAMPS", 0),
     ("TOPK_FUSED", 1),
-    ("MROW_GEMV", 0),
 ];
 
 /// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.
