@@ -13,6 +13,7 @@
 #define TOPK_BREAK 0  // negative control: 1 raises the fused top-k's threshold by one key (`mk gpu sample` must fail)
 #endif
 #define SAMPLE_MAX 2048  // the largest top_k (the host refuses others)
+#define COLLECT_THREADS 256  // k_sample_collect's block; each thread 8 ids, so the host launches ceil(V / 2,048)
 
 #ifndef SAMPLE_WIDE
 #define SAMPLE_WIDE 1  // TOPK_FUSED=0's passes over the logits: four 16-byte loads per thread before it uses
@@ -272,14 +273,14 @@ __device__ unsigned kth_bin(const unsigned* h, unsigned k, unsigned* need) {
 // TOPK_FUSED: the ids at or above the k-th largest key, from the counts the lm_head left (SB_HI,
 // SB_FULL): every block finds the threshold (two warp walks over 256 bins: 2 KB read) while its 2,048
 // logits load, then appends its kept ids at an integer atomic (any order: k_sample sorts them by id).
-// A NaN (key 0) is never kept. One thread per 8 ids; grid ceil(V / 2048) blocks of 256.
-extern "C" __global__ void __launch_bounds__(256) k_sample_collect(const unsigned short* logits, unsigned V, unsigned* sb,
+// A NaN (key 0) is never kept. One thread per 8 ids; grid ceil(V / (8 COLLECT_THREADS)) blocks.
+extern "C" __global__ void __launch_bounds__(COLLECT_THREADS) k_sample_collect(const unsigned short* logits, unsigned V, unsigned* sb,
                                                                   const unsigned* stop) {
   const SampleParams* sp = (const SampleParams*)sb;
   if (!(sp->temperature > 0.0f)) return;
   if (((volatile const unsigned*)stop)[1] != 0) return;
   __shared__ unsigned kth_s;
-  unsigned i0 = 8 * (blockIdx.x * 256 + threadIdx.x);
+  unsigned i0 = 8 * (blockIdx.x * COLLECT_THREADS + threadIdx.x);
   unsigned short v[8];
   bool whole = i0 + 8 <= V && (V & 7u) == 0;  // (the buffer is 256-byte aligned: a 16-byte load)
   if (whole) {

@@ -99,6 +99,8 @@ const SB_STATUS: usize = 6;
 const SB_KEPT: usize = 7;
 const SB_CANDS: usize = 66048;
 const SB_WORDS: usize = SB_CANDS + SAMPLE_CAP;
+/// k_sample_collect's threads per block (COLLECT_THREADS in sample.cu), 8 ids each.
+const COLLECT_THREADS: u32 = 256;
 
 /// Where a buffer lives in the arena and how it is stored there.
 #[derive(Clone, Copy, Debug)]
@@ -1041,8 +1043,11 @@ impl Discrete {
         let sb = self.base + self.samp_off as u64;
         let stop = self.base + self.stop_off as u64;
         if let Some(c) = collect {
-            let cfg =
-                LaunchConfig { grid_dim: (vocab.div_ceil(2048), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let cfg = LaunchConfig {
+                grid_dim: (vocab.div_ceil(8 * COLLECT_THREADS), 1, 1),
+                block_dim: (COLLECT_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
             let mut b = self.gpu.stream.launch_builder(c);
             b.arg(&logits).arg(&vocab).arg(&sb).arg(&stop);
             // SAFETY: (const unsigned short*, unsigned, unsigned*, const unsigned*) as k_sample_collect
@@ -1720,6 +1725,7 @@ mod tests {
             ("SB_CANDS", SB_CANDS),
             ("SAMPLE_CAP", SAMPLE_CAP),
             ("SAMPLE_MAX", SAMPLE_MAX),
+            ("COLLECT_THREADS", COLLECT_THREADS as usize),
         ] {
             assert!(src.contains(&format!("#define {name} {v} ")), "#define {name} {v} in the CUDA sources");
         }
