@@ -43,3 +43,56 @@ struct Word {
   unsigned int arg0, arg1;
 };
 static_assert(sizeof(Word) == 64, "instruction word is 64 bytes");
+// GENERATED from src/exec/gpu/abi.rs: constants and structs the host shares.
+#define THREADS 256
+#define KGROUP 1024
+#define ATTN_PART 256
+#define MAX_GROUP 8
+#define SAMPLE_MAX 2048
+#define SAMPLE_CAP 4096
+#define COLLECT_THREADS 256
+#define SB_STATUS 6
+#define SB_KEPT 7
+#define SB_COUNT 8
+#define SB_HI 256
+#define SB_FULL 512
+#define SB_CANDS 66048
+#define SB_WORDS 70144
+struct DevCtx {
+  void* const* bufs;
+  const float* const* scales;
+  const unsigned* rows;
+  const unsigned* cols;
+  const unsigned char* wbytes;
+  const float* rope;
+  unsigned* stop;
+  unsigned* tickets;
+  unsigned long long* stamps;
+  const unsigned* unit_base;
+  unsigned* sampler;
+  unsigned rotary_dim;
+  unsigned head_dim;
+  unsigned gdn_dim;
+  unsigned n_heads;
+  unsigned n_kv_heads;
+  unsigned gdn_k_heads;
+  unsigned gdn_v_heads;
+  unsigned max_ctx;
+  float eps;
+  unsigned n_bufs;
+  unsigned long long reserved;
+};
+static_assert(sizeof(DevCtx) == 136, "DevCtx as src/exec/gpu/abi.rs lays it out");
+struct MkCtl {
+  unsigned* counters;
+  unsigned* next;
+  unsigned* error;
+  unsigned long long timeout_ns;
+  unsigned long long* stamps;
+  const unsigned* unit_base;
+  const unsigned* wait_stride;
+  unsigned* step_done;
+  unsigned* tokens;
+  unsigned n_steps;
+};
+static_assert(sizeof(MkCtl) == 80, "MkCtl as src/exec/gpu/abi.rs lays it out");

@@ -3,7 +3,7 @@
 // the b-th unit counted across those words. `fresh` (the ops' last argument) is false only when the
 // block's previous unit was of the same word, so that a GEMV may keep its prepared input. The megakernel calls the same op_* device functions, so
 // the arithmetic of a unit is the same.
-// With `rev` (GEMV_REVERSE) the launch's words are taken last first: a GDN layer's norm-folded
+// With `rev` (the GEMV kernels) the launch's words are taken last first: a GDN layer's norm-folded
 // projections share a launch as [qkv, z, b, a], and the b / a units (bf16, twice the bytes of the
 // others) would otherwise be its last tickets, a tail. Which block runs a unit changes no bits.
 __device__ __forceinline__ unsigned launch_word_at(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i, bool rev = false) {
@@ -13,19 +13,13 @@ __device__ __forceinline__ unsigned launch_word_at(const Word* prog, unsigned wi
   while (k + 1 < nw && *u >= prog[at(k)].units) *u -= prog[at(k++)].units;
   return at(k);
 }
-__device__ __forceinline__ Word launch_word(const Word* prog, unsigned wi, unsigned nw, unsigned* u, unsigned i, bool rev = false) {
-  return prog[launch_word_at(prog, wi, nw, u, i, rev)];
-}
-// UNIT_LOOP (a tunable, on by default): the host launches fewer blocks than units (every block the
-// same number of units, all co-resident) and a block runs units b, b + grid, ..; a GEMV's prepared
-// input (normed x in shared memory) is then computed once per block and word, not once per unit.
-// The block joins its warps between units (UNIT_SYNC 1, the default). With UNIT_SYNC 0 it joins only
-// before a unit of another word: a GEMV unit's rows are each one warp's, reading only the prepared
-// input, so a warp done with its rows may start the next unit's (measured within noise).
-// GRAPH_PDL: the wait for the predecessor kernel (a no-op in a launch without the attribute) and the
-// signal that lets the successor launch, given once this kernel's own wait is over.
+// The GEMV kernels run several units a block (the host launches fewer blocks than units, all
+// co-resident); a GEMV's prepared input (normed x in shared memory) is then computed once per block and
+// word, not once per unit. The block joins its warps between units.
+// Programmatic dependent launch: the wait for the predecessor kernel (a no-op in a launch without the
+// attribute) and the signal that lets the successor launch, given once this kernel's own wait is over.
 __device__ __forceinline__ void pdl_join() {
-  if (GRAPH_PDL) asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
 }
 // GRAPH_STAMPS: the graph's timeline, in the megakernel's format (four u64 per unit at
 // unit_base[word] + unit: word << 48 | SM << 32 | unit, then %globaltimer when the block started the unit
@@ -48,7 +42,7 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
     unsigned long long t_start = stamp_now();                                                        \
     pdl_join();                                                                                      \
     unsigned long long t_ready = stamp_now();                                                        \
-    if (DEVICE_STOP && stopped(c)) return;                                                           \
+    if (stopped(c)) return;                                                                          \
     unsigned u;                                                                                      \
     unsigned wx = launch_word_at(prog, wi, nw, &u, blockIdx.x);                                      \
     for_rows(c, prog[wx], [&](const DevCtx& r, bool) { op_##name(r, prog[wx], u, smem, true); });     \
@@ -57,68 +51,48 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
       graph_stamp(c, wx, u, t_start, t_ready);                                                       \
     }                                                                                                \
   }
-// The GEMV kernels: with UNIT_LOOP a block runs several units (only they loop: the others' code, the
-// GDN step's register column above all, stays as without it): with GEMV_DYNAMIC its first is unit
-// blockIdx.x and each next one a ticket (an integer atomic on the launch's pair in c.tickets, taken at
-// the start of a unit so that its latency hides behind the unit), gridDim.x + ticket; the block that
-// finishes last zeroes the pair for the next launch (every block counts itself finished after its
-// ticket past the end, so no ticket is taken after that). Without it, units b, b + grid, ..
-// A unit's bits do not depend on which block runs it.
+// The GEMV kernels: a block runs several units (only they loop: the others' code, the GDN step's
+// register column above all, stays one unit a block): its first is unit blockIdx.x and each next one a
+// ticket (an integer atomic on the launch's pair in c.tickets, taken at the start of a unit so that its
+// latency hides behind the unit), gridDim.x + ticket; the block that finishes last zeroes the pair for
+// the next launch (every block counts itself finished after its ticket past the end, so no ticket is
+// taken after that). A unit's bits do not depend on which block runs it.
 #define K_GEMV(name, MIN_BLOCKS)                                                                     \
   extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) k_##name(const Word* prog, unsigned wi, unsigned nw, DevCtx c) { \
     extern __shared__ __align__(16) char smem[];                                                     \
-    if (GRAPH_PDL && PDL_PREFETCH) { /* weights only: they never depend on the predecessor */        \
-      unsigned u0, n0 = 0;                                                                           \
-      for (unsigned k = 0; k < nw; ++k) n0 += prog[wi + k].units;                                    \
-      if (blockIdx.x < n0) {                                                                         \
-        Word w0 = launch_word(prog, wi, nw, &u0, blockIdx.x, GEMV_REVERSE); \
-        prefetch_unit(c, w0, u0);                                                                    \
-      }                                                                                              \
-    }                                                                                                \
     unsigned long long t_start = stamp_now();                                                        \
     pdl_join();                                                                                      \
     unsigned long long t_ready = stamp_now();                                                        \
-    if (DEVICE_STOP && stopped(c)) return;                                                           \
-    if (!UNIT_LOOP) {                                                                                \
-      unsigned u;                                                                                    \
-      Word w = launch_word(prog, wi, nw, &u, blockIdx.x);                                            \
-      for_rows(c, w, [&](const DevCtx& r, bool) { op_##name<GEMV_STREAM>(r, w, u, smem, true); });  \
-      return;                                                                                        \
-    }                                                                                                \
+    if (stopped(c)) return;                                                                          \
     __shared__ unsigned next_s[2];                                                                   \
     unsigned* tk = c.tickets + 2 * wi;                                                               \
     unsigned total = 0, last = 0xffffffffu, parity = 0;                                              \
     for (unsigned k = 0; k < nw; ++k) total += prog[wi + k].units;                                   \
     for (unsigned i = blockIdx.x; i < total;) {                                                      \
-      unsigned nxt = i + gridDim.x;                                                                  \
-      if (GEMV_DYNAMIC && threadIdx.x == 0) nxt = gridDim.x + atomicAdd(tk, 1u);                     \
+      unsigned nxt = 0;                                                                              \
+      if (threadIdx.x == 0) nxt = gridDim.x + atomicAdd(tk, 1u);                                     \
       unsigned u;                                                                                    \
-      unsigned wx = launch_word_at(prog, wi, nw, &u, i, GEMV_REVERSE);                               \
+      unsigned wx = launch_word_at(prog, wi, nw, &u, i, true);                                       \
       Word w = prog[wx];                                                                             \
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
-      if (UNIT_SYNC || (here != last && last != 0xffffffffu)) __syncthreads();                       \
-      for_rows(c, w, [&](const DevCtx& r, bool row) { op_##name<GEMV_STREAM>(r, w, u, smem, row || here != last); }); \
+      __syncthreads();                                                                               \
+      for_rows(c, w, [&](const DevCtx& r, bool row) { op_##name<true>(r, w, u, smem, row || here != last); }); \
       last = here;                                                                                   \
-      if (GEMV_DYNAMIC) {                                                                            \
-        /* double-buffered: the slot written here was last read before the barrier above */        \
-        if (threadIdx.x == 0) next_s[parity] = nxt;                                                  \
-        __syncthreads();                                                                             \
-        nxt = next_s[parity];                                                                        \
-        parity ^= 1u;                                                                                \
-      }                                                                                              \
-      if (GRAPH_STAMPS) { /* every warp done (GEMV_DYNAMIC's barrier above, else this one) */        \
-        if (!GEMV_DYNAMIC) __syncthreads();                                                          \
+      /* double-buffered: the slot written here was last read before the barrier above */            \
+      if (threadIdx.x == 0) next_s[parity] = nxt;                                                    \
+      __syncthreads();                                                                               \
+      nxt = next_s[parity];                                                                          \
+      parity ^= 1u;                                                                                  \
+      if (GRAPH_STAMPS) { /* every warp done (the barrier above) */                                  \
         graph_stamp(c, wx, u, t_start, t_ready);                                                     \
         t_start = t_ready = stamp_now();                                                             \
       }                                                                                              \
       i = nxt;                                                                                       \
     }                                                                                                \
-    /* TICKET_FENCE: the block's last ticket ordered before its finished count (formally needed: */  \
-    /* without it only the ticket's returned value, read before the count, orders them) */            \
-    if (GEMV_DYNAMIC && TICKET_FENCE && threadIdx.x == 0) __threadfence();                            \
-    if (GEMV_DYNAMIC && threadIdx.x == 0 && atomicAdd(tk + 1, 1u) == gridDim.x - 1) {                \
-      if (TICKET_FENCE) __threadfence();                                                             \
+    /* (the block's last ticket is ordered before its finished count by the ticket's returned value, */ \
+    /* read before the count; a fence there measured slower: docs/notebook/gemv.md) */               \
+    if (threadIdx.x == 0 && atomicAdd(tk + 1, 1u) == gridDim.x - 1) {                                \
       tk[0] = 0;                                                                                     \
       tk[1] = 0;                                                                                     \
     }                                                                                                \
@@ -139,35 +113,4 @@ K_OP(attn_reduce_gate)
 K_GEMV(lm_head, GEMV_MIN_BLOCKS)
 K_OP(argmax)
 K_OP(end_step)
-#if GDN_STATE_EARLY && GRAPH_PDL
-// The GDN step with its state loads issued before the wait for the predecessor (the state is this word's
-// own, written by it one step earlier: it never depends on the predecessor, like the GEMVs' weights), so
-// that a block resident during the projections' tail loads its 64 KB head early. The same bits.
-struct PdlJoin {
-  const DevCtx* c;
-  unsigned long long* t_ready;
-  bool stop;
-  __device__ bool operator()() {
-    pdl_join();
-    *t_ready = stamp_now();
-    stop = DEVICE_STOP && ::stopped(*c);
-    return stop;
-  }
-  __device__ bool stopped() const { return stop; }
-};
-extern "C" __global__ void __launch_bounds__(THREADS) k_gdn_step(const Word* prog, unsigned wi, unsigned nw, DevCtx c) {
-  extern __shared__ __align__(16) char smem[];
-  unsigned long long t_start = stamp_now(), t_ready = 0;
-  unsigned u;
-  unsigned wx = launch_word_at(prog, wi, nw, &u, blockIdx.x);
-  PdlJoin join{&c, &t_ready, false};
-  op_gdn_step_with<false>(c, prog[wx], u, smem, join);
-  if (join.stop) return;
-  if (GRAPH_STAMPS) {
-    __syncthreads();
-    graph_stamp(c, wx, u, t_start, t_ready);
-  }
-}
-#else
 K_OP(gdn_step)
-#endif

@@ -11,23 +11,6 @@
 // units plus one ticket past the end, per step) and its wait target is wait_target + s * wait_stride
 // (its counter's increments per step).
 
-struct MkCtl {
-  unsigned* counters;  // [n_counters]
-  unsigned* next;      // [n_words]: the next unit of each word to hand out
-  unsigned* error;     // [0]: 0, or 1 + the first word whose wait ran past the time limit; [1]: its step
-  unsigned long long timeout_ns;  // a wait longer than this (wall clock) is a hang: stop
-  // The timeline (null: off): per executed unit, at unit_base[word] + unit, four u64: word << 48 |
-  // block << 32 | unit, then %globaltimer at the ticket (MEGA_LEAN: for a block's later units of a word,
-  // when its previous unit was done: the ticket was taken then), when the wait was over, and when done.
-  unsigned long long* stamps;
-  const unsigned* unit_base;
-  const unsigned* wait_stride;  // [n_words]: increments per step of the counter the word waits on
-  unsigned* step_done;          // blocks that finished a step (the grid join between steps)
-  unsigned* tokens;             // [n_steps]: each step's token, written by the block that ran EndStep
-  unsigned n_steps;             // steps in this launch (>= 1; the timeline needs 1)
-};
-static_assert(sizeof(MkCtl) == 80, "MkCtl as src/cuda/discrete.rs lays it out");
-
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -35,51 +18,25 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 
 
-// MEGA_NOINLINE: each op behind a call that is not inlined, so that ptxas allocates its registers on its
-// own (the register column of one op no longer spills another's inside one big function); the op's
-// body, and so its bits, is the same.
-#if MEGA_NOINLINE
-#define MEGA_OP __noinline__
-#else
-#define MEGA_OP __forceinline__
-#endif
-__device__ MEGA_OP void mk_embed(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_embed(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_gemv_norm(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gemv_norm<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gemv_gate_up<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gemv_gated_norm_residual<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_gemv_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gemv_residual<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_reduce_store(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_reduce_store(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_reduce_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_reduce_residual(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_gdn_conv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gdn_conv(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gdn_recur(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_attn_kv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_attn_kv(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_attn_scores(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_attn_scores(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_attn_pv(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_attn_reduce_gate(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_attn_reduce_gate(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_lm_head<MEGA_GEMV_STREAM>(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_argmax(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_argmax(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_end_step(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_end_step(c, w, u, smem, fresh); }
-__device__ MEGA_OP void mk_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_gdn_step<MEGA_STEP_MIXED_FIRST>(c, w, u, smem, fresh); }
-
-__device__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
+__device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   switch (w.opcode) {
-    case OP_EMBED: mk_embed(c, w, u, smem, fresh); break;
-    case OP_GEMV_NORM: mk_gemv_norm(c, w, u, smem, fresh); break;
-    case OP_GEMV_GATE_UP: mk_gemv_gate_up(c, w, u, smem, fresh); break;
-    case OP_GEMV_GATED_NORM_RESIDUAL: mk_gemv_gated_norm_residual(c, w, u, smem, fresh); break;
-    case OP_GEMV_RESIDUAL: mk_gemv_residual(c, w, u, smem, fresh); break;
-    case OP_REDUCE_STORE: mk_reduce_store(c, w, u, smem, fresh); break;
-    case OP_REDUCE_RESIDUAL: mk_reduce_residual(c, w, u, smem, fresh); break;
-    case OP_GDN_CONV: mk_gdn_conv(c, w, u, smem, fresh); break;
-    case OP_GDN_RECUR: mk_gdn_recur(c, w, u, smem, fresh); break;
-    case OP_ATTN_KV: mk_attn_kv(c, w, u, smem, fresh); break;
-    case OP_ATTN_SCORES: mk_attn_scores(c, w, u, smem, fresh); break;
-    case OP_ATTN_PV: mk_attn_pv(c, w, u, smem, fresh); break;
-    case OP_ATTN_REDUCE_GATE: mk_attn_reduce_gate(c, w, u, smem, fresh); break;
-    case OP_LM_HEAD: mk_lm_head(c, w, u, smem, fresh); break;
-    case OP_ARGMAX: mk_argmax(c, w, u, smem, fresh); break;
-    case OP_END_STEP: mk_end_step(c, w, u, smem, fresh); break;
-    case OP_GDN_STEP: mk_gdn_step(c, w, u, smem, fresh); break;
+    case OP_EMBED: op_embed(c, w, u, smem, fresh); break;
+    case OP_GEMV_NORM: op_gemv_norm<false>(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATE_UP: op_gemv_gate_up<false>(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual<false>(c, w, u, smem, fresh); break;
+    case OP_GEMV_RESIDUAL: op_gemv_residual<false>(c, w, u, smem, fresh); break;
+    case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem, fresh); break;
+    case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem, fresh); break;
+    case OP_GDN_CONV: op_gdn_conv(c, w, u, smem, fresh); break;
+    case OP_GDN_RECUR: op_gdn_recur(c, w, u, smem, fresh); break;
+    case OP_ATTN_KV: op_attn_kv(c, w, u, smem, fresh); break;
+    case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem, fresh); break;
+    case OP_ATTN_PV: op_attn_pv(c, w, u, smem, fresh); break;
+    case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem, fresh); break;
+    case OP_LM_HEAD: op_lm_head<false>(c, w, u, smem, fresh); break;
+    case OP_ARGMAX: op_argmax(c, w, u, smem, fresh); break;
+    case OP_END_STEP: op_end_step(c, w, u, smem, fresh); break;
+    case OP_GDN_STEP: op_gdn_step(c, w, u, smem, fresh); break;
     default: break;
   }
 }
@@ -107,24 +64,6 @@ __device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, u
   return ok;
 }
 
-#if MEGA_STATE_EARLY
-static_assert(!MEGA_STEP_MIXED_FIRST, "MEGA_STATE_EARLY waits inside GdnStep, after its state loads: its conv must come after");
-// MEGA_STATE_EARLY: a block that must wait for a GdnStep unit's counter issues the unit's state loads
-// first, then waits (block_wait) inside the op: the state is the word's own from the previous step.
-struct MegaJoin {
-  const MkCtl* k;
-  const unsigned* ctr;
-  unsigned target, code, s;
-  unsigned* ok_s;
-  bool stop;
-  __device__ bool operator()() {
-    stop = !block_wait(*k, ctr, target, code, s, ok_s);
-    return stop;
-  }
-  __device__ bool stopped() const { return stop; }
-};
-#endif
-
 extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
   extern __shared__ __align__(16) char smem[];
   __shared__ unsigned unit_s[2], ok_s, stop_s, ready_s;
@@ -142,11 +81,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
       __syncthreads();
       if (stop_s) return;
     }
-    unsigned prepared = 0xffffffffu;  // the word whose GEMV input shared memory holds (UNIT_LOOP); none at a step's start
+    unsigned prepared = 0xffffffffu;  // the word whose GEMV input shared memory holds ; none at a step's start
     for (unsigned wi = 0; wi < n_words; ++wi) {
       Word w = prog[wi];
       const unsigned first_ticket = s * (w.units + G);
-      // MEGA_LEAN: the counter is looked at until the block has once seen it at its target (it only
+      // The counter is looked at until the block has once seen it at its target (it only
       // grows within a launch: later units of the word need no look), and the next unit's ticket is
       // taken before the fence that publishes this unit (its round trip overlaps the fence's).
       bool seen = w.wait == NO_COUNTER;
@@ -163,41 +102,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
         unsigned long long t_ready = t_ticket;
         if (!seen) {
           // One look at the counter first (acquire, then the barrier: as block_wait); only a block that
-          // must wait prefetches its unit's weights and then waits.
+          // must wait then waits.
           const unsigned* ctr = &k.counters[w.wait];
           const unsigned target = w.wait_target + s * k.wait_stride[wi];
           if (threadIdx.x == 0) ready_s = ld_acquire(ctr) >= target;
           __syncthreads();
-#if MEGA_STATE_EARLY
-          if (!ready_s && w.opcode == OP_GDN_STEP) {
-            MegaJoin j{&k, ctr, target, wi + 1, s, &ok_s, false};
-            op_gdn_step_with<false>(c, w, u, smem, j);
-            if (j.stop) return;
-            seen = MEGA_LEAN;
-            goto published;
-          }
-#endif
-          if (!ready_s) {
-            if (MEGA_PREFETCH) prefetch_unit(c, w, u);
-            if (!block_wait(k, ctr, target, wi + 1, s, &ok_s)) return;
-          }
+          if (!ready_s && !block_wait(k, ctr, target, wi + 1, s, &ok_s)) return;
           if (stamp) t_ready = global_ns();
-          seen = MEGA_LEAN;
+          seen = true;
           // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
         }
-        for_rows(c, w, [&](const DevCtx& r, bool row) { dispatch(r, w, u, smem, row || !UNIT_LOOP || wi != prepared); });
-#if MEGA_STATE_EARLY
-      published:
-#endif
+        for_rows(c, w, [&](const DevCtx& r, bool row) { dispatch(r, w, u, smem, row || wi != prepared); });
         prepared = wi;
         __syncthreads();
         if (threadIdx.x == 0) {
-          unsigned next = MEGA_LEAN ? atomicAdd(&k.next[wi], 1u) : 0u;
+          unsigned next = atomicAdd(&k.next[wi], 1u);
           // EndStep (one unit) just moved the token into the control block: keep it for the host.
           if (w.opcode == OP_END_STEP) k.tokens[s] = B<unsigned>(c, w.ops[SLOT_IN0])[1];
           __threadfence();
           atomicAdd(&k.counters[w.signal], 1u);
-          if (!MEGA_LEAN) next = atomicAdd(&k.next[wi], 1u);
           unit_s[par] = next - first_ticket;
           unsigned long long t_done = stamp ? global_ns() : 0;
           if (stamp) {

@@ -1,7 +1,7 @@
 // The GPU sampler (discrete path): temperature, top-k, top-p and the draw, exactly as the CPU's
 // `model::sample` (transformers' warpers in its order, its tie rules, `exp_mk`, `uniform_at`), so a
 // GPU-sampled token equals the CPU's choice on the same logits, bit for bit. k_sample_collect (many
-// blocks, TOPK_FUSED) then k_sample (one block of 1,024 threads) between the Argmax and EndStep words;
+// blocks: the top-k threshold from the counts the lm_head left) then k_sample (one block of 1,024 threads) between the Argmax and EndStep words;
 // greedy (temperature 0) leaves the argmax's token.
 // Needs 1 <= top_k <= SAMPLE_MAX (the host refuses others: full-vocabulary sampling is CPU-only).
 // top-k keeps every id at or above the k-th value (transformers' rule), so ties can keep more than k:
@@ -12,16 +12,7 @@
 #ifndef TOPK_BREAK
 #define TOPK_BREAK 0  // negative control: 1 raises the fused top-k's threshold by one key (`mk gpu sample` must fail)
 #endif
-#define SAMPLE_MAX 2048  // the largest top_k (the host refuses others)
-#define COLLECT_THREADS 256  // k_sample_collect's block; each thread 8 ids, so the host launches ceil(V / 2,048)
-
-#ifndef SAMPLE_WIDE
-#define SAMPLE_WIDE 1  // TOPK_FUSED=0's passes over the logits: four 16-byte loads per thread before it uses
-                       // any (64 KB in flight for the block; 0: one 2-byte load per thread and round). The
-                       // passes are latency-bound: 163 against 255 us a token on the 27B, 157 against 252
-                       // on small (results/sampler_27b4452; warp-aggregated histogram atomics changed
-                       // nothing: results/sampler_adf1b4f). The same counts and ids, so the same token.
-#endif
+// (SAMPLE_MAX, SAMPLE_CAP, COLLECT_THREADS: the generated header)
 
 
 // e^x from IEEE +, -, * only, in the CPU's order (--fmad=false: nothing fuses). See exp_mk in
@@ -55,54 +46,6 @@ __device__ __forceinline__ unsigned total_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// f(key) for every logit's key (any order: the callers only count).
-template <typename F>
-__device__ __forceinline__ void each_key(const unsigned short* logits, unsigned V, F f) {
-  unsigned i = threadIdx.x;
-  if (SAMPLE_WIDE) {
-    const unsigned V8 = V & ~7u;  // whole 16-byte chunks (the buffer is 256-byte aligned)
-    for (unsigned base = 0; base < V8; base += 32 * SAMPLE_THREADS) {
-      uint4 v[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        unsigned at = base + 8 * (j * SAMPLE_THREADS + threadIdx.x);
-        v[j] = at < V8 ? *(const uint4*)(logits + at) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (base + 8 * (j * SAMPLE_THREADS + threadIdx.x) >= V8) break;
-        const unsigned w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) f(logit_key((unsigned short)(w[e >> 1] >> (16 * (e & 1)))));
-      }
-    }
-    i += V8;
-  }
-  for (; i < V; i += SAMPLE_THREADS) f(logit_key(logits[i]));
-}
-
-// Exclusive prefix sum of one unsigned per thread over the block, in thread order (integers: any
-// order is exact). `tot` receives the total. Uses 32 + 1 shared words.
-__device__ unsigned block_exclusive_scan(unsigned v, unsigned* sh, unsigned* tot) {
-  unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, x = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    unsigned y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= (unsigned)o) x += y;
-  }
-  if (lane == 31) sh[warp] = x;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned run = 0;
-    for (int w = 0; w < SAMPLE_THREADS / 32; ++w) { unsigned t = sh[w]; sh[w] = run; run += t; }
-    sh[32] = run;
-  }
-  __syncthreads();
-  unsigned r = sh[warp] + x - v;
-  *tot = sh[32];
-  __syncthreads();
-  return r;
-}
-
 // Sorts n (<= SAMPLE_CAP) (key_hi, key_lo) pairs ascending in shared memory (bitonic, padded to a
 // power of two with the largest keys). Every thread takes part.
 __device__ void bitonic_sort(unsigned* hi, unsigned* lo, unsigned n) {
@@ -127,83 +70,13 @@ __device__ void bitonic_sort(unsigned* hi, unsigned* lo, unsigned n) {
     }
 }
 
-// TOPK_FUSED=0: the kept ids (key_lo, in id order) from four passes over the logits; returns how many
-// (more than SAMPLE_CAP: none written).
-__device__ unsigned kept_by_passes(const unsigned short* logits, unsigned V, const SampleParams* sp, unsigned* key_lo,
-                                   unsigned* sh) {
-  __shared__ unsigned hist[256], b1_s, need_s, kth_s;
-  unsigned k = sp->top_k, t = threadIdx.x;
-  // 1) The k-th largest key by two 8-bit radix passes (integer counts: exact in any order): the high
-  //    byte's bucket holding the k-th largest, then the low byte within it.
-  for (unsigned i = t; i < 256; i += SAMPLE_THREADS) hist[i] = 0;
-  __syncthreads();
-  each_key(logits, V, [&](unsigned key) { atomicAdd(&hist[key >> 8], 1u); });
-  __syncthreads();
-  if (t == 0) {
-    unsigned above = 0, b = 255;
-    while (b > 0 && above + hist[b] < k) above += hist[b--];
-    b1_s = b;
-    need_s = k - above;
-  }
-  __syncthreads();
-  for (unsigned i = t; i < 256; i += SAMPLE_THREADS) hist[i] = 0;
-  __syncthreads();
-  const unsigned b1 = b1_s;
-  each_key(logits, V, [&](unsigned key) {
-    if ((key >> 8) == b1) atomicAdd(&hist[key & 255u], 1u);
-  });
-  __syncthreads();
-  if (t == 0) {
-    unsigned above = 0, b = 255;
-    while (b > 0 && above + hist[b] < need_s) above += hist[b--];
-    kth_s = (b1_s << 8) | b;
-  }
-  __syncthreads();
-  unsigned kth = kth_s;
-  // 2) The ids at or above the threshold, in id order: each thread a contiguous chunk (SAMPLE_WIDE: a
-  //    multiple of 8 ids, read 32 at a time by four 16-byte loads). A NaN (key 0) is never kept, even
-  //    when the threshold falls among them (the CPU's rule).
-  unsigned chunk = (V + SAMPLE_THREADS - 1) / SAMPLE_THREADS;
-  if (SAMPLE_WIDE) chunk = (chunk + 7) & ~7u;
-  unsigned i0 = min(V, t * chunk), i1 = min(V, i0 + chunk), cnt = 0;
-  auto keep = [&](unsigned short b) {
-    unsigned key = logit_key(b);
-    return key >= kth && key != 0;
-  };
-  auto scan_chunk = [&](auto f) {  // f(id, kept) over the chunk in id order
-    unsigned i = i0;
-    if (SAMPLE_WIDE)
-      for (; i + 32 <= i1; i += 32) {
-        uint4 v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = *(const uint4*)(logits + i + 8 * j);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const unsigned w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-#pragma unroll
-          for (int e = 0; e < 8; ++e) f(i + 8 * j + e, keep((unsigned short)(w[e >> 1] >> (16 * (e & 1)))));
-        }
-      }
-    for (; i < i1; ++i) f(i, keep(logits[i]));
-  };
-  scan_chunk([&](unsigned, bool k) { cnt += k; });
-  unsigned n;
-  unsigned at = block_exclusive_scan(cnt, sh, &n);
-  if (n > SAMPLE_CAP) return n;
-  scan_chunk([&](unsigned i, bool k) {
-    if (k) key_lo[at++] = i;
-  });
-  __syncthreads();
-  return n;
-}
-
-// 3) and 4): top-p over the n kept ids (key_lo, in id order) and the draw; ctrl[2] receives the token.
+// top-p over the n kept ids (key_lo, in id order) and the draw; ctrl[2] receives the token.
 // Every thread calls it (the sorts).
 __device__ void sample_kept(const unsigned short* logits, unsigned n, unsigned* key_hi, unsigned* key_lo, unsigned* sh,
                             unsigned* ctrl, const SampleParams* sp) {
   float T = sp->temperature;
   unsigned t = threadIdx.x;
-  // 3) top-p: ascending (score, id), the ascending prefix with cumulative probability <= 1 - p removed.
+  // top-p: ascending (score, id), the ascending prefix with cumulative probability <= 1 - p removed.
   unsigned first = 0;
   if (sp->top_p < 1.0f) {
     for (unsigned i = t; i < n; i += SAMPLE_THREADS) key_hi[i] = total_key(bf2f(logits[key_lo[i]]) / T);
@@ -233,7 +106,7 @@ __device__ void sample_kept(const unsigned short* logits, unsigned n, unsigned* 
     bitonic_sort(key_hi, key_lo, n);
     n -= first;
   }
-  // 4) The draw over the kept ids in id order (key_lo holds them).
+  // The draw over the kept ids in id order (key_lo holds them).
   if (t == 0) {
     float m = __int_as_float(0xff800000);
     for (unsigned i = 0; i < n; ++i) m = fmaxf(m, bf2f(logits[key_lo[i]]) / T);
@@ -270,7 +143,7 @@ __device__ unsigned kth_bin(const unsigned* h, unsigned k, unsigned* need) {
   return b;
 }
 
-// TOPK_FUSED: the ids at or above the k-th largest key, from the counts the lm_head left (SB_HI,
+// The ids at or above the k-th largest key, from the counts the lm_head left (SB_HI,
 // SB_FULL): every block finds the threshold (two warp walks over 256 bins: 2 KB read) while its 2,048
 // logits load, then appends its kept ids at an integer atomic (any order: k_sample sorts them by id).
 // A NaN (key 0) is never kept. One thread per 8 ids; grid ceil(V / (8 COLLECT_THREADS)) blocks.
@@ -309,7 +182,7 @@ extern "C" __global__ void __launch_bounds__(COLLECT_THREADS) k_sample_collect(c
   }
 }
 
-// TOPK_FUSED: k_sample_collect's ids into key_lo in id order (ids are distinct: a sort by id alone);
+// k_sample_collect's ids into key_lo in id order (ids are distinct: a sort by id alone);
 // returns how many (more than SAMPLE_CAP: the ones past it were never written).
 __device__ unsigned kept_collected(const unsigned* sb, unsigned* key_hi, unsigned* key_lo) {
   unsigned n = ((volatile const unsigned*)sb)[SB_COUNT];
@@ -320,10 +193,8 @@ __device__ unsigned kept_collected(const unsigned* sb, unsigned* key_hi, unsigne
   return n;
 }
 
-// The sampler: the kept ids (TOPK_FUSED: k_sample_collect's, else four passes over the logits), then
-// top-p and the draw (sample_kept). One block of 1,024 threads between the Argmax and EndStep words.
-// TOPK_FUSED: it then zeroes the counts for the next step (the lm_head counted if sampling is on,
-// whether or not the sequence stopped after it with DEVICE_STOP=0).
+// The sampler: k_sample_collect's kept ids, then top-p and the draw (sample_kept). One block of 1,024
+// threads between the Argmax and EndStep words. It then zeroes the counts for the next step.
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsigned short* logits, unsigned V, unsigned* ctrl,
                                                                      unsigned* sb, const unsigned* stop) {
   __shared__ unsigned sh[33];
@@ -331,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsi
   const SampleParams* sp = (const SampleParams*)sb;
   if (!(sp->temperature > 0.0f)) return;  // greedy: the argmax's token stands (and nothing was counted)
   if (((volatile const unsigned*)stop)[1] == 0) {  // (else the sequence stopped: DevCtx::stop)
-    unsigned n = TOPK_FUSED ? kept_collected(sb, key_hi, key_lo) : kept_by_passes(logits, V, sp, key_lo, sh);
+    unsigned n = kept_collected(sb, key_hi, key_lo);
     if (threadIdx.x == 0) sb[SB_KEPT] = n;
     if (n > SAMPLE_CAP) {
       if (threadIdx.x == 0) sb[SB_STATUS] = 1;  // the argmax's token stands
@@ -339,9 +210,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS) k_sample(const unsi
       sample_kept(logits, n, key_hi, key_lo, sh, ctrl, sp);
     }
   }
-  if (TOPK_FUSED) {
-    __syncthreads();  // every read of the count is done
-    uint4* z = (uint4*)(sb + SB_COUNT);
-    for (unsigned i = threadIdx.x; i < (SB_CANDS - SB_COUNT) / 4; i += SAMPLE_THREADS) z[i] = make_uint4(0, 0, 0, 0);
-  }
+  __syncthreads();  // every read of the count is done
+  uint4* z = (uint4*)(sb + SB_COUNT);
+  for (unsigned i = threadIdx.x; i < (SB_CANDS - SB_COUNT) / 4; i += SAMPLE_THREADS) z[i] = make_uint4(0, 0, 0, 0);
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mk::error::Result;
+use mk::exec::gpu::Defines;
 use mk::model::{checkpoint::Checkpoint, config::ModelConfig, forward, stats, synth};
 
 #[derive(Parser)]
@@ -176,6 +177,9 @@ enum GpuCmd {
         /// Also write the CUBIN to this file, with line info (for cuobjdump -sass / nvdisasm -g).
         #[arg(long)]
         cubin: Option<std::path::PathBuf>,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
     },
     /// The GPU sampler against the CPU's: for several (temperature, top-k, top-p) settings, every
     /// GPU-sampled token must equal `model::sample` on the step's logits with the same draw; a negative
@@ -186,6 +190,9 @@ enum GpuCmd {
         steps: u32,
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
     },
     /// Runs `steps` greedy tokens through the graph path, synchronised per step and then pipelined (one
     /// replay in flight ahead): device memory before and after (nothing may allocate after startup),
@@ -196,6 +203,9 @@ enum GpuCmd {
         steps: u32,
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
     },
     /// The megakernel's in-kernel token loop: `steps` greedy tokens through the graph (one replay per
     /// step), then through the megakernel with `per_launch` steps per cooperative launch; tokens and
@@ -210,6 +220,9 @@ enum GpuCmd {
         per_launch: u32,
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
     },
     /// M-row verification steps (M tokens at positions pos .. pos + M in one graph replay or one
     /// megakernel launch) against one-row steps, bit for bit: every row's logits and token and the
@@ -227,6 +240,9 @@ enum GpuCmd {
         reps: u32,
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
     },
     /// Every op on the GPU against the CPU op on the same inputs (the CPU interpreter), per opcode.
     Ops {
@@ -237,6 +253,9 @@ enum GpuCmd {
         steps: u32,
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
     },
 }
 
@@ -314,26 +333,12 @@ fn run(cli: Cli) -> Result<()> {
             stats::print(&stats::measure(&w, tokens, seed)?);
         }
         Cmd::Golden { dir, goldens, rope_theta, max_prompts } => {
-            let ck = Checkpoint::open(&dir)?;
-            let mut w = forward::Weights::from_checkpoint(&ck);
-            if let Some(t) = rope_theta {
-                w.cfg.rope_theta = t;
-            }
-            let g = mk::golden::load_dir(&goldens)?;
-            let env = mk::golden::envelope(&g)?;
-            let c = mk::golden::compare(&w, &g, max_prompts)?;
-            println!("envelope (oracle prompt path vs decode path): {env:?}");
-            println!("cpu reference vs oracle decode path: {c:?}");
-            let why = mk::golden::verdict(&c, &env, mk::golden::MEAN_FACTOR);
-            if !why.is_empty() {
-                mk::bail!("golden check failed: {}", why.join("; "));
-            }
-            println!("golden check passed");
+            mk::verify::golden::run(&dir, &goldens, rope_theta, max_prompts)?
         }
         Cmd::Trace { dir, trace } => {
             let ck = Checkpoint::open(&dir)?;
             let w = forward::Weights::from_checkpoint(&ck);
-            mk::trace::print(&mk::trace::compare(&w, &trace)?);
+            mk::verify::trace::print(&mk::verify::trace::compare(&w, &trace)?);
         }
         Cmd::Compile { preset, config, sms, threads, rows, max_context, units, unit_rows, gdn, out } => {
             let (cfg, name) = match (preset, config) {
@@ -355,161 +360,24 @@ fn run(cli: Cli) -> Result<()> {
                 summary.counters
             );
         }
-        Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache } } => {
-            let ck = Checkpoint::open(&dir)?;
-            let mut t = mk::compiler::h200(1);
-            t.max_context = 1024;
-            let prog = mk::compiler::compile(&ck.config, "checkpoint", &t)?;
-            let mut it = mk::exec::interp::Interp::new(&prog, &ck)?;
-            let mut d = mk::cuda::discrete::Discrete::new(mk::cuda::Gpu::open()?, &prog, &ck, &cache)?;
-            let tokens: Vec<u32> = std::iter::once(9419).chain(1..=steps).collect();
-            let stats = mk::cuda::opcheck::check(&prog, &mut it, &mut d, &tokens)?;
-            print!("{}", mk::cuda::opcheck::print(&stats));
-            match mk::cuda::opcheck::verdict(&stats) {
-                Ok(()) => println!(
-                    "verdict: ok (every element within {} of its buffer's largest magnitude)",
-                    mk::cuda::opcheck::MAX_REL
-                ),
-                Err(bad) => mk::bail!("op check FAILED beyond max rel {}: {bad}", mk::cuda::opcheck::MAX_REL),
-            }
+        Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache, defines } } => {
+            mk::verify::gpu::ops(&dir, steps, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Soak { dir, steps, cache } } => {
-            let ck = Checkpoint::open(&dir)?;
-            let mut t = mk::compiler::h200(1);
-            t.max_context = (steps as usize + 1).div_ceil(256) as u32 * 256;
-            let prog = mk::compiler::compile(&ck.config, "checkpoint", &t)?;
-            let mut d = mk::cuda::discrete::Discrete::new(mk::cuda::Gpu::open()?, &prog, &ck, &cache)?;
-            d.reset()?;
-            let mut tok = d.step(9419, false, |_, _| Ok(()))?;
-            let mut synced = vec![tok];
-            d.sync()?;
-            let (free0, total) = d.mem_info()?;
-            let t0 = std::time::Instant::now();
-            for _ in 1..steps {
-                tok = d.step(tok, false, |_, _| Ok(()))?;
-                synced.push(tok);
-            }
-            d.sync()?;
-            let ms_synced = t0.elapsed().as_secs_f64() * 1e3 / (steps.max(2) - 1) as f64;
-            // The same sequence with one replay in flight ahead (tokens through pinned memory).
-            d.reset()?;
-            let t1 = std::time::Instant::now();
-            let piped = d.generate(9419, steps as usize)?;
-            let ms_piped = t1.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
-            d.sync()?;
-            let (free1, _) = d.mem_info()?;
-            println!(
-                "{} steps: {:.3} ms/token synchronised per step, {:.3} pipelined (one replay in flight ahead): \
-                 tokens {}; device memory free {} -> {} bytes of {} ({} allocated during the runs)",
-                steps,
-                ms_synced,
-                ms_piped,
-                if piped == synced {
-                    "identical".to_string()
-                } else {
-                    format!("DIFFER from step {}", piped.iter().zip(&synced).position(|(a, b)| a != b).unwrap_or(0))
-                },
-                free0,
-                free1,
-                total,
-                free0 as i64 - free1 as i64
-            );
-            if piped != synced {
-                mk::bail!("gpu soak: the pipelined tokens differ from the synchronised ones");
-            }
+        Cmd::Gpu { cmd: GpuCmd::Soak { dir, steps, cache, defines } } => {
+            mk::verify::gpu::soak(&dir, steps, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, cache } } => {
-            mk::cuda::rows::run(&dir, &m, tokens as usize, reps as usize, &cache)?
+        Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, cache, defines } } => {
+            mk::verify::rows::run(&dir, &m, tokens as usize, reps as usize, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Multistep { dir, steps, per_launch, cache } } => {
-            multistep(&dir, steps as usize, per_launch as usize, &cache)?
+        Cmd::Gpu { cmd: GpuCmd::Multistep { dir, steps, per_launch, cache, defines } } => {
+            mk::verify::gpu::multistep(&dir, steps as usize, per_launch as usize, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Sample { dir, steps, cache } } => {
-            use mk::model::sample::{candidates, sample, uniform_at, SamplingParams};
-            let ck = Checkpoint::open(&dir)?;
-            let mut t = mk::compiler::h200(1);
-            t.max_context = (steps as usize + 2).div_ceil(256) as u32 * 256;
-            let prog = mk::compiler::compile(&ck.config, "checkpoint", &t)?;
-            let mut d = mk::cuda::discrete::Discrete::new(mk::cuda::Gpu::open()?, &prog, &ck, &cache)?;
-            let settings = [(0.7, 20, 0.8), (1.0, 50, 1.0), (0.6, 2048, 0.95), (1.5, 1, 0.5), (2.0, 200, 0.3)];
-            let (seed, mut bad, mut control_diff, mut total) = (7u64, 0u32, 0u32, 0u32);
-            for (temperature, top_k, top_p) in settings {
-                let p = SamplingParams { temperature, top_k, top_p };
-                d.reset()?;
-                d.set_sampling(&p, seed)?;
-                let (mut tok, mut same, mut kept_same) = (9419u32, 0u32, 0u32);
-                let top_k_only = SamplingParams { top_p: 1.0, ..p };
-                // A setting that fails (the sampler's capacity) is reported and counted; the others run.
-                let run = (|| -> mk::error::Result<()> {
-                    for pos in 0..steps as u64 {
-                        let next = d.step(tok, false, |_, _| Ok(()))?;
-                        let logits = d.logits()?;
-                        let want = sample(&logits, &p, uniform_at(seed, pos))?;
-                        let other = sample(&logits, &p, uniform_at(seed + 1, pos))?;
-                        same += (next == want) as u32;
-                        // the kept set's size (top-k's threshold with its ties) against the CPU's
-                        kept_same += (d.sampler_kept()? as usize == candidates(&logits, &top_k_only).len()) as u32;
-                        control_diff += (other != next) as u32;
-                        total += 1;
-                        tok = next;
-                    }
-                    Ok(())
-                })();
-                bad += 2 * steps - same - kept_same;
-                match run {
-                    Ok(()) => println!(
-                        "T {temperature} top-k {top_k} top-p {top_p}: {same} of {steps} GPU tokens equal the CPU's, \
-                         the kept set's size in {kept_same}"
-                    ),
-                    Err(e) => {
-                        println!("T {temperature} top-k {top_k} top-p {top_p}: FAILED after {same} equal tokens: {e}")
-                    }
-                }
-            }
-            d.set_sampling(&SamplingParams::greedy(), 0)?;
-            println!("negative control (the CPU drawing with seed + 1): {control_diff} of {total} tokens differ");
-            // What the sampler costs a token (with TOPK_FUSED the lm_head's counting included):
-            // pipelined generation, greedy (the sampler kernel returns at once) against sampled, one
-            // warm-up run each, then the two timed runs alternated three times (medians).
-            let mut timed = |p: &SamplingParams| -> mk::error::Result<f64> {
-                d.reset()?;
-                d.set_sampling(p, seed)?;
-                d.sync()?;
-                let t = std::time::Instant::now();
-                d.generate(9419, steps as usize)?;
-                d.sync()?;
-                Ok(t.elapsed().as_secs_f64() * 1e3 / steps as f64)
-            };
-            let sampled = SamplingParams { temperature: 0.7, top_k: 50, top_p: 0.95 };
-            let (mut g, mut s) = (Vec::new(), Vec::new());
-            timed(&SamplingParams::greedy())?;
-            timed(&sampled)?;
-            for _ in 0..3 {
-                g.push(timed(&SamplingParams::greedy())?);
-                s.push(timed(&sampled)?);
-            }
-            d.set_sampling(&SamplingParams::greedy(), 0)?;
-            let median = |v: &mut Vec<f64>| {
-                v.sort_by(|a, b| a.total_cmp(b));
-                v[v.len() / 2]
-            };
-            let (g, s) = (median(&mut g), median(&mut s));
-            println!(
-                "timing ({steps} pipelined steps, median of 3): greedy {g:.3} ms/token, sampled (T 0.7, top-k 50, top-p 0.95) \
-                 {s:.3} ms/token: the sampler costs {:.1} us a token ({:.2} % of the greedy step)",
-                (s - g) * 1e3,
-                (s - g) / g * 100.0
-            );
-            if bad > 0 || control_diff == 0 {
-                mk::bail!(
-                    "gpu sample: {bad} tokens or kept-set sizes differ from the CPU sampler (negative control differed {control_diff} times)"
-                );
-            }
-            println!("verdict: ok");
+        Cmd::Gpu { cmd: GpuCmd::Sample { dir, steps, cache, defines } } => {
+            mk::verify::gpu::sample(&dir, steps, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin } } => {
+        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin, defines } } => {
             let t = std::time::Instant::now();
-            let (bin, log) = mk::cuda::compile_check(&arch, resources, cubin.is_some())?;
+            let (bin, log) = mk::exec::gpu::compile_check(&arch, resources, cubin.is_some(), &Defines::parse(&defines)?)?;
             let n = bin.len();
             if let Some(f) = cubin {
                 std::fs::write(&f, &bin).map_err(|e| mk::error::Error::new(format!("write {}: {e}", f.display())))?;
@@ -520,7 +388,7 @@ fn run(cli: Cli) -> Result<()> {
                     "{:32} {:>9} {:>12} {:>11} {:>11}",
                     "kernel", "registers", "spill stores", "spill loads", "static smem"
                 );
-                for k in mk::cuda::ptxas_resources(&log) {
+                for k in mk::exec::gpu::ptxas_resources(&log) {
                     println!(
                         "{:32} {:>9} {:>12} {:>11} {:>11}",
                         k.name, k.registers, k.spill_stores, k.spill_loads, k.static_smem
@@ -530,7 +398,7 @@ fn run(cli: Cli) -> Result<()> {
             println!("compiled for {arch}: CUBIN {n} bytes in {:.2} s", t.elapsed().as_secs_f64());
         }
         Cmd::Program { cmd } => match cmd {
-            ProgramCmd::Header => print!("{}", mk::isa::cuda_header()),
+            ProgramCmd::Header => print!("{}", mk::exec::gpu::abi::header()),
             ProgramCmd::Show { file } => print!("{}", mk::isa::report::show(&mk::isa::Program::load(&file)?)),
             ProgramCmd::Stats { file } => print!("{}", mk::isa::report::stats(&mk::isa::Program::load(&file)?)),
             ProgramCmd::Check { file } => {
@@ -543,26 +411,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::ChatRender { file, ids } => mk::tokenizer::cli::chat_render_stdout(&file, ids)?,
         Cmd::Generate { dir, prompt, steps, temperature, top_k, top_p, seed } => {
             let params = mk::model::sample::SamplingParams { temperature, top_k, top_p };
-            params.check()?;
             let ck = Checkpoint::open(&dir)?;
             let w = forward::Weights::from_checkpoint(&ck);
-            if prompt.is_empty() {
-                mk::bail!("generate: --prompt needs at least one token id");
-            }
-            let mut state = forward::State::new(&w.cfg, prompt.len() + steps);
-            let mut logits = Vec::new();
-            for &t in &prompt {
-                logits = forward::step(&w, &mut state, t, None)?;
-            }
-            let mut out = Vec::new();
-            for i in 0..steps {
-                // The draw of the step at position p (the one whose logits are sampled) is
-                // uniform_at(seed, p), as the GPU's sampler takes it.
-                let pos = (prompt.len() - 1 + i) as u64;
-                let next = mk::model::sample::sample(&logits, &params, mk::model::sample::uniform_at(seed, pos))?;
-                out.push(next);
-                logits = forward::step(&w, &mut state, next, None)?;
-            }
+            let out = forward::generate(&w, &prompt, steps, &params, seed)?;
             println!("{}", out.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","));
         }
     }
@@ -577,127 +428,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `mk gpu multistep`: see the command's help.
-fn multistep(dir: &std::path::Path, steps: usize, per_launch: usize, cache: &std::path::Path) -> mk::error::Result<()> {
-    use mk::isa::BufKind;
-    if steps < 2 || per_launch == 0 {
-        mk::bail!("gpu multistep: --steps must be at least 2 (the stop is checked before the last) and --per-launch at least 1");
-    }
-    let ck = Checkpoint::open(dir)?;
-    let mut t = mk::compiler::h200(1);
-    t.max_context = (steps + 2).div_ceil(256) as u32 * 256;
-    let prog = mk::compiler::compile(&ck.config, "checkpoint", &t)?;
-    let mut d = mk::cuda::discrete::Discrete::new(mk::cuda::Gpu::open()?, &prog, &ck, cache)?;
-    let state = |d: &mk::cuda::discrete::Discrete| -> mk::error::Result<Vec<(usize, Vec<u32>)>> {
-        let mut v = Vec::new();
-        for (i, b) in prog.buffers.iter().enumerate() {
-            if b.kind != BufKind::Weight {
-                v.push((i, d.read(i, b.elems() as usize)?.iter().map(|x| x.to_bits()).collect()));
-            }
-        }
-        Ok(v)
-    };
-    // The graph, one replay per step.
-    d.reset()?;
-    let (mut tok, mut graph) = (9419u32, Vec::with_capacity(steps));
-    d.sync()?;
-    let t0 = std::time::Instant::now();
-    for _ in 0..steps {
-        tok = d.step(tok, false, |_, _| Ok(()))?;
-        graph.push(tok);
-    }
-    d.sync()?;
-    let ms_graph = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
-    let want = state(&d)?;
-    // The megakernel, one step per launch and `per_launch` steps per launch: both timed and compared.
-    d.reset()?;
-    let t1 = std::time::Instant::now();
-    let (mut tok, mut one) = (9419u32, Vec::with_capacity(steps));
-    for _ in 0..steps {
-        tok = d.step_mega(tok)?;
-        one.push(tok);
-    }
-    let ms_one = t1.elapsed().as_secs_f64() * 1e3 / steps as f64;
-    let one_state = state(&d)?;
-    let one_ok = one == graph && one_state == want;
-    println!(
-        "one step per launch: tokens {}, state {}",
-        if one == graph { "equal" } else { "DIFFER" },
-        if one_state == want { "identical" } else { "DIFFERS" }
-    );
-    d.reset()?;
-    let t2 = std::time::Instant::now();
-    let (mut tok, mut mega) = (9419u32, Vec::with_capacity(steps));
-    while mega.len() < steps {
-        let got = d.step_mega_n(tok, per_launch.min(steps - mega.len()))?;
-        tok = *got.last().unwrap_or(&tok);
-        mega.extend(got);
-    }
-    let ms_multi = t2.elapsed().as_secs_f64() * 1e3 / steps as f64;
-    let got = state(&d)?;
-    let same_tokens = graph.iter().zip(&mega).filter(|(a, b)| a == b).count();
-    println!(
-        "tokens: {same_tokens} of {steps} equal (graph one replay per step, megakernel {per_launch} steps per launch)"
-    );
-    let mut differ = 0usize;
-    for ((i, a), (_, b)) in want.iter().zip(&got) {
-        if let Some(e) = a.iter().zip(b).position(|(x, y)| x != y) {
-            differ += 1;
-            if differ <= 5 {
-                println!(
-                    "  buffer {} differs first at element {e}: {} vs {}",
-                    prog.buffers[*i].name,
-                    f32::from_bits(a[e]),
-                    f32::from_bits(b[e])
-                );
-            }
-        }
-    }
-    let elems: usize = want.iter().map(|(_, v)| v.len()).sum();
-    println!(
-        "state after {steps} steps: {} of {} non-weight buffers differ ({elems} elements compared)",
-        differ,
-        want.len()
-    );
-    // The device-side stop at step j: the latest step before the last whose token is new (so that the
-    // sequence really ends there; j = 0 always qualifies): the launch must end early and the
-    // pipelined graph's queued replay must change nothing.
-    let j = (0..steps - 1).rev().find(|&j| !graph[..j].contains(&graph[j])).unwrap_or(0);
-    let stop_ok = {
-        // The megakernel (one launch of `steps`) and the pipelined graph (replays queued one
-        // ahead) both stop after step j; their states must be the same bits.
-        d.set_stop(Some(graph[j]))?;
-        d.reset()?;
-        let ran = d.step_mega_n(9419, steps)?;
-        let mega_state = state(&d)?;
-        let refused = d.step_mega(*ran.last().unwrap_or(&0)).is_err_and(|e| e.to_string().contains("stopped"));
-        d.reset()?;
-        let piped = d.generate(9419, steps)?;
-        let pos = d.pos()?;
-        let same = state(&d)? == mega_state;
-        d.reset()?;
-        d.set_stop(None)?;
-        let ok = ran == graph[..=j] && piped == graph[..=j] && pos == j + 1 && same && refused;
-        println!(
-            "device-side stop at token {} (step {j}): megakernel ran {} of {steps} steps, pipelined graph {} \
-             (device position {pos}), states {}, a step after the stop {} ({})",
-            graph[j],
-            ran.len(),
-            piped.len(),
-            if same { "identical" } else { "DIFFER" },
-            if refused { "refused" } else { "NOT refused" },
-            if ok { "ok" } else { "WRONG" }
-        );
-        ok
-    };
-    println!(
-        "ms/token: graph {ms_graph:.3} (synchronised per step), megakernel {ms_one:.3} at one step per launch, {ms_multi:.3} at {per_launch} per launch"
-    );
-    if same_tokens != steps || differ != 0 || !stop_ok || !one_ok {
-        mk::bail!("gpu multistep: the megakernel's multi-step launches differ from the graph");
-    }
-    println!("verdict: ok (bit-identical tokens and state)");
-    Ok(())
 }

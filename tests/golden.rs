@@ -3,12 +3,12 @@
 //! must reject a reference with a wrong RoPE theta.
 
 mod common;
-use mk::golden::{compare, envelope, load_dir, verdict, MEAN_FACTOR};
+use mk::verify::golden::{compare, envelope, load_dir, verdict, MEAN_FACTOR};
 use mk::model::checkpoint::Checkpoint;
 use mk::model::forward::Weights;
 use std::path::Path;
 
-fn goldens() -> Vec<mk::golden::Golden> {
+fn goldens() -> Vec<mk::verify::golden::Golden> {
     let g = load_dir(&Path::new(env!("CARGO_MANIFEST_DIR")).join("goldens/tiny")).unwrap();
     // The goldens were recorded on the checkpoint this test regenerates.
     let made: serde_json::Value = serde_json::from_str(&g[0].meta["checkpoint"]).unwrap();

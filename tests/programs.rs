@@ -97,7 +97,7 @@ fn the_cuda_header_is_generated_from_the_isa() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("megakernel/abi.cuh");
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
-        committed == mk::isa::cuda_header(),
+        committed == mk::exec::gpu::abi::header(),
         "megakernel/abi.cuh is stale: `mk program header > megakernel/abi.cuh`"
     );
 }
@@ -107,7 +107,7 @@ fn every_opcode_has_its_op_file_and_kernel() {
     // One op, one device function, four spellings: Opcode::X, OP_X, op_x in ops/x.cuh, k_x.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("megakernel");
     let discrete = std::fs::read_to_string(root.join("discrete.cu")).unwrap();
-    let src = mk::cuda::source();
+    let src = mk::exec::gpu::source();
     for op in mk::isa::Opcode::ALL {
         let snake = op.snake();
         let file = std::fs::read_to_string(root.join(format!("ops/{snake}.cuh"))).unwrap_or_default();
@@ -135,7 +135,7 @@ fn without_a_gpu_the_runtime_says_so_in_one_line() {
         eprintln!("skipped: this machine has a GPU (the test checks the message on machines without one)");
         return;
     }
-    match mk::cuda::Gpu::open() {
+    match mk::exec::gpu::Gpu::open() {
         Ok(_) => panic!("a GPU opened on a machine whose driver reports none"),
         Err(e) => {
             let m = e.to_string();
@@ -182,15 +182,6 @@ fn gemv_blocks_per_sm_matches_the_kernels_launch_bounds() {
     assert!(common.contains(&want), "{want} in common.cuh");
 }
 
-#[test]
-fn host_tunable_defaults_match_the_kernels() {
-    // The host sizes shared memory and grids by these; common.cuh's defaults must be the same.
-    let common = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("megakernel/common.cuh")).unwrap();
-    for (name, value) in mk::cuda::HOST_TUNABLES {
-        assert!(common.contains(&format!("#define {name} {value} ")), "#define {name} {value} in common.cuh");
-    }
-}
-
 /// The megakernel's multi-step launch (megakernel.cu) keeps counters and unit tickets growing across
 /// the steps of one launch: in step s a word's tickets start at s * (units + blocks) and its wait
 /// target is wait_target + s * stride. A CPU model of the kernel's block loop (blocks interleaved at
@@ -204,7 +195,7 @@ fn host_tunable_defaults_match_the_kernels() {
 fn multi_step_launch_protocol_runs_every_unit_once() {
     for p in PRESETS {
         let prog = compile(&ModelConfig::preset(p).unwrap(), p, &h200(1)).unwrap();
-        let st = mk::cuda::discrete::wait_strides(&prog);
+        let st = mk::exec::gpu::launch::wait_strides(&prog);
         for (w, s) in prog.words.iter().zip(&st) {
             if w.wait != mk::isa::NO_COUNTER {
                 assert!(w.wait_target >= 1 && w.wait_target <= *s, "{p}: target {} stride {s}", w.wait_target);
@@ -212,7 +203,7 @@ fn multi_step_launch_protocol_runs_every_unit_once() {
         }
     }
     let prog = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &h200(1)).unwrap();
-    let stride = mk::cuda::discrete::wait_strides(&prog);
+    let stride = mk::exec::gpu::launch::wait_strides(&prog);
     for (blocks, seed) in [(1, 1), (3, 2), (7, 3), (16, 4)] {
         simulate_multi_step(&prog, &stride, 3, blocks, seed).unwrap();
     }

@@ -11,18 +11,18 @@ __device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* sme
   float* p = (float*)smem;             // [group][ATTN_PART]
   float* ml = p + group * ATTN_PART;   // [group][2], then the position groups' sums
   const unsigned short* vc = B<unsigned short>(c, w.ops[SLOT_ST1]);
-  // PV_STAGE: the group's (max, sum) pairs of every partition copied to shared memory by the whole block
+  // The group's (max, sum) pairs of every partition copied to shared memory by the whole block
   // first (the position groups' sums' room, free until the end), so the merge below reads shared
   // memory instead of a chain of n_parts global loads per head: the same values in the same order.
   const float* stats = B<float>(c, w.ops[SLOT_IN1]) + (size_t)kvh * group * parts * 2;
   float* staged = ml + 2 * MAX_GROUP;
-  const bool stage = PV_STAGE && n_parts <= 2 * d;  // (group x n_parts x 2 floats fit in 4 x group x d)
+  const bool stage = n_parts <= 2 * d;  // (group x n_parts x 2 floats fit in 4 x group x d)
   if (stage) {
     for (unsigned i = threadIdx.x; i < group * n_parts * 2; i += THREADS)
       staged[i] = stats[(size_t)(i / (2 * n_parts)) * parts * 2 + i % (2 * n_parts)];
     __syncthreads();
   }
-  if (stage && PV_MERGE_PAR) {
+  if (stage) {
     // The same sums from shared memory in three steps: each head's max (thread hh, partitions in
     // order), every partition's product l_p exp(m_p - M) by the whole block into its l_p's slot, then
     // each head's sum of the products in partition order (thread hh): the bits of the loop below.

@@ -47,7 +47,7 @@ __device__ __forceinline__ float warp_sum_heads8(const float* a) {
   return d;
 }
 
-// ATTN_PROLOGUE: head_norm then rope_head for each of the group's query heads (q_proj rows 2 d h ..,
+// The prologue: head_norm then rope_head for each of the group's query heads (q_proj rows 2 d h ..,
 // gate rows between), all heads at once: every load issued first, one barrier for the heads' warp sums
 // (`red`: group x WARPS floats), the same sums in the same order (each head's warp_sum, then its warp
 // sums from 0 in warp order, as block_sum), the same roundings, so the same bits with 4 barriers
@@ -111,15 +111,7 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
 #else
   const unsigned rpos = pos;
 #endif
-  if (ATTN_PROLOGUE) {
-    heads_norm_rope(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * kvh * group, B<float>(c, w.ops[SLOT_W0]), group, q, sc, rpos);
-  } else {
-    for (unsigned hh = 0; hh < group; ++hh) {
-      unsigned h = kvh * group + hh;
-      head_norm(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * h, B<float>(c, w.ops[SLOT_W0]), q + hh * d, red);
-      rope_head(c, q + hh * d, rpos);
-    }
-  }
+  heads_norm_rope(c, B<unsigned short>(c, w.ops[SLOT_IN0]) + 2 * d * kvh * group, B<float>(c, w.ops[SLOT_W0]), group, q, sc, rpos);
   // The queries again, packed as bf16 pairs (exactly: q is bf16-valued after norm and RoPE) in the
   // order the lanes read them, [head][i][lane] = dims 8 lane + 2i, 8 lane + 2i + 1: one conflict-free
   // 32-bit read per pair per position (reading the floats, lanes 32 bytes apart, was 8-way bank
@@ -130,19 +122,7 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
     q2[e] = (unsigned)f2bf(qq[0]) | ((unsigned)f2bf(qq[1]) << 16);
   }
   __syncthreads();
-  // ATTN_QREG: the lane's packed query words of every head in registers (read once, not once per
-  // position: the compiler cannot keep them across the score stores into shared memory by itself; ptxas:
-  // 127 registers against 55, so half the blocks per SM). The same values either way.
-#if ATTN_QREG
-  unsigned qr[MAX_GROUP][4];
-#pragma unroll
-  for (unsigned hh = 0; hh < MAX_GROUP; ++hh)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) qr[hh][i] = hh < group ? q2[(hh * 4 + i) * 32 + lane] : 0u;
-#define QWORD(hh, i) qr[hh][i]
-#else
 #define QWORD(hh, i) q2[((hh) * 4 + (i)) * 32 + lane]
-#endif
   // A warp per position, ATTN_UNROLL positions' key loads in flight per warp; each key row is read
   // once for all the group's query heads.
   for (unsigned j0 = p0 + warp; j0 < p1; j0 += ATTN_UNROLL * WARPS) {
@@ -157,7 +137,6 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
       unsigned j = j0 + t * WARPS;
       if (j >= p1) break;
       unsigned kw[4] = {kv[t].x, kv[t].y, kv[t].z, kv[t].w};
-#if ATTN_RS
       float a[8];
 #pragma unroll
       for (unsigned hh = 0; hh < 8; ++hh) {
@@ -177,24 +156,6 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
         sc[hh * ATTN_PART + j - p0] = s;
         B<float>(c, w.ops[SLOT_OUT0])[(size_t)(kvh * group + hh) * max_ctx + j] = s;
       }
-#else
-#pragma unroll
-      for (unsigned hh = 0; hh < MAX_GROUP; ++hh) {
-        if (hh >= group) break;
-        float acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          unsigned qw = QWORD(hh, i);
-          acc += lo_bf(qw) * lo_bf(kw[i]);
-          acc += hi_bf(qw) * hi_bf(kw[i]);
-        }
-        float s = bf(bf(warp_sum(acc)) * scaling);
-        if (lane == 0) {
-          sc[hh * ATTN_PART + j - p0] = s;
-          B<float>(c, w.ops[SLOT_OUT0])[(size_t)(kvh * group + hh) * max_ctx + j] = s;
-        }
-      }
-#endif
     }
   }
   __syncthreads();

@@ -2,39 +2,25 @@
 // q / sqrt(128), beta = bf(sigmoid(b)), decay = exp(-exp(A_log) softplus(a + dt_bias)); thread v owns
 // state column v: kv = sum_k (S[k][v] decay) k[k]; delta = (v - kv) beta; S[k][v] = S[k][v] decay +
 // k[k] delta; o[v] = sum_k S[k][v] q[k]. ORDER: k = 0..127 in order, as the CPU reference.
-// A thread loads its state (RECUR_SPLIT: half a column, else a whole one) into registers first (its loads
+// A thread loads its half of a state column into registers first (its loads
 // all in flight, issued before the norms so their latency overlaps them), then works from registers and
 // stores it back once.
 // The head's body, shared by op_gdn_recur and op_gdn_step (GdnStep): `mixed(qs, ks, vs)` fills shared
 // q, k and v of head j (f32 of the bf16 conv outputs; called by every thread after the state loads are
 // issued, followed by a block barrier), `out(v, o)` takes output element v (one thread each). Every
-// thread reaches the end (no early return: the caller may join the block after it). MIXED_FIRST: mixed()
-// and a block barrier before the state loads are issued (one more round trip, fewer registers live at
-// once: the megakernel's 80; the same bits). `join()` is called by every thread right after the state
-// loads are issued (the state never depends on the predecessor: GDN_STATE_EARLY's discrete kernel waits
-// for it there, griddepcontrol.wait); it returns true when the block must stop (the device-side stop).
+// thread reaches the end (no early return: the caller may join the block after it).
 // Shared memory: GDN_STEP_SMEM floats.
-// q, k, v, the two norms, two exchange rows (RECUR_SPLIT); GdnStep's output, gates and norm weight
+// q, k, v, the two norms, two exchange rows; GdnStep's output, gates and norm weight
 #define GDN_STEP_SMEM (7 * 128 + 2)
-// A join that waits for nothing (the megakernel, the default discrete kernels: they waited before).
-struct NoJoin {
-  __device__ bool operator()() const { return false; }
-  __device__ bool stopped() const { return false; }
-};
-template <bool MIXED_FIRST = false, typename Mixed, typename Out, typename Join>
-__device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out, Join& join) {
+template <typename Mixed, typename Out>
+__device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out) {
   const unsigned d = 128;
   float* qs = (float*)smem;
   float* ks = qs + d;
   float* vs = ks + d;
   float* sh = vs + d;  // [0] q inv norm, [1] k inv norm
   float* S = B<float>(c, w.ops[SLOT_ST0]) + (size_t)j * d * d;
-  if (MIXED_FIRST) {
-    mixed(qs, ks, vs);
-    __syncthreads();
-  }
-#if RECUR_SPLIT
-  static_assert(THREADS == 256, "RECUR_SPLIT: two threads per state column of 128");
+  static_assert(THREADS == 256, "two threads per state column of 128");
   // Thread t owns half h = t / 128 (k = 64 h .. 64 h + 63) of state column v = t % 128: 64 registers,
   // every thread busy. The sums over k keep their order: half 0 sums k = 0..63, hands its partial over
   // shared memory, half 1 continues with k = 64..127 (the same sequence of roundings as one thread).
@@ -44,19 +30,11 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
   float col[64];
 #pragma unroll
   for (unsigned k = 0; k < d / 2; ++k) col[k] = S[(k0 + k) * d + v];
-#else
-  float col[128];
-  if (threadIdx.x < d) {
-#pragma unroll
-    for (unsigned k = 0; k < d; ++k) col[k] = S[k * d + threadIdx.x];
-  }
-#endif
-  if (join()) return;
   // The head's gate inputs, loaded with the state (one round trip for all), then q, k and v.
   const unsigned short b_raw = B<unsigned short>(c, w.ops[SLOT_IN1])[j];
   const unsigned short a_raw = B<unsigned short>(c, w.ops[SLOT_IN2])[j];
   const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
-  if (!MIXED_FIRST) mixed(qs, ks, vs);
+  mixed(qs, ks, vs);
   __syncthreads();
   if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
     // 32 elements at a time into registers (16-byte shared loads issued together), then the chain
@@ -91,7 +69,6 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
   float x = a + dt_bias;
   float sp = x > 20.0f ? x : log1pf(expf(x));
   float decay = expf(-expf(a_log) * sp);
-#if RECUR_SPLIT
   float kv = 0.f;
   if (h == 0) {
 #pragma unroll
@@ -128,24 +105,6 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
     }
     out(v, f2bf(o));
   }
-#else
-  if (threadIdx.x < d) {
-    unsigned v = threadIdx.x;
-    float kv = 0.f;
-#pragma unroll
-    for (unsigned k = 0; k < d; ++k) kv += (col[k] * decay) * ks[k];
-    float vv = vs[v];
-    float delta = (vv - kv) * beta;
-    float o = 0.f;
-#pragma unroll
-    for (unsigned k = 0; k < d; ++k) {
-      float sn = col[k] * decay + ks[k] * delta;
-      S[k * d + v] = sn;
-      o += sn * qs[k];
-    }
-    out(v, f2bf(o));
-  }
-#endif
 }
 
 __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
@@ -153,7 +112,6 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
   unsigned j = u, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d;
   const unsigned short* mixed = B<unsigned short>(c, w.ops[SLOT_IN0]);
   unsigned short* core = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  NoJoin nj;
   gdn_head(
       c, w, j, smem,
       [&](float* qs, float* ks, float* vs) {
@@ -163,5 +121,5 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
           vs[threadIdx.x] = bf2f(mixed[2 * key_dim + j * d + threadIdx.x]);
         }
       },
-      [&](unsigned v, unsigned short o) { core[j * d + v] = o; }, nj);
+      [&](unsigned v, unsigned short o) { core[j * d + v] = o; });
 }

@@ -5,11 +5,7 @@
 // The conv ring's q / k channels are written by the group's first head (j % (Hv / Hk) == 0) only; every
 // head of the group reads the ring's three older slots (pos + 1 .. pos + 3 mod 4), which no unit writes
 // in this step, and takes the new input from qkv, so the group's heads never race.
-// MIXED_FIRST (the megakernel's MEGA_STEP_MIXED_FIRST) and join (GDN_STATE_EARLY's discrete kernel): see
-// gdn_head.
-template <bool MIXED_FIRST = false, typename Join>
-__device__ void op_gdn_step_with(const DevCtx& c, const Word& w, unsigned u, char* smem, Join& join) {
-  static_assert(!MIXED_FIRST || sizeof(Join) == sizeof(NoJoin), "MIXED_FIRST reads activations before the join");
+__device__ void op_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   const unsigned d = 128;
   unsigned j = u, hk = w.arg0, hv = w.rows, ratio = hv / hk, qk = j / ratio, key_dim = hk * d;
   unsigned pos = B<unsigned>(c, w.ops[SLOT_IN3])[0];
@@ -22,7 +18,7 @@ __device__ void op_gdn_step_with(const DevCtx& c, const Word& w, unsigned u, cha
   unsigned* zs = (unsigned*)((float*)smem + 5 * d + 2 + d / 2);
   float* wns = (float*)smem + 6 * d + 2;
   const unsigned lane = threadIdx.x & 31;
-  gdn_head<MIXED_FIRST>(
+  gdn_head(
       c, w, j, smem,
       [&](float* qs, float* ks, float* vs) {
         static_assert(THREADS >= 192 && THREADS <= 384, "GdnStep: two conv channels of the head's 384 per thread at most");
@@ -58,8 +54,7 @@ __device__ void op_gdn_step_with(const DevCtx& c, const Word& w, unsigned u, cha
         if (t < d / 2) zs[t] = zv;
         if (t < d) wns[t] = nv;
       },
-      [&](unsigned v, unsigned short o) { os[v] = o; }, join);
-  if (join.stopped()) return;
+      [&](unsigned v, unsigned short o) { os[v] = o; });
   __syncthreads();
   if (threadIdx.x < 32) {
     const unsigned* ow = (const unsigned*)os;
@@ -67,9 +62,4 @@ __device__ void op_gdn_step_with(const DevCtx& c, const Word& w, unsigned u, cha
     const float wn[4] = {wns[2 * lane], wns[2 * lane + 1], wns[64 + 2 * lane], wns[65 + 2 * lane]};
     gated_head(c, cw, zw, wn, (unsigned*)(B<unsigned short>(c, w.ops[SLOT_OUT0]) + j * d));
   }
-}
-template <bool MIXED_FIRST = false>
-__device__ void op_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
-  NoJoin nj;
-  op_gdn_step_with<MIXED_FIRST>(c, w, u, smem, nj);
 }

@@ -70,7 +70,7 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
 }
 template <bool STREAM>
 __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
-  auto prep = [&] { return gated_norm_input<ONE_TRIP_PREP(STREAM)>(c, w, smem, fresh); };
+  auto prep = [&] { return gated_norm_input<STREAM>(c, w, smem, fresh); };
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   gemv_rows<STREAM>(c, w, u, w.ops[SLOT_W0], smem, prep, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
 }

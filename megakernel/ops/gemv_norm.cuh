@@ -3,6 +3,6 @@
 template <bool STREAM>
 __device__ void op_gemv_norm(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned short* out = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  gemv_rows<STREAM>(c, w, u, w.ops[SLOT_W0], smem, [&] { return prepared_input<ONE_TRIP_PREP(STREAM)>(c, w, SLOT_W1, smem, fresh); },
+  gemv_rows<STREAM>(c, w, u, w.ops[SLOT_W0], smem, [&] { return prepared_input<STREAM>(c, w, SLOT_W1, smem, fresh); },
             [&](unsigned r, float v) { out[r] = f2bf(v); });
 }

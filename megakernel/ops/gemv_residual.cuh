@@ -2,6 +2,6 @@
 template <bool STREAM>
 __device__ void op_gemv_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  gemv_rows<STREAM>(c, w, u, w.ops[SLOT_W0], smem, [&] { return prepared_input<ONE_TRIP_PREP(STREAM)>(c, w, SLOT_W1, smem, fresh); },  // W1 unused: x as is
+  gemv_rows<STREAM>(c, w, u, w.ops[SLOT_W0], smem, [&] { return prepared_input<STREAM>(c, w, SLOT_W1, smem, fresh); },  // W1 unused: x as is
             [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
 }

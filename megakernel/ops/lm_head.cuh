@@ -1,7 +1,7 @@
 // op_lm_head: logits of the unit's vocabulary rows, bf(W . rmsnorm(h)) (final norm in W1), and the
 // unit's (max, argmax) candidate: first maximum in row order, so the lowest id wins ties (a NaN
 // below every number, as op_argmax and the CPU's argmax).
-// Sampling on (TOPK_FUSED): warp 1 counts the unit's logits into the sampler's histograms (integer
+// Sampling on: warp 1 counts the unit's logits into the sampler's histograms (integer
 // atomics: exact counts in any order; lanes of one key add together) for the top-k threshold, so the
 // sampler never reads the whole vocabulary to find it.
 __device__ __forceinline__ void topk_count(const DevCtx& c, const unsigned short* logits, unsigned r0, unsigned r1) {
@@ -46,5 +46,5 @@ __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* sme
     cand[2 * u] = best;
     cand[2 * u + 1] = (float)id;
   }
-  if (TOPK_FUSED && threadIdx.x >= 32 && threadIdx.x < 64) topk_count(c, logits, r0, r1);
+  if (threadIdx.x >= 32 && threadIdx.x < 64) topk_count(c, logits, r0, r1);
 }

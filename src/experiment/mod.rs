@@ -84,8 +84,8 @@ struct Shared<'a> {
     w_reordered: Option<&'a Weights<'a>>,
     prog: &'a Program,
     ck: &'a Checkpoint,
-    graph: Option<&'a std::cell::RefCell<crate::cuda::discrete::Discrete>>,
-    mega: Option<&'a std::cell::RefCell<crate::cuda::discrete::Discrete>>,
+    graph: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
+    mega: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
 }
 
 fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn Engine + 'a>> {
@@ -540,14 +540,18 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         return Ok(res.dir.clone());
     };
     let w = Weights::from_checkpoint(ck);
-    // Each GPU path gets its own upload and state (they step in lockstep in the diff pass).
+    // Each GPU path gets its own upload and state (they step in lockstep in the diff pass); every value
+    // of the checkpoint is scanned first.
     let mut gpu_paths = Vec::new();
+    let upload = if runnable.iter().any(|p| p.is_gpu()) { Some(crate::model::upload::Upload::new(ck)?) } else { None };
     for p in runnable.iter().filter(|p| p.is_gpu()) {
         bar.println(format!("uploading the model to the GPU for the {} path", p.label()));
-        let gpu = crate::cuda::Gpu::open()?;
-        rec.nvrtc_options = gpu.options();
-        let d = crate::cuda::discrete::Discrete::new(gpu, &prog, ck, &opts.cache_root)?;
-        rec.cuda_sources_hash = Some(record::fnv_hex(&[crate::cuda::source().as_bytes()]));
+        let gpu = crate::exec::gpu::Gpu::open()?;
+        let defines = crate::exec::gpu::Defines::new(e.defines.clone())?;
+        rec.nvrtc_options = gpu.options(&defines);
+        let upload = upload.as_ref().ok_or_else(|| crate::error::Error::new("internal: no upload for a GPU path"))?;
+        let d = crate::exec::gpu::GpuExec::new(gpu, &prog, upload, &opts.cache_root, &defines)?;
+        rec.cuda_sources_hash = Some(record::fnv_hex(&[crate::exec::gpu::source().as_bytes()]));
         rec.notes.push(format!(
             "GPU arena of the {} path: {:.3} GB, one allocation",
             p.label(),

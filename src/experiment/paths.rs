@@ -169,14 +169,14 @@ fn program_states(p: &Program, pos: usize, mut read: impl FnMut(usize, usize) ->
 
 /// The discrete-kernel CUDA graph path (one shared device upload; each engine resets the state).
 pub struct GraphEngine<'a> {
-    d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>,
+    d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>,
     /// Debug captures launch word by word and read every word's output; otherwise the step is the
     /// CUDA graph's replay and only its results are read.
     debug: bool,
 }
 
 impl<'a> GraphEngine<'a> {
-    pub fn new(d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>, debug: bool) -> Result<GraphEngine<'a>> {
+    pub fn new(d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>, debug: bool) -> Result<GraphEngine<'a>> {
         d.borrow_mut().reset()?;
         Ok(GraphEngine { d, debug })
     }
@@ -234,14 +234,14 @@ impl Engine for GraphEngine<'_> {
 }
 
 /// The per-sequence state on a GPU path's device upload (both GPU paths).
-fn device_states(d: &std::cell::RefCell<crate::cuda::discrete::Discrete>) -> Vec<Tensor> {
+fn device_states(d: &std::cell::RefCell<crate::exec::gpu::GpuExec>) -> Vec<Tensor> {
     let d = d.borrow();
     let pos = d.pos().unwrap_or(0);
     program_states(d.program(), pos, |b, n| d.read(b, n).ok())
 }
 
 /// Whether one more (measurement) step fits the upload's context; None if the position is unreadable.
-fn one_more_step_fits(d: &crate::cuda::discrete::Discrete) -> Option<bool> {
+fn one_more_step_fits(d: &crate::exec::gpu::GpuExec) -> Option<bool> {
     Some(d.pos().ok()? + 1 < d.program().target.max_context as usize)
 }
 
@@ -251,12 +251,12 @@ fn one_more_step_fits(d: &crate::cuda::discrete::Discrete) -> Option<bool> {
 /// snapshot of the state before the step, word k's output is what a launch of the step's first k + 1
 /// words wrote (the snapshot put back before each), then the whole step runs from the snapshot.
 pub struct MegaEngine<'a> {
-    d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>,
+    d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>,
     debug: bool,
 }
 
 impl<'a> MegaEngine<'a> {
-    pub fn new(d: &'a std::cell::RefCell<crate::cuda::discrete::Discrete>, debug: bool) -> Result<MegaEngine<'a>> {
+    pub fn new(d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>, debug: bool) -> Result<MegaEngine<'a>> {
         d.borrow_mut().reset()?;
         Ok(MegaEngine { d, debug })
     }

@@ -89,17 +89,7 @@ impl Record {
     }
 }
 
-/// FNV-1a 64 of some bytes, as 16 hex digits: identifies a program or a source tree in a record.
-pub fn fnv_hex(parts: &[&[u8]]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for b in *p {
-            h ^= *b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01B3);
-        }
-    }
-    format!("{h:016x}")
-}
+pub use crate::isa::fnv_hex;
 
 /// UTC time as `YYYYMMDDTHHMMSSZ` (civil-from-days, no time-zone library needed).
 pub fn utc_stamp(t: std::time::SystemTime) -> String {

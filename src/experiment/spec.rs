@@ -142,6 +142,10 @@ pub struct Experiment {
     /// past the validator; the diff against the graph (or the watchdog) must catch the race.
     #[serde(default)]
     pub drop_wait: Option<u32>,
+    /// CUDA tunables of the GPU paths, by name (`src/exec/gpu/defines.rs` lists the known ones and
+    /// their ranges; anything else is refused before compiling). Recorded with the experiment.
+    #[serde(default)]
+    pub defines: std::collections::BTreeMap<String, u32>,
 }
 
 fn one() -> u32 {
@@ -154,6 +158,7 @@ fn three() -> u32 {
 impl Experiment {
     pub fn parse(text: &str) -> Result<Experiment> {
         let e: Experiment = ron::from_str(text).map_err(|e| crate::error::Error::new(format!("experiment: {e}")))?;
+        crate::exec::gpu::Defines::new(e.defines.clone())?;
         e.check()?;
         Ok(e)
     }

@@ -16,6 +16,7 @@
 pub mod access;
 pub mod report;
 pub mod validate;
+pub mod weights;
 
 use serde::{Deserialize, Serialize};
 
@@ -482,6 +483,18 @@ pub fn cuda_header() -> String {
     s += &format!("  unsigned short ops[{}];\n  unsigned int arg0, arg1;\n}};\n", slot::COUNT);
     s += "static_assert(sizeof(Word) == 64, \"instruction word is 64 bytes\");\n";
     s
+}
+
+/// FNV-1a 64 of some bytes, as 16 hex digits: identifies a program or a source tree in a record.
+pub fn fnv_hex(parts: &[&[u8]]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in *p {
+            h ^= *b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    }
+    format!("{h:016x}")
 }
 
 #[cfg(test)]

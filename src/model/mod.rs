@@ -10,4 +10,5 @@ pub mod sample;
 pub mod stats;
 pub mod synth;
 pub mod tensors;
+pub mod upload;
 pub mod weights;

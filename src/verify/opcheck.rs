@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::discrete::Discrete;
+use crate::exec::gpu::GpuExec;
 use crate::error::Result;
 use crate::exec::interp::Interp;
 use crate::isa::access::unit_accesses;
@@ -35,7 +35,7 @@ fn ulps_of_magnitude(a: f32, b: f32, bf16: bool) -> f64 {
 }
 
 /// Runs `tokens` through both, op by op; returns per-opcode statistics.
-pub fn check(prog: &Program, it: &mut Interp, d: &mut Discrete, tokens: &[u32]) -> Result<BTreeMap<String, OpStats>> {
+pub fn check(prog: &Program, it: &mut Interp, d: &mut GpuExec, tokens: &[u32]) -> Result<BTreeMap<String, OpStats>> {
     let mut stats: BTreeMap<String, OpStats> = BTreeMap::new();
     for &tok in tokens {
         it.set_token(tok);

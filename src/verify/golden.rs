@@ -270,3 +270,24 @@ pub fn verdict(c: &Comparison, env: &Envelope, mean_factor: f32) -> Vec<String> 
     }
     why
 }
+
+/// `mk golden`: the CPU reference of checkpoint `dir` against the goldens in `goldens`, judged by the
+/// envelope the goldens themselves calibrate (`rope_theta`: a wrong theta is the negative control).
+pub fn run(dir: &Path, goldens: &Path, rope_theta: Option<f64>, max_prompts: usize) -> Result<()> {
+    let ck = crate::model::checkpoint::Checkpoint::open(dir)?;
+    let mut w = Weights::from_checkpoint(&ck);
+    if let Some(t) = rope_theta {
+        w.cfg.rope_theta = t;
+    }
+    let g = load_dir(goldens)?;
+    let env = envelope(&g)?;
+    let c = compare(&w, &g, max_prompts)?;
+    println!("envelope (oracle prompt path vs decode path): {env:?}");
+    println!("cpu reference vs oracle decode path: {c:?}");
+    let why = verdict(&c, &env, MEAN_FACTOR);
+    if !why.is_empty() {
+        crate::bail!("golden check failed: {}", why.join("; "));
+    }
+    println!("golden check passed");
+    Ok(())
+}

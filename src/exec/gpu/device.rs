@@ -1,14 +1,9 @@
 //! The thin CUDA layer: finding the GPU (a clean error, never a panic, when there is none), NVRTC with
 //! one options function, modules cached by source hash, and the CUDA sources of `megakernel/` stitched
-//! into one translation unit behind the header generated from the ISA.
+//! into one translation unit behind the header generated from the ISA and this module's ABI.
 //!
 //! Owns: device discovery, compilation, the source text. Refuses: model knowledge (executors get
 //! named buffers from the program).
-
-pub mod discrete;
-pub mod opcheck;
-pub mod rows;
-pub mod tile;
 
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
@@ -17,137 +12,52 @@ use std::sync::Arc;
 use cudarc::driver::{sys, CudaContext, CudaModule, CudaStream};
 use cudarc::nvrtc::{result as nres, sys as nsys, Ptx};
 
+use super::defines::Defines;
 use crate::bail;
 use crate::error::{Context, Error, Result};
 
 /// The CUDA sources, in include order (one translation unit for NVRTC).
 const SOURCES: [(&str, &str); 23] = [
-    ("common.cuh", include_str!("../../megakernel/common.cuh")),
-    ("ops/embed.cuh", include_str!("../../megakernel/ops/embed.cuh")),
-    ("ops/gemv_norm.cuh", include_str!("../../megakernel/ops/gemv_norm.cuh")),
-    ("ops/gemv_gate_up.cuh", include_str!("../../megakernel/ops/gemv_gate_up.cuh")),
-    ("ops/gemv_gated_norm_residual.cuh", include_str!("../../megakernel/ops/gemv_gated_norm_residual.cuh")),
-    ("ops/gemv_residual.cuh", include_str!("../../megakernel/ops/gemv_residual.cuh")),
-    ("ops/reduce_store.cuh", include_str!("../../megakernel/ops/reduce_store.cuh")),
-    ("ops/reduce_residual.cuh", include_str!("../../megakernel/ops/reduce_residual.cuh")),
-    ("ops/gdn_conv.cuh", include_str!("../../megakernel/ops/gdn_conv.cuh")),
-    ("ops/gdn_recur.cuh", include_str!("../../megakernel/ops/gdn_recur.cuh")),
-    ("ops/attn_kv.cuh", include_str!("../../megakernel/ops/attn_kv.cuh")),
-    ("ops/attn_scores.cuh", include_str!("../../megakernel/ops/attn_scores.cuh")),
-    ("ops/attn_pv.cuh", include_str!("../../megakernel/ops/attn_pv.cuh")),
-    ("ops/attn_reduce_gate.cuh", include_str!("../../megakernel/ops/attn_reduce_gate.cuh")),
-    ("ops/lm_head.cuh", include_str!("../../megakernel/ops/lm_head.cuh")),
-    ("ops/argmax.cuh", include_str!("../../megakernel/ops/argmax.cuh")),
-    ("ops/end_step.cuh", include_str!("../../megakernel/ops/end_step.cuh")),
-    ("ops/gdn_step.cuh", include_str!("../../megakernel/ops/gdn_step.cuh")),
-    ("discrete.cu", include_str!("../../megakernel/discrete.cu")),
-    ("ring.cu", include_str!("../../megakernel/ring.cu")),
-    ("megakernel.cu", include_str!("../../megakernel/megakernel.cu")),
-    ("sample.cu", include_str!("../../megakernel/sample.cu")),
-    ("abi.cuh", include_str!("../../megakernel/abi.cuh")),
+    ("common.cuh", include_str!("../../../megakernel/common.cuh")),
+    ("gemv.cuh", include_str!("../../../megakernel/gemv.cuh")),
+    ("ops/embed.cuh", include_str!("../../../megakernel/ops/embed.cuh")),
+    ("ops/gemv_norm.cuh", include_str!("../../../megakernel/ops/gemv_norm.cuh")),
+    ("ops/gemv_gate_up.cuh", include_str!("../../../megakernel/ops/gemv_gate_up.cuh")),
+    ("ops/gemv_gated_norm_residual.cuh", include_str!("../../../megakernel/ops/gemv_gated_norm_residual.cuh")),
+    ("ops/gemv_residual.cuh", include_str!("../../../megakernel/ops/gemv_residual.cuh")),
+    ("ops/reduce_store.cuh", include_str!("../../../megakernel/ops/reduce_store.cuh")),
+    ("ops/reduce_residual.cuh", include_str!("../../../megakernel/ops/reduce_residual.cuh")),
+    ("ops/gdn_conv.cuh", include_str!("../../../megakernel/ops/gdn_conv.cuh")),
+    ("ops/gdn_recur.cuh", include_str!("../../../megakernel/ops/gdn_recur.cuh")),
+    ("ops/attn_kv.cuh", include_str!("../../../megakernel/ops/attn_kv.cuh")),
+    ("ops/attn_scores.cuh", include_str!("../../../megakernel/ops/attn_scores.cuh")),
+    ("ops/attn_pv.cuh", include_str!("../../../megakernel/ops/attn_pv.cuh")),
+    ("ops/attn_reduce_gate.cuh", include_str!("../../../megakernel/ops/attn_reduce_gate.cuh")),
+    ("ops/lm_head.cuh", include_str!("../../../megakernel/ops/lm_head.cuh")),
+    ("ops/argmax.cuh", include_str!("../../../megakernel/ops/argmax.cuh")),
+    ("ops/end_step.cuh", include_str!("../../../megakernel/ops/end_step.cuh")),
+    ("ops/gdn_step.cuh", include_str!("../../../megakernel/ops/gdn_step.cuh")),
+    ("discrete.cu", include_str!("../../../megakernel/discrete.cu")),
+    ("megakernel.cu", include_str!("../../../megakernel/megakernel.cu")),
+    ("sample.cu", include_str!("../../../megakernel/sample.cu")),
+    ("abi.cuh", include_str!("../../../megakernel/abi.cuh")),
 ];
 
-/// The whole translation unit: the ISA header (generated, not the committed copy), then the sources.
+/// The whole translation unit: the generated header (`header()`, not the committed copy), then the
+/// sources.
 pub fn source() -> String {
-    let mut s = crate::isa::cuda_header();
+    let mut s = super::abi::header();
     for (name, text) in SOURCES.iter().filter(|(n, _)| *n != "abi.cuh") {
         s += &format!("// ---- megakernel/{name}\n{text}\n");
     }
     s
 }
 
-/// `NAME=VALUE` tunables from MK_CUDA_DEFINES (whitespace separated; a malformed one fails the
-/// compile with NVRTC's message).
-pub fn cuda_defines() -> Vec<String> {
-    std::env::var("MK_CUDA_DEFINES").unwrap_or_default().split_whitespace().map(str::to_string).collect()
-}
-
-/// The tunables the host also reads (it sizes launches and shared memory by them), with the defaults
-/// of megakernel/common.cuh (a test checks they agree).
-pub const HOST_TUNABLES: [(&str, u32); 18] = [
-    ("GEMV_TMA", 0),
-    ("GEMV_DYNAMIC", 1),
-    ("GRAPH_PDL", 1),
-    ("TMA_DEPTH", 3),
-    ("UNIT_LOOP", 1),
-    ("MEGA_BLOCKS_PER_SM", 3),
-    ("GEMV_DEPTH", 0),
-    ("GEMV_MIN_BLOCKS", 2),
-    ("MEGA_GEMV_STREAM", 0),
-    ("GEMV_RING", 0),
-    ("RING_BLOCKS", 1),
-    ("RING_SLOTS", 12),
-    ("RING_STAMPS", 0),
-    ("RING_SLOT_KB", 16),
-    ("RING_CWARPS", 8),
-    ("RING_TC", 0),
-    ("GRAPH_STAMPS", 0),
-    ("TOPK_FUSED", 1),
-];
-
-/// The value of host-read tunable `name`: from MK_CUDA_DEFINES, else its default.
-pub fn cuda_define(name: &str) -> Option<u32> {
-    cuda_defines()
-        .iter()
-        .find_map(|d| d.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
-        .or_else(|| HOST_TUNABLES.iter().find(|t| t.0 == name).map(|t| t.1))
-}
-
-/// Refuses a host-read tunable the host would read differently from NVRTC (a bare name, a value
-/// that is not a decimal number): host and kernels must agree on shared-memory layouts.
-pub fn check_defines() -> Result<()> {
-    check_define_list(&cuda_defines())
-}
-
-fn check_define_list(defs: &[String]) -> Result<()> {
-    for d in defs {
-        let (name, value) = d.split_once('=').unwrap_or((d.as_str(), ""));
-        // (GNR_MIN_BLOCKS too: the host sizes GDN out_proj's shared memory by it; its default is
-        // GEMV_MIN_BLOCKS's, so it is not in HOST_TUNABLES)
-        let host_read = HOST_TUNABLES.iter().any(|t| t.0 == name) || name == "GNR_MIN_BLOCKS";
-        if host_read && value.parse::<u32>().is_err() {
-            bail!("MK_CUDA_DEFINES: {d}: {name} needs a decimal value (NAME=N): the host reads it too");
-        }
-        if name == "RING_SLOTS" && value.parse::<u32>().is_ok_and(|d| !(2..=16).contains(&d)) {
-            bail!("MK_CUDA_DEFINES: RING_SLOTS is 2..16");
-        }
-        if name == "RING_CWARPS" && value != "8" && value != "16" {
-            bail!("MK_CUDA_DEFINES: RING_CWARPS is 8 or 16");
-        }
-        if name == "RING_SLOT_KB" && value != "16" && value != "32" {
-            bail!("MK_CUDA_DEFINES: RING_SLOT_KB is 16 or 32");
-        }
-        if name == "RING_BLOCKS" && value.parse::<u32>().is_ok_and(|d| !(1..=7).contains(&d)) {
-            bail!("MK_CUDA_DEFINES: RING_BLOCKS is 1..7 (ring blocks per SM)");
-        }
-        if name == "RING_BLOCKS"
-            && value.parse::<u32>().is_ok_and(|b| b > 1)
-            && defs.iter().any(|d| d == "RING_CWARPS=16")
-        {
-            bail!("MK_CUDA_DEFINES: RING_CWARPS=16 takes one ring block per SM (RING_BLOCKS=1)");
-        }
-        if name == "RING_TC"
-            && value != "0"
-            && defs.iter().any(|d| d == "RING_CWARPS=16" || d == "RING_SLOT_KB=32" || d == "GEMV_MMA=0")
-        {
-            bail!("MK_CUDA_DEFINES: RING_TC takes 8 consumer warps, 16 KB items and GEMV_MMA");
-        }
-        if name == "TMA_DEPTH" && value == "0" {
-            bail!("MK_CUDA_DEFINES: TMA_DEPTH must be at least 1");
-        }
-        if name == "GEMV_DEPTH" && value.parse::<u32>().is_ok_and(|d| d > 4) {
-            bail!("MK_CUDA_DEFINES: GEMV_DEPTH is at most 4");
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A lane-by-lane model of megakernel/ops/attn_scores.cuh's `warp_sum_heads8` (the reduce-scatter
-    /// behind ATTN_RS) against `warp_sum`'s butterfly: every head's sum, in the lanes that own it, bit
+    /// A lane-by-lane model of megakernel/ops/attn_scores.cuh's `warp_sum_heads8` (the reduce-scatter) against `warp_sum`'s butterfly: every head's sum, in the lanes that own it, bit
     /// for bit. `swap` models a wrong kept half at the first step (the negative control: it must differ).
     fn heads8(a: &[[f32; 8]; 32], swap: bool) -> [f32; 32] {
         let shfl = |v: &[f32; 32], o: usize| -> [f32; 32] { std::array::from_fn(|l| v[l ^ o]) };
@@ -233,42 +143,11 @@ mod tests {
         assert!(ptxas_resources("no report").is_empty());
     }
 
-    #[test]
-    fn host_read_tunables_must_be_decimal() {
-        let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(check_define_list(&l(&["GEMV_TMA=1", "TMA_DEPTH=4", "ATTN_UNROLL=8", "MK_BREAK_GEMV"])).is_ok());
-        assert!(check_define_list(&l(&[
-            "GEMV_RING=1",
-            "RING_BLOCKS=2",
-            "RING_SLOTS=6",
-            "RING_SLOT_KB=32",
-            "RING_CWARPS=8"
-        ]))
-        .is_ok());
-        for bad in [
-            "GEMV_TMA",
-            "TMA_DEPTH=(3)",
-            "UNIT_LOOP=0x1",
-            "TMA_DEPTH=0",
-            "GEMV_DEPTH=5",
-            "RING_SLOTS=1",
-            "RING_SLOTS=17",
-            "RING_BLOCKS=0",
-            "RING_BLOCKS=8",
-            "RING_SLOT_KB=24",
-            "RING_CWARPS=12",
-            "GNR_MIN_BLOCKS=GEMV_MIN_BLOCKS",
-        ] {
-            assert!(check_define_list(&l(&[bad])).is_err(), "{bad}");
-        }
-        assert!(check_define_list(&l(&["RING_CWARPS=16", "RING_BLOCKS=2"])).is_err());
-        assert!(check_define_list(&l(&["RING_CWARPS=16", "RING_BLOCKS=1"])).is_ok());
-    }
 }
 
 /// The NVRTC options, in one place, recorded in every result. fmad is off: elementwise ops round
 /// exactly as written (as the CPU reference does); the GEMV uses fmaf explicitly where it wants FMA.
-pub fn nvrtc_options(arch: &str, cuda_include: &Path) -> Vec<String> {
+pub fn nvrtc_options(arch: &str, cuda_include: &Path, defines: &Defines) -> Vec<String> {
     let mut o = vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".into(),
@@ -282,9 +161,9 @@ pub fn nvrtc_options(arch: &str, cuda_include: &Path) -> Vec<String> {
     if cuda_include.join("cccl").is_dir() {
         o.push(format!("--include-path={}", cuda_include.join("cccl").display()));
     }
-    // Performance tunables for variant runs (`MK_CUDA_DEFINES="GEMV_FP8_GROUPS=4 ATTN_UNROLL=8"`):
-    // they change speed, never bits (see megakernel/common.cuh), and are recorded with the options.
-    o.extend(cuda_defines().into_iter().map(|d| format!("-D{d}")));
+    // The run's tunables (an experiment's `defines`, validated): speed, never bits (but for the
+    // negative controls), recorded with the options.
+    o.extend(defines.flags());
     o
 }
 
@@ -350,15 +229,15 @@ impl Gpu {
         Ok(Gpu { ctx, stream, name, sms, arch: format!("sm_{}{}", cc.0, cc.1), cuda_home })
     }
 
-    pub fn options(&self) -> Vec<String> {
-        nvrtc_options(&self.arch, &self.cuda_home.join("include"))
+    pub fn options(&self, defines: &Defines) -> Vec<String> {
+        nvrtc_options(&self.arch, &self.cuda_home.join("include"), defines)
     }
 
     /// Compiles `src` with NVRTC (or loads the CUBIN cached under `cache/cubin/<hash>.cubin`).
-    pub fn module(&self, src: &str, cache: &Path) -> Result<(Arc<CudaModule>, String)> {
-        let opts = self.options();
+    pub fn module(&self, src: &str, cache: &Path, defines: &Defines) -> Result<(Arc<CudaModule>, String)> {
+        let opts = self.options(defines);
         let hash =
-            crate::experiment::record::fnv_hex(&[src.as_bytes(), opts.join(" ").as_bytes(), self.arch.as_bytes()]);
+            crate::isa::fnv_hex(&[src.as_bytes(), opts.join(" ").as_bytes(), self.arch.as_bytes()]);
         let file = cache.join("cubin").join(format!("{hash}.cubin"));
         let cubin = match std::fs::read(&file) {
             Ok(b) if !b.is_empty() => b,
@@ -383,13 +262,13 @@ impl Gpu {
 /// wheel unpacked). With `resources`, also ptxas's per-kernel report (registers, spills). Returns the
 /// CUBIN and NVRTC's log.
 /// With `cubin` (the caller keeps the CUBIN) the line table is compiled in (`-lineinfo`).
-pub fn compile_check(arch: &str, resources: bool, cubin: bool) -> Result<(Vec<u8>, String)> {
+pub fn compile_check(arch: &str, resources: bool, cubin: bool, defines: &Defines) -> Result<(Vec<u8>, String)> {
     let cuda_home = PathBuf::from(std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into()));
     preload_nvrtc(&cuda_home);
     if !unsafe { nsys::is_culib_present() } {
         bail!("no NVRTC: libnvrtc is not under {} nor on the loader path (set CUDA_HOME)", cuda_home.display());
     }
-    let mut opts = nvrtc_options(arch, &cuda_home.join("include"));
+    let mut opts = nvrtc_options(arch, &cuda_home.join("include"), defines);
     if resources {
         opts.push("--ptxas-options=-v".into());
     }

@@ -14,8 +14,9 @@
 
 use std::path::Path;
 
-use super::discrete::Discrete;
-use super::Gpu;
+use crate::exec::gpu::GpuExec;
+use crate::exec::gpu::{Defines, Gpu};
+use crate::model::upload::Upload;
 use crate::bail;
 use crate::error::Result;
 use crate::isa::{BufKind, Program};
@@ -33,7 +34,7 @@ fn program(ck: &Checkpoint, m: u32, max_context: u32) -> Result<Program> {
 }
 
 /// Every state buffer's bits, by name.
-fn states(d: &Discrete) -> Result<Vec<(String, Vec<u32>)>> {
+fn states(d: &GpuExec) -> Result<Vec<(String, Vec<u32>)>> {
     let p = d.program();
     let mut v = Vec::new();
     for (i, b) in p.buffers.iter().enumerate() {
@@ -53,7 +54,7 @@ struct Want {
 
 /// Feeds `n` tokens M at a time; `swap`: exchange the first and last token of that step (the
 /// negative control). Returns the first difference from `want`, or None.
-fn compare(d: &mut Discrete, want: &Want, n: usize, mega: bool, swap: Option<usize>) -> Result<Option<String>> {
+fn compare(d: &mut GpuExec, want: &Want, n: usize, mega: bool, swap: Option<usize>) -> Result<Option<String>> {
     let m = d.program().target.m_rows as usize;
     let vocab = want.logits[0].len();
     d.reset()?;
@@ -108,7 +109,7 @@ fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64() * 1e3 / reps as f64)
 }
 
-pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path) -> Result<()> {
+pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines: &Defines) -> Result<()> {
     if ms.is_empty() || ms.iter().any(|&m| !(2..=8).contains(&m) || n % m as usize != 0) || n == 0 {
         bail!("gpu rows: each M must be 2..=8 and divide --tokens ({n})");
     }
@@ -116,7 +117,8 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path) -> Resul
     // Room for the check's tokens and the timing's steps (each timed step moves the position on).
     let max_ctx = (n + 2 * 8 * (reps + 1)).div_ceil(256) as u32 * 256;
     let p1 = program(&ck, 1, max_ctx)?;
-    let mut d1 = Discrete::new(Gpu::open()?, &p1, &ck, cache)?;
+    let up = Upload::new(&ck)?;
+    let mut d1 = GpuExec::new(Gpu::open()?, &p1, &up, cache, defines)?;
     let vocab = ck.config.vocab;
     d1.reset()?;
     let mut want = Want { logits: Vec::with_capacity(n), next: Vec::with_capacity(n), states: Vec::new() };
@@ -136,7 +138,7 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path) -> Resul
     let mut bad = 0;
     for (i, &m) in ms.iter().enumerate() {
         let p = program(&ck, m, max_ctx)?;
-        let mut d = Discrete::new(Gpu::open()?, &p, &ck, cache)?;
+        let mut d = GpuExec::new(Gpu::open()?, &p, &up, cache, defines)?;
         for (path, mega) in [("graph", false), ("megakernel", true)] {
             match compare(&mut d, &want, n, mega, None)? {
                 None => {

@@ -1,0 +1,361 @@
+//! The device arena: ONE allocation at startup holding every buffer of the program (weights in
+//! checkpoint byte order with fp8 scales as f32, small vectors as f32, activations, scratch, state),
+//! the buffer tables the kernels index by id, the RoPE table, the program, and the control words of the
+//! megakernel, the timeline, the sampler, the device-side stop and the GEMV tickets. Weights arrive as
+//! named host buffers (`isa::weights::Weights`, implemented by the model side in `model::upload`): this
+//! module never reads a checkpoint.
+//!
+//! Owns: the layout, the upload, byte access to the arena. Refuses: allocating after startup.
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+
+use super::abi::{DevCtx, SB_WORDS};
+use super::{cu, GpuExec};
+use crate::error::Result;
+use crate::isa::weights::{HostWeight, Weights};
+use crate::isa::{BufKind, Program};
+use crate::model::numerics::{bf16_to_f32, f32_to_bf16};
+
+const ALIGN: usize = 256;
+
+/// Where a buffer lives in the arena and how it is stored there.
+#[derive(Clone, Copy, Debug)]
+pub struct Place {
+    pub off: usize,
+    pub bytes: usize,
+    pub scale_off: Option<usize>,
+    /// Bytes per element; for matrices a storage code: 1 fp8 with bf16-valued scales below 2^8, 2 bf16,
+    /// 3 fp8 with other scales (the `wbytes` table the kernels read; the same bits either way).
+    pub elem_bytes: u8,
+}
+
+/// Offsets of everything in the arena.
+pub struct Layout {
+    pub places: Vec<Place>,
+    pub prog: usize,
+    /// The megakernel's counters, unit tickets, error word and its step, finished-step count.
+    pub mk: usize,
+    pub mk_stride: usize,
+    pub mk_tokens: usize,
+    /// Each word's first timeline slot; the stamps (four u64 per unit of a step).
+    pub tl_base: usize,
+    pub tl: usize,
+    pub total_units: usize,
+    pub sampler: usize,
+    pub stop: usize,
+    pub tickets: usize,
+    pub bytes: usize,
+}
+
+/// The buffer pointer table of `prog` (buffer i at `at[i]`) as M row views, view after view: in view m
+/// per-row buffers (one row per row m, the validator checks) start m rows in; weights, states and KV
+/// caches are shared (`for_rows` in common.cuh).
+pub fn row_views(prog: &Program, at: &[u64]) -> Vec<u64> {
+    let m_rows = prog.target.m_rows as u64;
+    (0..m_rows)
+        .flat_map(|m| {
+            prog.buffers
+                .iter()
+                .zip(at)
+                .map(move |(b, &a)| a + if b.kind.per_row() { m * b.cols * b.elem_bytes as u64 } else { 0 })
+        })
+        .collect()
+}
+
+fn le32(v: impl IntoIterator<Item = u32>) -> Vec<u8> {
+    v.into_iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+fn le64(v: impl IntoIterator<Item = u64>) -> Vec<u8> {
+    v.into_iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+fn lef32(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Allocates the arena and uploads everything; returns it with its base address, layout and DevCtx.
+pub fn build(
+    stream: &std::sync::Arc<CudaStream>,
+    prog: &Program,
+    w: &dyn Weights,
+    stamps: bool,
+) -> Result<(CudaSlice<u8>, u64, Layout, DevCtx)> {
+    let dims = w.dims();
+    let mut at = 0usize;
+    let mut take = |n: usize| {
+        let o = at;
+        at = (at + n).div_ceil(ALIGN) * ALIGN;
+        o
+    };
+    let mut host = Vec::new(); // (buffer, its host weight) for the upload below
+    let mut places = Vec::new();
+    for (i, b) in prog.buffers.iter().enumerate() {
+        let p = if b.kind == BufKind::Weight {
+            let hw = w.weight(&b.name)?;
+            let p = match &hw {
+                HostWeight::Fp8 { bytes, scales } => {
+                    let off = take(bytes.len());
+                    let scale_off = Some(take(scales.len() * 4));
+                    // scales that are bf16 values below 2^8 (every real release, and mk synth) take the
+                    // kernels' bf16-pair dequant (code 1); others the fp32 product (code 3): same bits.
+                    let bf16_ok = scales.iter().all(|x| crate::model::numerics::bf(*x) == *x && x.abs() < 256.0);
+                    Place { off, bytes: bytes.len(), scale_off, elem_bytes: if bf16_ok { 1 } else { 3 } }
+                }
+                HostWeight::Bf16(bytes) => Place { off: take(bytes.len()), bytes: bytes.len(), scale_off: None, elem_bytes: 2 },
+                HostWeight::F32(v) => Place { off: take(v.len() * 4), bytes: v.len() * 4, scale_off: None, elem_bytes: 4 },
+            };
+            let want = b.elems() as usize * if p.elem_bytes == 1 || p.elem_bytes == 3 { 1 } else { p.elem_bytes as usize };
+            if p.bytes != want {
+                crate::bail!("gpu: weight {} has {} bytes, the program's buffer needs {want}", b.name, p.bytes);
+            }
+            host.push((i, hw));
+            p
+        } else {
+            let bytes = b.elems() as usize * b.elem_bytes as usize;
+            Place { off: take(bytes), bytes, scale_off: None, elem_bytes: b.elem_bytes as u8 }
+        };
+        places.push(p);
+    }
+    let n = prog.buffers.len();
+    let m_rows = prog.target.m_rows as usize;
+    let t_bufs = take(8 * n * m_rows); // M row views of the buffer pointers (`for_rows` in common.cuh)
+    let t_scales = take(8 * n);
+    let t_rows = take(4 * n);
+    let t_cols = take(4 * n);
+    let t_wbytes = take(n);
+    let max_ctx = prog.target.max_context as usize;
+    let rot = dims.rotary_dim;
+    let t_rope = take(max_ctx * 2 * rot * 4);
+    let words = prog.encode_words();
+    let total_units: usize = prog.words.iter().map(|w| w.units as usize).sum();
+    let layout = Layout {
+        places,
+        prog: take(words.len()),
+        // (zeroed before every launch) counters, next units, the error word and its step, step_done
+        mk: take(4 * (prog.n_counters as usize + prog.words.len() + 3)),
+        mk_stride: take(4 * prog.words.len()),
+        mk_tokens: take(4 * max_ctx),
+        tl_base: take(4 * prog.words.len()),
+        tl: take(32 * total_units),
+        total_units,
+        sampler: take(4 * SB_WORDS),
+        // the stop token + 1 (0: none) and the stopped flag EndStep sets
+        stop: take(8),
+        // one (ticket, finished) pair per word (a launch uses its first word's); zero from here on: the
+        // last block of a launch zeroes its pair again
+        tickets: take(8 * prog.words.len()),
+        bytes: at,
+    };
+    let mut arena = cu(stream.alloc_zeros::<u8>(layout.bytes), "cuMemAlloc (arena)")?;
+    let base = {
+        let (p, _g) = arena.device_ptr(stream);
+        p
+    };
+    let mut put = |off: usize, bytes: &[u8]| -> Result<()> {
+        let mut v = arena.slice_mut(off..off + bytes.len());
+        cu(stream.memcpy_htod(bytes, &mut v), "cuMemcpyHtoD")
+    };
+    for (i, hw) in &host {
+        let p = layout.places[*i];
+        match hw {
+            HostWeight::Fp8 { bytes, scales } => {
+                put(p.off, bytes)?;
+                put(p.scale_off.unwrap_or(p.off), &lef32(scales))?;
+            }
+            HostWeight::Bf16(bytes) => put(p.off, bytes)?,
+            HostWeight::F32(v) => put(p.off, &lef32(v))?,
+        }
+    }
+    let at: Vec<u64> = layout.places.iter().map(|p| base + p.off as u64).collect();
+    put(t_bufs, &le64(row_views(prog, &at)))?;
+    put(t_scales, &le64(layout.places.iter().map(|p| p.scale_off.map_or(0, |o| base + o as u64))))?;
+    put(t_rows, &le32(prog.buffers.iter().map(|b| b.rows as u32)))?;
+    put(t_cols, &le32(prog.buffers.iter().map(|b| b.cols as u32)))?;
+    put(t_wbytes, &layout.places.iter().map(|p| p.elem_bytes).collect::<Vec<u8>>())?;
+    let mut rope = Vec::with_capacity(max_ctx * 2 * rot);
+    for pos in 0..max_ctx {
+        let (c, s) = w.rope(pos);
+        if c.len() != rot || s.len() != rot {
+            crate::bail!("gpu: the RoPE table of position {pos} has {} values, not {rot}", c.len());
+        }
+        rope.extend(c.into_iter().chain(s));
+    }
+    put(t_rope, &lef32(&rope))?;
+    put(layout.prog, &words)?;
+    let first_units = prog.words.iter().scan(0u32, |first, w| {
+        let b = *first;
+        *first += w.units;
+        Some(b)
+    });
+    put(layout.tl_base, &le32(first_units))?;
+    put(layout.mk_stride, &le32(super::launch::wait_strides(prog)))?;
+    let ctx = DevCtx {
+        bufs: base + t_bufs as u64,
+        scales: base + t_scales as u64,
+        rows: base + t_rows as u64,
+        cols: base + t_cols as u64,
+        wbytes: base + t_wbytes as u64,
+        rope: base + t_rope as u64,
+        stop: base + layout.stop as u64,
+        tickets: base + layout.tickets as u64,
+        stamps: if stamps { base + layout.tl as u64 } else { 0 },
+        unit_base: base + layout.tl_base as u64,
+        sampler: base + layout.sampler as u64,
+        rotary_dim: rot as u32,
+        head_dim: dims.head_dim as u32,
+        gdn_dim: dims.gdn_v_dim as u32,
+        n_heads: dims.n_heads as u32,
+        n_kv_heads: dims.n_kv_heads as u32,
+        gdn_k_heads: dims.gdn_k_heads as u32,
+        gdn_v_heads: dims.gdn_v_heads as u32,
+        max_ctx: max_ctx as u32,
+        eps: dims.rms_eps,
+        n_bufs: n as u32,
+        reserved: 0,
+    };
+    cu(stream.synchronize(), "cuStreamSynchronize (upload)")?;
+    Ok((arena, base, layout, ctx))
+}
+
+/// Byte access to the arena and the buffers' values (checks, snapshots, the control block).
+impl GpuExec {
+    pub(super) fn put(&mut self, off: usize, bytes: &[u8], what: &str) -> Result<()> {
+        let stream = self.gpu.stream.clone();
+        let mut v = self.arena.slice_mut(off..off + bytes.len());
+        cu(stream.memcpy_htod(bytes, &mut v), what)
+    }
+
+    pub(super) fn zero(&mut self, from: usize, to: usize, what: &str) -> Result<()> {
+        let stream = self.gpu.stream.clone();
+        let mut v = self.arena.slice_mut(from..to);
+        cu(stream.memset_zeros(&mut v), what)
+    }
+
+    /// Bytes from..to of the arena (waits for the stream).
+    pub(super) fn get(&self, from: usize, to: usize, what: &str) -> Result<Vec<u8>> {
+        let v = self.arena.slice(from..to);
+        let mut host = vec![0u8; to - from];
+        cu(self.gpu.stream.memcpy_dtoh(&v, &mut host), what)?;
+        self.sync()?;
+        Ok(host)
+    }
+
+    pub(super) fn get_u32(&self, off: usize, what: &str) -> Result<u32> {
+        let b = self.get(off, off + 4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn read_bytes(&self, buf: usize, from: usize, to: usize) -> Result<Vec<u8>> {
+        let p = self.layout.places[buf];
+        self.get(p.off + from, p.off + to, "cuMemcpyDtoH")
+    }
+
+    pub(super) fn read_u32(&self, buf: usize, from: usize, n: usize) -> Result<Vec<u32>> {
+        let b = self.read_bytes(buf, from * 4, (from + n) * 4)?;
+        Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    /// The bytes of every non-weight buffer (activations, scratch, state, control): a snapshot that
+    /// `load_state` puts back bit for bit (the megakernel's per-instruction debug capture).
+    pub fn save_state(&self) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        for (i, b) in self.prog.buffers.iter().enumerate() {
+            let bytes = self.layout.places[i].bytes;
+            out.push(if b.kind == BufKind::Weight { Vec::new() } else { self.read_bytes(i, 0, bytes)? });
+        }
+        Ok(out)
+    }
+
+    /// Puts a `save_state` snapshot back (the host's position mirror from the control block).
+    pub fn load_state(&mut self, s: &[Vec<u8>]) -> Result<()> {
+        if s.len() != self.prog.buffers.len() {
+            crate::bail!("gpu: a state snapshot of {} buffers for a program of {}", s.len(), self.prog.buffers.len());
+        }
+        for (i, bytes) in s.iter().enumerate() {
+            let b = &self.prog.buffers[i];
+            if b.kind == BufKind::Weight {
+                continue;
+            }
+            let p = self.layout.places[i];
+            if bytes.len() != p.bytes {
+                crate::bail!("gpu: the snapshot of buffer {} has {} bytes, not {}", b.name, bytes.len(), p.bytes);
+            }
+            self.put(p.off, bytes, "cuMemcpyHtoD")?;
+        }
+        self.sync()?;
+        self.pos = self.read_u32(self.ctrl, 0, 1)?[0] as usize;
+        self.broken = false;
+        Ok(())
+    }
+
+    /// A buffer's first `n` elements as f32 (bf16 widened exactly; control words as integers).
+    pub fn read(&self, buf: usize, n: usize) -> Result<Vec<f32>> {
+        let eb = self.layout.places[buf].elem_bytes as usize;
+        let b = self.read_bytes(buf, 0, n * eb)?;
+        Ok(match eb {
+            2 => b.chunks_exact(2).map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
+            4 if self.prog.buffers[buf].kind == BufKind::Control => {
+                b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect()
+            }
+            _ => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        })
+    }
+
+    /// Overwrites a non-weight buffer with values (bf16 buffers take bf16 values, exactly).
+    pub fn write(&mut self, buf: usize, data: &[f32]) -> Result<()> {
+        let p = self.layout.places[buf];
+        if self.prog.buffers[buf].kind == BufKind::Weight {
+            crate::bail!("gpu: buffer {} is a weight (read-only)", self.prog.buffers[buf].name);
+        }
+        let bytes: Vec<u8> = match (p.elem_bytes, self.prog.buffers[buf].kind) {
+            (2, _) => data.iter().flat_map(|x| f32_to_bf16(*x).to_le_bytes()).collect(),
+            (4, BufKind::Control) => data.iter().flat_map(|x| (*x as u32).to_le_bytes()).collect(),
+            _ => lef32(data),
+        };
+        if bytes.len() > p.bytes {
+            crate::bail!("gpu: {} values for buffer {} of {} bytes", data.len(), self.prog.buffers[buf].name, p.bytes);
+        }
+        self.put(p.off, &bytes, "cuMemcpyHtoD")
+    }
+
+    pub fn logits(&self) -> Result<Vec<f32>> {
+        self.read(self.logits, self.prog.buffers[self.logits].elems() as usize)
+    }
+
+    /// Free and total device memory (bytes), to show that nothing allocates after startup.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        cu(self.gpu.ctx.mem_get_info(), "cuMemGetInfo")
+    }
+
+    /// Waits for the stream.
+    pub fn sync(&self) -> Result<()> {
+        cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_views_offset_per_row_buffers_only() {
+        let mut t = crate::compiler::h200(3);
+        t.max_context = 256;
+        let p =
+            crate::compiler::compile(&crate::model::config::ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap();
+        let at: Vec<u64> = (0..p.buffers.len() as u64).map(|i| 1 << 40 | i << 24).collect();
+        let v = row_views(&p, &at);
+        let n = p.buffers.len();
+        assert_eq!(v.len(), 3 * n);
+        assert_eq!(&v[..n], &at[..], "view 0 is the table itself");
+        let id = |name: &str| p.buffer_id(name).unwrap();
+        // h (bf16), the control block (u32 x 3), a KV cache and a weight, in view 2
+        let h = id("h");
+        assert_eq!(v[2 * n + h], at[h] + 2 * p.buffers[h].cols * 2);
+        let c = id("ctrl");
+        assert_eq!(v[2 * n + c], at[c] + 2 * 3 * 4);
+        let kv = p.buffers.iter().position(|b| b.kind == BufKind::State).unwrap();
+        assert_eq!(v[2 * n + kv], at[kv]);
+        let wt = p.buffers.iter().position(|b| b.kind == BufKind::Weight).unwrap();
+        assert_eq!(v[n + wt], at[wt]);
+    }
+}
