@@ -30,16 +30,8 @@ enum Cmd {
         /// Where synthetic checkpoints of presets are generated on first use.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
-        /// GEMV unit shapes of the compiled program: balanced or fixed (an A/B knob; bits are the same).
-        #[arg(long, default_value = "balanced")]
-        units: mk::isa::UnitPolicy,
-        /// Output rows per GEMV unit of the compiled program (a multiple of 8, 8-256; bits are the same).
-        #[arg(long, default_value_t = mk::isa::DEFAULT_GEMV_UNIT_ROWS)]
-        unit_rows: u32,
-        /// GDN lowering of the compiled program: fused (one GdnStep word) or split (conv, recurrence, gated
-        /// norm in out_proj; an A/B knob; bits are the same).
-        #[arg(long, default_value = "fused")]
-        gdn: mk::isa::GdnLowering,
+        #[command(flatten)]
+        shape: Shape,
     },
     /// Re-render the charts of a results folder from its files.
     Chart { dir: PathBuf },
@@ -111,15 +103,8 @@ enum Cmd {
         rows: u32,
         #[arg(long, default_value_t = 32768)]
         max_context: u32,
-        /// GEMV unit shapes: balanced (makespan-chosen split-K parts) or fixed (the first).
-        #[arg(long, default_value = "balanced")]
-        units: mk::isa::UnitPolicy,
-        /// Output rows per GEMV unit (a multiple of 8, 8-256).
-        #[arg(long, default_value_t = mk::isa::DEFAULT_GEMV_UNIT_ROWS)]
-        unit_rows: u32,
-        /// GDN lowering: fused (one GdnStep word a layer) or split (GdnConv, GdnRecur, gated norm in out_proj).
-        #[arg(long, default_value = "fused")]
-        gdn: mk::isa::GdnLowering,
+        #[command(flatten)]
+        shape: Shape,
         #[arg(long)]
         out: PathBuf,
     },
@@ -163,6 +148,21 @@ enum Cmd {
         #[arg(long)]
         ids: bool,
     },
+}
+
+/// How the compiler cuts the program's work (the same bits whichever: the tests use them to exercise
+/// split-K and the split GDN lowering on small presets; M > 1 programs lower GDN split themselves).
+#[derive(clap::Args)]
+struct Shape {
+    /// GEMV unit shapes: balanced (makespan-chosen split-K parts) or fixed (the first policy).
+    #[arg(long, default_value = "balanced")]
+    units: mk::isa::UnitPolicy,
+    /// Output rows per GEMV unit (a multiple of 8, 8-256).
+    #[arg(long, default_value_t = mk::isa::DEFAULT_GEMV_UNIT_ROWS)]
+    unit_rows: u32,
+    /// GDN lowering: fused (one GdnStep word a layer) or split (GdnConv, GdnRecur, gated norm in out_proj).
+    #[arg(long, default_value = "fused")]
+    gdn: mk::isa::GdnLowering,
 }
 
 #[derive(Subcommand)]
@@ -273,7 +273,7 @@ enum ProgramCmd {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Run { file, results, cache, units, unit_rows, gdn } => {
+        Cmd::Run { file, results, cache, shape: Shape { units, unit_rows, gdn } } => {
             let e = mk::experiment::spec::Experiment::load(&file)?;
             let opts = mk::experiment::RunOptions {
                 results_root: results,
@@ -340,7 +340,7 @@ fn run(cli: Cli) -> Result<()> {
             let w = forward::Weights::from_checkpoint(&ck);
             mk::verify::trace::print(&mk::verify::trace::compare(&w, &trace)?);
         }
-        Cmd::Compile { preset, config, sms, threads, rows, max_context, units, unit_rows, gdn, out } => {
+        Cmd::Compile { preset, config, sms, threads, rows, max_context, shape: Shape { units, unit_rows, gdn }, out } => {
             let (cfg, name) = match (preset, config) {
                 (Some(p), _) => (ModelConfig::preset(&p)?, p),
                 (None, Some(c)) => (ModelConfig::from_file(&c)?, "checkpoint".to_string()),

@@ -167,117 +167,51 @@ fn program_states(p: &Program, pos: usize, mut read: impl FnMut(usize, usize) ->
     out
 }
 
-/// The discrete-kernel CUDA graph path (one shared device upload; each engine resets the state).
-pub struct GraphEngine<'a> {
+/// A GPU path on a device upload (each engine resets the state): the discrete-kernel CUDA graph, or
+/// the megakernel (one cooperative launch per step). Debug captures give every instruction's output:
+/// the graph launches word by word and reads each word's; one megakernel launch cannot show them, so
+/// from a snapshot of the state before the step, word k's output is what a launch of the step's first
+/// k + 1 words wrote (the snapshot put back before each), then the whole step runs from the snapshot.
+pub struct GpuEngine<'a> {
     d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>,
-    /// Debug captures launch word by word and read every word's output; otherwise the step is the
-    /// CUDA graph's replay and only its results are read.
+    mega: bool,
     debug: bool,
 }
 
-impl<'a> GraphEngine<'a> {
-    pub fn new(d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>, debug: bool) -> Result<GraphEngine<'a>> {
+impl<'a> GpuEngine<'a> {
+    pub fn new(d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>, mega: bool, debug: bool) -> Result<GpuEngine<'a>> {
         d.borrow_mut().reset()?;
-        Ok(GraphEngine { d, debug })
+        Ok(GpuEngine { d, mega, debug })
     }
 }
 
-impl Engine for GraphEngine<'_> {
-    fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
-        let mut d = self.d.borrow_mut();
-        if !capture || !self.debug {
-            let next = d.step(token, false, |_, _| Ok(()))?;
-            if !capture {
-                return Ok((next, None));
-            }
-            let logits = d.logits()?;
-            return Ok((next, Some(program_capture(d.program(), Vec::new(), logits, next))));
-        }
-        let mut outputs = Vec::new();
-        let next = d.step(token, true, |d, i| {
-            if let Some(b) = Interp::output_of(&d.program().words[i]) {
-                outputs.push((i, d.read(b, d.program().buffers[b].elems() as usize)?));
-            }
-            Ok(())
-        })?;
-        let logits = d.logits()?;
-        Ok((next, Some(program_capture(d.program(), outputs, logits, next))))
-    }
-
-    fn states(&self) -> Vec<Tensor> {
-        device_states(self.d)
-    }
-
-    fn seek(&mut self, pos: usize) -> Result<()> {
-        self.d.borrow_mut().seek(pos)
-    }
-
-    /// Times one more step word by word (token 0, at the position after the sequence): it moves the
-    /// state on, so the runner calls it only at the end of a repetition, before a fresh engine.
-    fn word_ns(&mut self) -> Option<Vec<u64>> {
-        let mut d = self.d.borrow_mut();
-        if !one_more_step_fits(&d)? {
-            return None;
-        }
-        let ms = d.time_words(0).ok()?;
-        Some(ms.iter().map(|m| (*m as f64 * 1e6) as u64).collect())
-    }
-
-    /// The graph's timeline of one more step, when the kernels stamp their units (GRAPH_STAMPS=1).
-    fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
-        let mut d = self.d.borrow_mut();
-        if !d.graph_stamps() || !one_more_step_fits(&d)? {
-            return None;
-        }
-        Some(d.step_graph_timeline(0).map(|(_, raw)| raw))
-    }
-}
-
-/// The per-sequence state on a GPU path's device upload (both GPU paths).
-fn device_states(d: &std::cell::RefCell<crate::exec::gpu::GpuExec>) -> Vec<Tensor> {
-    let d = d.borrow();
-    let pos = d.pos().unwrap_or(0);
-    program_states(d.program(), pos, |b, n| d.read(b, n).ok())
-}
-
-/// Whether one more (measurement) step fits the upload's context; None if the position is unreadable.
-fn one_more_step_fits(d: &crate::exec::gpu::GpuExec) -> Option<bool> {
-    Some(d.pos().ok()? + 1 < d.program().target.max_context as usize)
-}
-
-/// The megakernel path: one cooperative launch per step on the same device upload as the graph path
-/// (each engine resets the state). Captures are the logits and the token; states are compared at the
-/// end. Debug captures also give every instruction's output, which one launch cannot show: from a
-/// snapshot of the state before the step, word k's output is what a launch of the step's first k + 1
-/// words wrote (the snapshot put back before each), then the whole step runs from the snapshot.
-pub struct MegaEngine<'a> {
-    d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>,
-    debug: bool,
-}
-
-impl<'a> MegaEngine<'a> {
-    pub fn new(d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>, debug: bool) -> Result<MegaEngine<'a>> {
-        d.borrow_mut().reset()?;
-        Ok(MegaEngine { d, debug })
-    }
-}
-
-impl Engine for MegaEngine<'_> {
+impl Engine for GpuEngine<'_> {
     fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
         let mut d = self.d.borrow_mut();
         let mut outputs = Vec::new();
-        if capture && self.debug {
-            let before = d.save_state()?;
-            let n = d.program().words.len();
-            for k in 0..n - 1 {
-                let Some(b) = Interp::output_of(&d.program().words[k]) else { continue };
-                d.load_state(&before)?;
-                d.step_mega_prefix(token, k + 1)?;
-                outputs.push((k, d.read(b, d.program().buffers[b].elems() as usize)?));
+        let per_word = capture && self.debug;
+        let next = match (self.mega, per_word) {
+            (false, false) => d.step(token, false, |_, _| Ok(()))?,
+            (false, true) => d.step(token, true, |d, i| {
+                if let Some(b) = Interp::output_of(&d.program().words[i]) {
+                    outputs.push((i, d.read(b, d.program().buffers[b].elems() as usize)?));
+                }
+                Ok(())
+            })?,
+            (true, _) => {
+                if per_word {
+                    let before = d.save_state()?;
+                    for k in 0..d.program().words.len() - 1 {
+                        let Some(b) = Interp::output_of(&d.program().words[k]) else { continue };
+                        d.load_state(&before)?;
+                        d.step_mega_prefix(token, k + 1)?;
+                        outputs.push((k, d.read(b, d.program().buffers[b].elems() as usize)?));
+                    }
+                    d.load_state(&before)?;
+                }
+                d.step_mega(token)?
             }
-            d.load_state(&before)?;
-        }
-        let next = d.step_mega(token)?;
+        };
         if !capture {
             return Ok((next, None));
         }
@@ -286,20 +220,40 @@ impl Engine for MegaEngine<'_> {
     }
 
     fn states(&self) -> Vec<Tensor> {
-        device_states(self.d)
+        let d = self.d.borrow();
+        let pos = d.pos().unwrap_or(0);
+        program_states(d.program(), pos, |b, n| d.read(b, n).ok())
     }
 
     fn seek(&mut self, pos: usize) -> Result<()> {
         self.d.borrow_mut().seek(pos)
     }
 
-    fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
+    /// The graph: times one more step word by word (token 0, at the position after the sequence): it
+    /// moves the state on, so the runner calls it only at the end of a repetition, before a fresh engine.
+    fn word_ns(&mut self) -> Option<Vec<u64>> {
         let mut d = self.d.borrow_mut();
-        if !one_more_step_fits(&d)? {
+        if self.mega || !one_more_step_fits(&d)? {
             return None;
         }
-        Some(d.step_mega_timeline(0).map(|(_, raw)| raw))
+        let ms = d.time_words(0).ok()?;
+        Some(ms.iter().map(|m| (*m as f64 * 1e6) as u64).collect())
     }
+
+    /// The timeline of one more step: the megakernel's always, the graph's when its kernels stamp their
+    /// units (GRAPH_STAMPS=1).
+    fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
+        let mut d = self.d.borrow_mut();
+        if !(self.mega || d.graph_stamps()) || !one_more_step_fits(&d)? {
+            return None;
+        }
+        Some(if self.mega { d.step_mega_timeline(0) } else { d.step_graph_timeline(0) }.map(|(_, raw)| raw))
+    }
+}
+
+/// Whether one more (measurement) step fits the upload's context; None if the position is unreadable.
+fn one_more_step_fits(d: &crate::exec::gpu::GpuExec) -> Option<bool> {
+    Some(d.pos().ok()? + 1 < d.program().target.max_context as usize)
 }
 
 /// The CPU interpreter of the compiled program.

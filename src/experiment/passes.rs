@@ -1,0 +1,322 @@
+//! The two passes of a run: the diff pass (every path over one token sequence, lockstep, diffs per
+//! step and per instruction) and the timing pass (ms per token at each context, per-kernel and in-step
+//! figures, the timelines). Both write what they measured as they go.
+
+use super::*;
+
+/// Marks every diff that involves path `p` as covering only part of the sequence.
+fn mark_incomplete(rec: &mut Record, pairs: &[&spec::DiffSpec], p: PathName, why: &str) {
+    for (d, spec) in rec.diffs.iter_mut().zip(pairs) {
+        if spec.a == p || spec.b == p {
+            d.incomplete = Some(why.to_string());
+        }
+    }
+}
+
+/// (2) Every path in lockstep over one sequence (the prompt, then the first path's greedy tokens, up
+/// to the longest context plus the decode steps), every step compared; returns the sequence.
+pub(super) fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<(Vec<u32>, Vec<PathName>)> {
+    let e = c.e;
+    let prompt = e.prompt_ids();
+    c.bar.set_length(c.total as u64 * c.runnable.len() as u64 * (1 + (e.warmup + e.repetitions) as u64));
+    let pairs: Vec<&spec::DiffSpec> =
+        e.diffs.iter().filter(|d| c.runnable.contains(&d.a) && c.runnable.contains(&d.b)).collect();
+    let idx = |p: PathName| c.runnable.iter().position(|q| *q == p).unwrap_or(0);
+    rec.diffs = pairs.iter().map(|d| DiffResult::new(d.a.label(), d.b.label(), d.tolerance)).collect();
+    c.bar.set_message("diff pass");
+    // A path that fails drops out (recorded); the others go on. The first path supplies the tokens:
+    // its failure ends the run.
+    let mut engines: Vec<Option<Box<dyn Engine>>> = Vec::new();
+    for (i, p) in c.runnable.iter().enumerate() {
+        match new_engine(*p, c.shared, e) {
+            Ok(eng) => engines.push(Some(eng)),
+            Err(err) if i > 0 => {
+                rec.notes.push(format!("path {} failed to start: {err}", p.label()));
+                mark_incomplete(rec, &pairs, *p, &format!("{} failed to start; nothing compared", p.label()));
+                engines.push(None);
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    let mut seq: Vec<u32> = Vec::with_capacity(c.total);
+    let mut tok = prompt[0];
+    let len = c.total as u32;
+    for s in 0..c.total {
+        seq.push(tok);
+        let mut caps: Vec<Option<(u32, Option<diff::StepCapture>)>> = Vec::new();
+        for (i, slot) in engines.iter_mut().enumerate() {
+            let out = match slot.as_mut().map(|eng| eng.step(tok, !pairs.is_empty())) {
+                Some(Ok(o)) => Some(o),
+                Some(Err(err)) if i > 0 => {
+                    let name = c.runnable[i].label();
+                    rec.notes.push(format!("path {name} failed at step {s}: {err}"));
+                    let why = format!("{name} failed at step {s}; steps 0..{s} compared, no final state");
+                    mark_incomplete(rec, &pairs, c.runnable[i], &why);
+                    *slot = None;
+                    None
+                }
+                Some(Err(err)) => return Err(err),
+                None => None,
+            };
+            caps.push(out);
+            c.bar.inc(1);
+        }
+        for (d, spec) in rec.diffs.iter_mut().zip(&pairs) {
+            if let (Some((_, Some(ca))), Some((_, Some(cb)))) = (&caps[idx(spec.a)], &caps[idx(spec.b)]) {
+                d.step(len, s, ca, cb);
+            }
+        }
+        if s % 64 == 63 {
+            res.save(rec)?;
+        }
+        tok = match (&caps[0], prompt.get(s + 1)) {
+            (_, Some(t)) => *t,
+            (Some((next, _)), None) => *next,
+            (None, None) => crate::bail!("the first path produced no token at step {s}"),
+        };
+    }
+    for (d, spec) in rec.diffs.iter_mut().zip(&pairs) {
+        if let (Some(a), Some(b)) = (&engines[idx(spec.a)], &engines[idx(spec.b)]) {
+            d.states(len, &a.states(), &b.states());
+        }
+    }
+    // Envelope diffs are judged against their calibration diff once both are complete.
+    for (i, spec) in pairs.iter().enumerate() {
+        let Some(env) = spec.envelope else { continue };
+        match pairs.iter().position(|c| (c.a, c.b) == (env.a, env.b)) {
+            Some(j) => {
+                let cal = rec.diffs[j].clone();
+                rec.diffs[i].judge(&cal, env.factor);
+            }
+            None => rec.notes.push(format!(
+                "diff {} vs {}: its calibration diff {} vs {} did not run here: no envelope verdict",
+                spec.a.label(),
+                spec.b.label(),
+                env.a.label(),
+                env.b.label()
+            )),
+        }
+    }
+    let ok: Vec<PathName> = c.runnable.iter().zip(&engines).filter(|(_, e)| e.is_some()).map(|(p, _)| *p).collect();
+    for (p, _) in c.runnable.iter().zip(&engines).filter(|(_, e)| e.is_none()) {
+        rec.paths.push(PathRecord {
+            name: p.label().into(),
+            status: "failed (see notes)".into(),
+            ms_per_token_median: None,
+            ms_per_token_min: None,
+            ms_per_token_max: None,
+            by_context: Vec::new(),
+        });
+    }
+    res.save(rec)?;
+    Ok((seq, ok))
+}
+
+/// (3) Each path: warm-up and repetitions of the whole sequence from a fresh state, every step timed;
+/// rows are written after every repetition.
+pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Record, res: &mut Results) -> Result<()> {
+    let (e, prog) = (c.e, c.shared.prog);
+    let ctx_mark = c.total as u32;
+    if e.repetitions == 0 {
+        for p in ok {
+            rec.paths.push(PathRecord {
+                name: p.label().into(),
+                status: "ran the diff pass (repetitions 0: not timed)".into(),
+                ms_per_token_median: None,
+                ms_per_token_min: None,
+                ms_per_token_max: None,
+                by_context: Vec::new(),
+            });
+        }
+        return res.save(rec);
+    }
+    for p in ok {
+        c.bar.set_message(format!("timing {}", p.label()));
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); c.contexts.len()];
+        let mut word_ns: Option<Vec<u64>> = None;
+        let mut timeline: Option<Result<Vec<u64>>> = None;
+        for rep in 0..e.warmup + e.repetitions {
+            // Per context: the step times from that position on (computed up to it, or jumped to).
+            let mut by_ctx: Vec<Vec<f64>> = Vec::new();
+            let mut eng = new_engine(*p, c.shared, e)?;
+            if e.workload.seek {
+                for &ctx in c.contexts {
+                    eng = new_engine(*p, c.shared, e)?;
+                    eng.seek(ctx as usize)?;
+                    let mut t_ctx = Vec::with_capacity(c.steps);
+                    for s in 0..c.steps {
+                        let t = std::time::Instant::now();
+                        eng.step(seq[s % seq.len()], false)?;
+                        t_ctx.push(t.elapsed().as_secs_f64() * 1e3);
+                        c.bar.inc(1);
+                    }
+                    by_ctx.push(t_ctx);
+                }
+            } else {
+                let mut t_rep = Vec::with_capacity(seq.len());
+                for &tok in seq {
+                    let t = std::time::Instant::now();
+                    eng.step(tok, false)?;
+                    t_rep.push(t.elapsed().as_secs_f64() * 1e3);
+                    c.bar.inc(1);
+                }
+                by_ctx = c.contexts.iter().map(|&ctx| t_rep[ctx as usize..ctx as usize + c.steps].to_vec()).collect();
+            }
+            if rep < e.warmup {
+                continue;
+            }
+            for (ci, &ctx) in c.contexts.iter().enumerate() {
+                for (s, &ms) in by_ctx[ci].iter().enumerate() {
+                    samples[ci].push(ms);
+                    let row = StepRow { path: p.label(), context: ctx, repetition: rep - e.warmup, step: s as u32, ms };
+                    res.step_row(&row)?;
+                }
+            }
+            word_ns = eng.word_ns();
+            if rep + 1 == e.warmup + e.repetitions {
+                timeline = eng.timeline();
+            }
+        }
+        let track = if *p == PathName::Graph { timeline::Track::Graph } else { timeline::Track::Megakernel };
+        match timeline {
+            Some(Ok(raw)) => match timeline::write(&res.dir, prog, &raw, track) {
+                Ok((line, words)) => {
+                    rec.notes.push(line);
+                    if track == timeline::Track::Graph {
+                        rec.notes.push(
+                            "the graph's kernels were compiled with GRAPH_STAMPS=1: every step of this record \
+                             paid for the stamps (about +0.6 % of a 27B step, results/stamps_593a7d3)"
+                                .into(),
+                        );
+                    }
+                    rec.kernels.extend(in_step_stats(prog, track.label(), &words, ctx_mark));
+                }
+                Err(err) => rec.notes.push(format!("timeline not written: {err}")),
+            },
+            Some(Err(err)) => rec.notes.push(format!("timeline step failed: {err}")),
+            None => {}
+        }
+        let by_context: Vec<Timing> = c
+            .contexts
+            .iter()
+            .zip(&samples)
+            .filter_map(|(ctx, v)| {
+                record::summarise(v).map(|(m, lo, hi)| Timing {
+                    context: *ctx,
+                    ms_median: m,
+                    ms_min: lo,
+                    ms_max: hi,
+                    samples: v.len(),
+                })
+            })
+            .collect();
+        if let Some(ns) = &word_ns {
+            kernel_stats(prog, p.label(), ns, ctx_mark, rec, res)?;
+        }
+        let all: Vec<f64> = samples.concat();
+        let s = record::summarise(&all);
+        rec.paths.push(PathRecord {
+            name: p.label().into(),
+            status: "ran".into(),
+            ms_per_token_median: s.map(|x| x.0),
+            ms_per_token_min: s.map(|x| x.1),
+            ms_per_token_max: s.map(|x| x.2),
+            by_context,
+        });
+        res.save(rec)?;
+    }
+    Ok(())
+}
+
+/// Per-instruction times (ns per step by word) into instructions.csv and the record's kernel table.
+fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Record, res: &mut Results) -> Result<()> {
+    for (wi, t) in ns.iter().enumerate() {
+        let wd = &prog.words[wi];
+        res.instr_row(&InstrRow {
+            path,
+            context: ctx,
+            word: wi,
+            opcode: &format!("{:?}", wd.opcode),
+            layer: wd.layer,
+            ms_per_step: *t as f64 / 1e6,
+        })?;
+    }
+    let words = ns.iter().enumerate().map(|(wi, t)| (wi, *t as f64 / 1e6));
+    rec.kernels.extend(kernel_rows(prog, path, words, ctx));
+    Ok(())
+}
+
+/// The record's kernel table from a timeline (path "<path> in step"): per opcode, the words' shares
+/// of the step's critical path (`WordTime::span_us`) and the bytes they stream: each kind of kernel's
+/// bandwidth measured inside the running step, where the word-by-word times include each launch's
+/// fixed cost and none of the overlap between kernels.
+fn in_step_stats(prog: &Program, path: &str, words: &[timeline::WordTime], ctx: u32) -> Vec<record::KernelStat> {
+    let words = words.iter().map(|w| (w.word as usize, w.span_us / 1e3));
+    kernel_rows(prog, &format!("{path} in step"), words, ctx)
+}
+
+/// Per opcode: the words, their summed ms per step and the bytes they stream at position `ctx` (they
+/// attend over ctx + 1 positions), and the bandwidth that implies.
+fn kernel_rows(
+    prog: &Program,
+    path: &str,
+    words: impl Iterator<Item = (usize, f64)>,
+    ctx: u32,
+) -> Vec<record::KernelStat> {
+    let mut by: std::collections::BTreeMap<String, (usize, f64, u64)> = Default::default();
+    for (wi, ms) in words {
+        let wd = &prog.words[wi];
+        let e = by.entry(format!("{:?}", wd.opcode)).or_default();
+        e.0 += 1;
+        e.1 += ms;
+        e.2 += crate::isa::report::streamed_bytes(prog, wd, ctx as u64 + 1);
+    }
+    by.into_iter()
+        .map(|(op, (n, ms, bytes))| {
+            let gbps = if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
+            record::KernelStat {
+                path: path.into(),
+                opcode: op,
+                words: n,
+                ms_per_step: ms,
+                bytes,
+                gb_per_s: gbps,
+                fraction_of_ceiling: gbps / record::CEILING_GBPS,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_step_rows_sum_the_words_shares_per_opcode() {
+        let prog = Program::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/tiny.ron")).unwrap();
+        let word = |wi: usize, span_us: f64| timeline::WordTime {
+            word: wi as u32,
+            opcode: format!("{:?}", prog.words[wi].opcode),
+            units: 1,
+            work_us: 0.0,
+            wait_us: 0.0,
+            first_ready_us: 0.0,
+            last_done_us: 0.0,
+            skew_us: 0.0,
+            span_us,
+        };
+        // Two words of one opcode and one of another.
+        let op1 = prog.words[1].opcode;
+        let other = (2..prog.words.len()).find(|&i| prog.words[i].opcode == op1).unwrap();
+        let third = (2..prog.words.len()).find(|&i| prog.words[i].opcode != op1).unwrap();
+        let rows = in_step_stats(&prog, "graph", &[word(1, 10.0), word(other, 30.0), word(third, 5.0)], 0);
+        assert_eq!(rows.len(), 2);
+        let r = rows.iter().find(|k| k.opcode == format!("{op1:?}")).unwrap();
+        assert_eq!((r.path.as_str(), r.words), ("graph in step", 2));
+        assert!((r.ms_per_step - 0.040).abs() < 1e-12, "{}", r.ms_per_step);
+        let bytes = crate::isa::report::streamed_bytes(&prog, &prog.words[1], 1)
+            + crate::isa::report::streamed_bytes(&prog, &prog.words[other], 1);
+        assert_eq!(r.bytes, bytes);
+        assert!((r.gb_per_s - bytes as f64 / 0.040e-3 / 1e9).abs() < 1e-6);
+    }
+}
