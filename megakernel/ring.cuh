@@ -54,11 +54,11 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1
 extern "C" __global__ void __launch_bounds__(RING_THREADS, 1)
 k_ring_gemv(const unsigned char* __restrict__ w, const float* __restrict__ scale, const unsigned short* __restrict__ x,
             float* __restrict__ part, unsigned n, unsigned k, unsigned kc, unsigned* ticket, unsigned* status, unsigned compute) {
-  extern __shared__ __align__(128) unsigned char rsm[];
-  unsigned long long* full = (unsigned long long*)rsm;
+  extern __shared__ __align__(16) char smem[];  // (the same declaration as every kernel's: its alignment is the TU's)
+  unsigned long long* full = (unsigned long long*)smem;
   unsigned long long* empty = full + RING_SLOTS;
   unsigned* hdr = (unsigned*)(empty + RING_SLOTS);
-  unsigned char* ring = rsm + 1024;
+  unsigned char* ring = (unsigned char*)smem + 1024;
   const unsigned tid = threadIdx.x, chunk_bytes = 32 * kc, tiles = kc / 128, kcs = k / kc;
   const unsigned n_chunks = (n / 32) * kcs;
   if (tid == 0) {

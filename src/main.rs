@@ -244,6 +244,18 @@ enum GpuCmd {
         #[arg(long = "define")]
         defines: Vec<String>,
     },
+    /// Decode step v2's fp8 GEMV (megakernel/ring.cuh) on every fp8 shape of a preset: checked against
+    /// the CPU in f64, then its bandwidth beside the same kernel with the arithmetic off (loads only).
+    Gemv {
+        /// tiny, small or qwen3.5-27b.
+        #[arg(long, default_value = "qwen3.5-27b")]
+        preset: String,
+        /// Timed rotations per shape and kernel (medians).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+    },
     /// Every op on the GPU against the CPU op on the same inputs (the CPU interpreter), per opcode.
     Ops {
         /// Checkpoint folder.
@@ -362,6 +374,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache, defines } } => {
             mk::verify::gpu::ops(&dir, steps, &cache, &Defines::parse(&defines)?)?
+        }
+        Cmd::Gpu { cmd: GpuCmd::Gemv { preset, reps, cache } } => {
+            mk::verify::gemv::run(&preset, reps.max(1), &cache).map(|_| ())?
         }
         Cmd::Gpu { cmd: GpuCmd::Soak { dir, steps, cache, defines } } => {
             mk::verify::gpu::soak(&dir, steps, &cache, &Defines::parse(&defines)?)?

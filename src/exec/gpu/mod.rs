@@ -13,6 +13,7 @@ pub mod arena;
 pub mod defines;
 pub mod device;
 pub mod launch;
+pub mod layout;
 pub mod megakernel;
 pub mod sampler;
 
