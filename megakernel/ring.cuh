@@ -46,21 +46,32 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// y partials of W (n x k fp8, chunk layout) times x (bf16 times 2^64, k): part[tile][row] = scale(row,
-// tile) x the tile's sum (tile = a 128-wide k-tile), y[row] = 2^56 x sum over tiles in tile order (the
-// caller's). One block per SM, RING_THREADS threads; `ticket` zero before the launch. `compute` 0: loads
-// only (the consumers take each chunk's bytes into registers and release the slot, no arithmetic).
-// status: [0] chunks done (integer count), [1] 0 or 2 (a wait ran past its bound).
+// One GEMV of a sequence: W (n x k fp8, chunk layout, kc k-bytes a chunk), its block scales, x (bf16
+// times 2^64) and its partials part[tile][row] (tile: a 128-wide k-tile).
+struct RingSeg {
+  const unsigned char* w;
+  const float* scale;
+  const unsigned short* x;
+  float* part;
+  unsigned n, k, kc, pad;
+};
+static_assert(sizeof(RingSeg) == 48, "RingSeg as src/verify/gemv.rs lays it out");
+
+// The GEMVs segs[0 .. nseg) in one persistent launch: part[tile][row] = scale(row, tile) x the tile's sum,
+// y[row] = 2^56 x the sum over tiles in tile order (the caller's). The loader runs ahead across GEMV
+// boundaries (weights never depend on activations): a segment's last slot carries an end marker, and
+// the next segment's chunks follow in the ring at once. One block per SM, RING_THREADS threads;
+// tickets[s] zero before the launch. `compute` 0: loads only (the consumers take each chunk's bytes
+// into registers and release the slot, no arithmetic). status: [0] chunks done, [1] 0 or 2 (a wait ran
+// past its bound).
 extern "C" __global__ void __launch_bounds__(RING_THREADS, 1)
-k_ring_gemv(const unsigned char* __restrict__ w, const float* __restrict__ scale, const unsigned short* __restrict__ x,
-            float* __restrict__ part, unsigned n, unsigned k, unsigned kc, unsigned* ticket, unsigned* status, unsigned compute) {
+k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, unsigned* status, unsigned compute) {
   extern __shared__ __align__(16) char smem[];  // (the same declaration as every kernel's: its alignment is the TU's)
   unsigned long long* full = (unsigned long long*)smem;
   unsigned long long* empty = full + RING_SLOTS;
   unsigned* hdr = (unsigned*)(empty + RING_SLOTS);
   unsigned char* ring = (unsigned char*)smem + 1024;
-  const unsigned tid = threadIdx.x, chunk_bytes = 32 * kc, tiles = kc / 128, kcs = k / kc;
-  const unsigned n_chunks = (n / 32) * kcs;
+  const unsigned tid = threadIdx.x;
   if (tid == 0) {
     for (int i = 0; i < RING_SLOTS; ++i) {
       mbar_init(&full[i], 1);
@@ -71,85 +82,95 @@ k_ring_gemv(const unsigned char* __restrict__ w, const float* __restrict__ scale
   __syncthreads();
   if (tid >= 32 * RING_CONSUMERS) {  // the loader: lane 0 alone
     if (tid != 32 * RING_CONSUMERS) return;
-    unsigned slot = 0, round = 0, q[RING_PIPE];
+    unsigned slot = 0, round = 0;
+    for (unsigned s = 0; s < nseg; ++s) {
+      const RingSeg sg = segs[s];
+      const unsigned chunk_bytes = 32 * sg.kc, n_chunks = (sg.n / 32) * (sg.k / sg.kc);
+      unsigned q[RING_PIPE];
 #pragma unroll
-    for (int i = 0; i < RING_PIPE; ++i) q[i] = atomicAdd(ticket, 1u);
-    for (;;) {
-      const unsigned c = q[0];
+      for (int i = 0; i < RING_PIPE; ++i) q[i] = atomicAdd(&tickets[s], 1u);
+      for (;;) {
+        const unsigned c = q[0];
 #pragma unroll
-      for (int i = 0; i + 1 < RING_PIPE; ++i) q[i] = q[i + 1];
-      q[RING_PIPE - 1] = atomicAdd(ticket, 1u);
-      if (round > 0 && !mbar_wait(&empty[slot], (round - 1) & 1, status + 1)) return;
-      if (c >= n_chunks) {  // the end: an empty slot tells the consumers
-        hdr[slot] = 0;
-        mbar_arrive(&full[slot]);
-        return;
+        for (int i = 0; i + 1 < RING_PIPE; ++i) q[i] = q[i + 1];
+        q[RING_PIPE - 1] = atomicAdd(&tickets[s], 1u);
+        if (round > 0 && !mbar_wait(&empty[slot], (round - 1) & 1, status + 1)) return;
+        if (c >= n_chunks) {
+          hdr[slot] = 0;  // the segment's end
+          mbar_arrive(&full[slot]);
+        } else {
+          hdr[slot] = c + 1;
+          mbar_expect(&full[slot], chunk_bytes);
+          bulk_copy(ring + slot * RING_SLOT_BYTES, sg.w + (size_t)c * chunk_bytes, chunk_bytes, &full[slot]);
+        }
+        if (++slot == RING_SLOTS) {
+          slot = 0;
+          ++round;
+        }
+        if (c >= n_chunks) break;
       }
-      hdr[slot] = c + 1;
-      mbar_expect(&full[slot], chunk_bytes);
-      bulk_copy(ring + slot * RING_SLOT_BYTES, w + (size_t)c * chunk_bytes, chunk_bytes, &full[slot]);
+    }
+    return;
+  }
+  const unsigned warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
+  unsigned slot = 0, round = 0;
+  for (unsigned s = 0; s < nseg; ++s) {
+    const RingSeg sg = segs[s];
+    const unsigned tiles = sg.kc / 128, kcs = sg.k / sg.kc;
+    const unsigned h = warp / tiles, t = warp % tiles;  // this warp's tile of a chunk (warps past 2 tiles: none)
+    const bool has_tile = warp < 2 * tiles;
+    for (;;) {
+      if (!mbar_wait(&full[slot], round & 1, status + 1)) return;
+      const unsigned c1 = hdr[slot];
+      const unsigned c = c1 - 1, rg = c / kcs, kk = c - rg * kcs;
+      uint4 wv[4], xv[4];
+      if (c1 != 0 && has_tile) {
+        const uint4* base = (const uint4*)(ring + slot * RING_SLOT_BYTES + warp * 2048) + lane;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wv[i] = base[32 * i];
+        const unsigned short* xk = sg.x + kk * sg.kc + t * 128 + 16 * cq;
+        xv[0] = *(const uint4*)xk;
+        xv[1] = *(const uint4*)(xk + 8);
+        xv[2] = *(const uint4*)(xk + 64);
+        xv[3] = *(const uint4*)(xk + 72);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[slot]);  // the bytes are in registers: the slot can refill
       if (++slot == RING_SLOTS) {
         slot = 0;
         ++round;
       }
-    }
-  }
-  const unsigned warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
-  const unsigned h = warp / tiles, t = warp % tiles;  // this warp's tile of a chunk (warps past 2 tiles: none)
-  const bool has_tile = warp < 2 * tiles;
-  unsigned slot = 0, round = 0;
-  for (;;) {
-    if (!mbar_wait(&full[slot], round & 1, status + 1)) return;
-    const unsigned c1 = hdr[slot];
-    if (c1 == 0) return;
-    const unsigned c = c1 - 1, rg = c / kcs, kk = c - rg * kcs;
-    uint4 wv[4];
-    uint4 xv[4];
-    if (has_tile) {
-      const uint4* base = (const uint4*)(ring + slot * RING_SLOT_BYTES + warp * 2048) + lane;
+      if (c1 == 0) break;  // the segment's end
+      if (!has_tile) continue;
+      const unsigned row = rg * 32 + h * 16 + g, tile = kk * tiles + t;
+      float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
+      if (compute) {
+        // lane (g, cq): wv[0] row g bytes 16cq.. of the first 64, wv[1] the second 64, wv[2] / wv[3] row g + 8.
+        const unsigned r0[8] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w};
+        const unsigned r8[8] = {wv[2].x, wv[2].y, wv[2].z, wv[2].w, wv[3].x, wv[3].y, wv[3].z, wv[3].w};
+        const unsigned xw[16] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y, xv[1].z, xv[1].w,
+                                 xv[2].x, xv[2].y, xv[2].z, xv[2].w, xv[3].x, xv[3].y, xv[3].z, xv[3].w};
+        // ORDER: the tensor core's within each mma; mma j (8 of them, two accumulators interleaved) takes
+        // the lane's bytes 4j..4j+3 of both rows with x[16 cq + 4j ..] (x permuted as the weights).
 #pragma unroll
-      for (int i = 0; i < 4; ++i) wv[i] = base[32 * i];
-      const unsigned short* xk = x + kk * kc + t * 128 + 16 * cq;
-      xv[0] = *(const uint4*)xk;
-      xv[1] = *(const uint4*)(xk + 8);
-      xv[2] = *(const uint4*)(xk + 64);
-      xv[3] = *(const uint4*)(xk + 72);
-    }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[slot]);  // the bytes are in registers: the slot can refill
-    if (++slot == RING_SLOTS) {
-      slot = 0;
-      ++round;
-    }
-    if (!has_tile) continue;
-    const unsigned row = rg * 32 + h * 16 + g, tile = kk * tiles + t;
-    float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
-    if (compute) {
-      // lane (g, cq): wv[0] row g bytes 16cq.. of the first 64, wv[1] the second 64, wv[2] / wv[3] row g + 8.
-      const unsigned r0[8] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w};
-      const unsigned r8[8] = {wv[2].x, wv[2].y, wv[2].z, wv[2].w, wv[3].x, wv[3].y, wv[3].z, wv[3].w};
-      const unsigned xw[16] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y, xv[1].z, xv[1].w,
-                               xv[2].x, xv[2].y, xv[2].z, xv[2].w, xv[3].x, xv[3].y, xv[3].z, xv[3].w};
-      // ORDER: the tensor core's within each mma; mma j (8 of them, two accumulators interleaved) takes
-      // the lane's bytes 4j..4j+3 of both rows with x[16 cq + 4j ..] (x permuted as the weights).
+        for (int j = 0; j < 8; j += 2) {
+          mma_bf16(d, e4m3x2_widen(r0[j], 0x9180), e4m3x2_widen(r8[j], 0x9180), e4m3x2_widen(r0[j], 0xB3A2),
+                   e4m3x2_widen(r8[j], 0xB3A2), xw[2 * j], xw[2 * j + 1]);
+          mma_bf16(e, e4m3x2_widen(r0[j + 1], 0x9180), e4m3x2_widen(r8[j + 1], 0x9180), e4m3x2_widen(r0[j + 1], 0xB3A2),
+                   e4m3x2_widen(r8[j + 1], 0xB3A2), xw[2 * j + 2], xw[2 * j + 3]);
+        }
+      } else {
+        unsigned v = 0;
 #pragma unroll
-      for (int j = 0; j < 8; j += 2) {
-        mma_bf16(d, e4m3x2_widen(r0[j], 0x9180), e4m3x2_widen(r8[j], 0x9180), e4m3x2_widen(r0[j], 0xB3A2),
-                 e4m3x2_widen(r8[j], 0xB3A2), xw[2 * j], xw[2 * j + 1]);
-        mma_bf16(e, e4m3x2_widen(r0[j + 1], 0x9180), e4m3x2_widen(r8[j + 1], 0x9180), e4m3x2_widen(r0[j + 1], 0xB3A2),
-                 e4m3x2_widen(r8[j + 1], 0xB3A2), xw[2 * j + 2], xw[2 * j + 3]);
+        for (int i = 0; i < 4; ++i) v ^= wv[i].x ^ wv[i].y ^ wv[i].z ^ wv[i].w;
+        d[0] = (float)(v & 1u);
       }
-    } else {
-      unsigned v = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v ^= wv[i].x ^ wv[i].y ^ wv[i].z ^ wv[i].w;
-      d[0] = (float)(v & 1u);
+      if (cq == 0) {  // column 0 of the mma's D: rows g (d[0]) and g + 8 (d[2])
+        const float sc = sg.scale[(size_t)(row / 128) * (sg.k / 128) + tile];
+        sg.part[(size_t)tile * sg.n + row] = sc * (d[0] + e[0]);
+        sg.part[(size_t)tile * sg.n + row + 8] = sc * (d[2] + e[2]);
+      }
+      if (lane == 0 && h == 0 && t == 0) atomicAdd(status, 1u);
     }
-    if (cq == 0) {  // column 0 of the mma's D: rows g (d[0]) and g + 8 (d[2])
-      const float sc = scale[(size_t)(row / 128) * (k / 128) + tile];
-      part[(size_t)tile * n + row] = sc * (d[0] + e[0]);
-      part[(size_t)tile * n + row + 8] = sc * (d[2] + e[2]);
-    }
-    if (lane == 0 && h == 0 && t == 0) atomicAdd(status, 1u);
   }
 }

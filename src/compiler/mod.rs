@@ -12,7 +12,7 @@
 //! k-group, so dynamic unit handout has enough small units to balance the SMs.
 
 use crate::bail;
-use crate::error::Result;
+use crate::error::{Context, Result};
 use crate::isa::access::{ATTN_HEAD_DIM, CTRL_LEN, GDN_HEAD_DIM, KGROUP};
 use crate::isa::{
     slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FORMAT, NONE,
@@ -230,12 +230,7 @@ pub fn split_parts(row_units: u32, other: u32, groups: u32, slots: u32) -> u32 {
 
 /// Lowers `cfg` for `t` into the program of one decode step.
 pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
-    if !(1..=8).contains(&t.m_rows) {
-        bail!("compile: M = {} rows (1-8 supported)", t.m_rows);
-    }
-    if t.sms == 0 || t.max_context == 0 || t.max_context as usize % ATTN_PART != 0 {
-        bail!("compile: target needs SMs > 0 and a max context that is a positive multiple of {ATTN_PART}");
-    }
+    t.check().context("compile")?;
     if cfg.head_dim != ATTN_HEAD_DIM || cfg.gdn_k_dim != GDN_HEAD_DIM || cfg.gdn_v_dim != GDN_HEAD_DIM {
         bail!("compile: head dims must be {ATTN_HEAD_DIM} (attention) and {GDN_HEAD_DIM} (GDN)");
     }

@@ -14,6 +14,8 @@ pub const GDN_HEAD_DIM: usize = 128;
 /// Elements of the reduction axis per k-group. ORDER: a GEMV row's dot product is the sequential sum,
 /// over k-groups, of each group's partial. Split-K units own whole k-groups and store one partial per
 /// group, so a fixed-order reduce of the partials gives the same bits as the unsplit product.
+/// The release's max_position_embeddings: no sequence is longer (checked before anything is allocated).
+pub const MAX_POSITIONS: usize = 262_144;
 pub const KGROUP: usize = 1024;
 
 /// KV positions per attention partition. ORDER: softmax statistics and the weighted sum of values are

@@ -323,6 +323,30 @@ pub struct Target {
     pub gdn: GdnLowering,
 }
 
+impl Target {
+    /// A target the kernels can run: 1-1,024 SMs, the kernels' 256 threads a block, M of 1-8 rows, a max
+    /// context that is a positive multiple of the attention partition and at most the model's positions.
+    pub fn check(&self) -> Result<()> {
+        if !(1..=1024).contains(&self.sms) {
+            bail!("target: {} SMs (1-1,024)", self.sms);
+        }
+        if self.threads != 256 {
+            bail!("target: {} threads a block (the kernels run 256)", self.threads);
+        }
+        if !(1..=8).contains(&self.m_rows) {
+            bail!("target: M = {} rows (1-8 supported)", self.m_rows);
+        }
+        let (ctx, part) = (self.max_context as usize, access::ATTN_PART);
+        if ctx == 0 || ctx % part != 0 || ctx > access::MAX_POSITIONS {
+            bail!(
+                "target: max context {ctx} (a positive multiple of {part}, at most {})",
+                access::MAX_POSITIONS
+            );
+        }
+        Ok(())
+    }
+}
+
 /// How the compiler lowers a GDN layer's mixer between its projections and its out_proj. Both forms
 /// compute the same bits (the same per-channel conv, per-head recurrence and per-head gated norm, each
 /// in the same order); only the words, launches and joins differ.
@@ -433,6 +457,18 @@ impl Program {
         let p: Program = ron::from_str(text).map_err(|e| crate::error::Error::new(format!("program: {e}")))?;
         if p.format != FORMAT {
             bail!("program: format {} (this engine reads format {FORMAT})", p.format);
+        }
+        p.target.check()?;
+        // References the listing and every later check index by: in range before anything reads them.
+        for (i, w) in p.words.iter().enumerate() {
+            if let Some(&id) = w.ops.iter().find(|&&id| id != NONE && id as usize >= p.buffers.len()) {
+                bail!("program: word {i} names buffer {id}, the program has {}", p.buffers.len());
+            }
+            for (what, c) in [("waits on", w.wait), ("signals", w.signal)] {
+                if c != NO_COUNTER && c >= p.n_counters {
+                    bail!("program: word {i} {what} counter {c}, the program has {}", p.n_counters);
+                }
+            }
         }
         Ok(p)
     }

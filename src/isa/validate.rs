@@ -451,6 +451,7 @@ fn check_units(p: &Program, i: usize, w: &Word) -> Result<HashMap<usize, Ranges>
 
 /// Proves the program safe to run (see the module comment) or names the first word that is not.
 pub fn validate(p: &Program) -> Result<Summary> {
+    p.target.check()?;
     if p.words.is_empty() {
         bail!("program: no words");
     }

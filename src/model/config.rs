@@ -62,8 +62,7 @@ pub struct ModelConfig {
 
 /// The `modules_to_not_convert` of the 27B FP8 release as far as it is known (spec 1.4): the GDN
 /// gate projections and the MTP fusion stay bf16; names are matched as substrings, as HF does.
-/// The release's max_position_embeddings: no sequence is longer (checked before anything is allocated).
-pub const MAX_POSITIONS: usize = 262_144;
+pub use crate::isa::access::MAX_POSITIONS;
 pub const DEFAULT_NOT_CONVERTED: [&str; 5] = ["lm_head", "embed_tokens", "in_proj_a", "in_proj_b", "mtp.fc"];
 
 impl ModelConfig {
