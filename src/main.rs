@@ -23,42 +23,72 @@ struct Cli {
 enum Cmd {
     /// Run an experiment (RON spec): diffs and timings of the paths, a results folder with charts.
     Run {
+        /// The experiment file (RON; experiments/README.md lists them).
         file: PathBuf,
         /// Where results go (results/<experiment>/<utc>_<gpu-or-cpu>_<sha>/).
         #[arg(long, default_value = "results")]
         results: PathBuf,
         /// Where synthetic checkpoints of presets are generated on first use.
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
         #[command(flatten)]
         shape: Shape,
     },
     /// Re-render the charts of a results folder from its files.
-    Chart { dir: PathBuf },
+    Chart {
+        /// A results folder (results/<experiment>/<utc>_<gpu-or-cpu>_<sha>).
+        dir: PathBuf,
+        /// Use a record whose run did not finish (interrupted or failed): its figures are partial.
+        #[arg(long)]
+        unfinished: bool,
+    },
     /// A/B report of two results folders (table, and a chart in the second).
-    Compare { a: PathBuf, b: PathBuf },
+    Compare {
+        /// The A results folder.
+        a: PathBuf,
+        /// The B results folder (the chart is written here).
+        b: PathBuf,
+        /// Use records whose runs did not finish.
+        #[arg(long)]
+        unfinished: bool,
+    },
     /// The crossover: path B's speed-up over path A against A's ms/token, across results folders
     /// (e.g. tiny, small and 27B runs of both GPU paths); table and OUT/crossover.png.
     Crossover {
+        /// Results folders (each with both paths timed).
         dirs: Vec<PathBuf>,
+        /// The reference path.
         #[arg(long, default_value = "graph")]
         a: String,
+        /// The path whose speed-up is drawn.
         #[arg(long, default_value = "megakernel")]
         b: String,
+        /// Where crossover.png goes.
         #[arg(long, default_value = "results")]
         out: PathBuf,
+        /// Use records whose runs did not finish.
+        #[arg(long)]
+        unfinished: bool,
     },
     /// Write a synthetic checkpoint in the real release format (config.json, shards, index).
     Synth {
+        /// tiny, small or qwen3.5-27b.
         #[arg(long)]
         preset: String,
+        /// Seed of the weights (the same bytes on every machine for a seed).
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// The checkpoint folder to write (refused when it holds files, unless --force).
         #[arg(long)]
         out: PathBuf,
+        /// Write into a folder that already holds files (its checkpoint files are replaced).
+        #[arg(long)]
+        force: bool,
     },
     /// Validate a checkpoint folder: every tensor's name, dtype and shape, scales, and every value.
     Check {
+        /// The checkpoint folder.
         dir: PathBuf,
         /// Skip the scan of every weight byte for NaN/Inf (fast: headers and scales only).
         #[arg(long)]
@@ -66,9 +96,12 @@ enum Cmd {
     },
     /// Activation and logit statistics of a checkpoint under the CPU reference (random token ids).
     Stats {
+        /// The checkpoint folder.
         dir: PathBuf,
+        /// Random token ids fed (1 to the model's 262,144 positions).
         #[arg(long, default_value_t = 32)]
         tokens: usize,
+        /// Seed of the token ids.
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
@@ -81,11 +114,17 @@ enum Cmd {
         /// Override RoPE theta (a negative control: a wrong theta must fail).
         #[arg(long)]
         rope_theta: Option<f64>,
-        #[arg(long, default_value_t = usize::MAX)]
-        max_prompts: usize,
+        /// Compare only the first N prompts (default: all).
+        #[arg(long)]
+        max_prompts: Option<usize>,
     },
     /// Compare the CPU reference op by op against an oracle trace (scripts/oracle_trace.py).
-    Trace { dir: PathBuf, trace: PathBuf },
+    Trace {
+        /// The checkpoint folder the trace was recorded on.
+        dir: PathBuf,
+        /// The trace (.safetensors).
+        trace: PathBuf,
+    },
     /// Lower a model into the instruction program of one decode step (RON).
     Compile {
         /// A preset (tiny, small, qwen3.5-27b) ...
@@ -94,17 +133,21 @@ enum Cmd {
         /// ... or a real config.json.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// SMs of the target GPU (the H200 has 132).
         #[arg(long, default_value_t = 132)]
         sms: u32,
+        /// Threads a block (the kernels run 256).
         #[arg(long, default_value_t = 256)]
         threads: u32,
         /// Activation rows per step (1-8; >1 verifies speculative drafts).
         #[arg(long, default_value_t = 1)]
         rows: u32,
+        /// KV cache positions (a multiple of 256).
         #[arg(long, default_value_t = 32768)]
         max_context: u32,
         #[command(flatten)]
         shape: Shape,
+        /// The program file to write (RON).
         #[arg(long)]
         out: PathBuf,
     },
@@ -120,18 +163,22 @@ enum Cmd {
     },
     /// Generation with the CPU reference forward (greedy, or sampled); prints the token ids.
     Generate {
+        /// The checkpoint folder.
         dir: PathBuf,
-        /// Prompt token ids, comma-separated.
-        #[arg(long, value_delimiter = ',')]
+        /// Prompt token ids, comma-separated (at least one).
+        #[arg(long, value_delimiter = ',', required = true, num_args = 1..)]
         prompt: Vec<u32>,
+        /// Tokens to generate.
         #[arg(long, default_value_t = 16)]
         steps: usize,
         /// 0: greedy (argmax, lowest id on ties).
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
         temperature: f32,
+        /// Keep the k most likely ids (0: all).
         #[arg(long, default_value_t = 0)]
         top_k: usize,
-        #[arg(long, default_value_t = 1.0)]
+        /// Keep the smallest set of ids whose probability reaches p (1: all).
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
         top_p: f32,
         /// Seed of the sampling draws.
         #[arg(long, default_value_t = 0)]
@@ -143,6 +190,7 @@ enum Cmd {
     Detokenize,
     /// Render a chat request (JSON: messages, tools, add_generation_prompt, enable_thinking) with the chat template.
     ChatRender {
+        /// The request (JSON).
         file: PathBuf,
         /// Print the token ids (a JSON array) instead of the text.
         #[arg(long)]
@@ -185,9 +233,12 @@ enum GpuCmd {
     /// GPU-sampled token must equal `model::sample` on the step's logits with the same draw; a negative
     /// control (the CPU with another seed) must disagree.
     Sample {
+        /// The checkpoint folder.
         dir: PathBuf,
+        /// Sampled steps per setting.
         #[arg(long, default_value_t = 32)]
         steps: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
         /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
@@ -198,9 +249,12 @@ enum GpuCmd {
     /// replay in flight ahead): device memory before and after (nothing may allocate after startup),
     /// the time per token of each, and that both produce the same tokens.
     Soak {
+        /// The checkpoint folder.
         dir: PathBuf,
+        /// Greedy steps.
         #[arg(long, default_value_t = 1000)]
         steps: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
         /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
@@ -213,11 +267,15 @@ enum GpuCmd {
     /// at the step that produced the stop token) and ms/token of the graph, the megakernel at one step
     /// per launch and at `per_launch`.
     Multistep {
+        /// The checkpoint folder.
         dir: PathBuf,
+        /// Greedy steps (at least 2).
         #[arg(long, default_value_t = 64)]
         steps: u32,
+        /// Steps per cooperative launch of the megakernel.
         #[arg(long, default_value_t = 16)]
         per_launch: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
         /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
@@ -228,6 +286,7 @@ enum GpuCmd {
     /// megakernel launch) against one-row steps, bit for bit: every row's logits and token and the
     /// final states, on both paths, with a negative control (two tokens swapped); then ms per step.
     Rows {
+        /// The checkpoint folder.
         dir: PathBuf,
         /// The Ms to check (2-8), comma separated; each divides --tokens.
         #[arg(long, value_delimiter = ',', default_value = "2,3,4,8")]
@@ -238,6 +297,7 @@ enum GpuCmd {
         /// Timed steps per path and M.
         #[arg(long, default_value_t = 20)]
         reps: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
         /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
@@ -253,6 +313,7 @@ enum GpuCmd {
         /// Timed rotations per shape and kernel (medians).
         #[arg(long, default_value_t = 5)]
         reps: usize,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
     },
@@ -263,6 +324,7 @@ enum GpuCmd {
         /// Decode steps (token ids 1..=steps after the prompt id 9419).
         #[arg(long, default_value_t = 3)]
         steps: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
         /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
@@ -276,11 +338,20 @@ enum ProgramCmd {
     /// Print the CUDA header generated from the instruction set (megakernel/abi.cuh).
     Header,
     /// List the words: index, opcode, layer, rows, units, bytes streamed, wait and signal.
-    Show { file: PathBuf },
+    Show {
+        /// The program file (RON).
+        file: PathBuf,
+    },
     /// Counts: a line `instructions: N`, counts per opcode, bytes per step.
-    Stats { file: PathBuf },
+    Stats {
+        /// The program file (RON).
+        file: PathBuf,
+    },
     /// Run the static validator.
-    Check { file: PathBuf },
+    Check {
+        /// The program file (RON).
+        file: PathBuf,
+    },
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -299,15 +370,18 @@ fn run(cli: Cli) -> Result<()> {
             let dir = mk::experiment::run(&e, &opts)?;
             print!("{}", mk::experiment::summary(&dir)?);
         }
-        Cmd::Chart { dir } => {
-            for f in mk::experiment::chart::render(&dir)? {
+        Cmd::Chart { dir, unfinished } => {
+            for f in mk::experiment::chart::render(&dir, unfinished)? {
                 println!("wrote {}", f.display());
             }
         }
-        Cmd::Compare { a, b } => print!("{}", mk::experiment::chart::compare(&a, &b)?),
-        Cmd::Crossover { dirs, a, b, out } => print!("{}", mk::experiment::chart::crossover(&dirs, &a, &b, &out)?),
-        Cmd::Synth { preset, seed, out } => {
+        Cmd::Compare { a, b, unfinished } => print!("{}", mk::experiment::chart::compare(&a, &b, unfinished)?),
+        Cmd::Crossover { dirs, a, b, out, unfinished } => {
+            print!("{}", mk::experiment::chart::crossover(&dirs, &a, &b, &out, unfinished)?)
+        }
+        Cmd::Synth { preset, seed, out, force } => {
             let cfg = ModelConfig::preset(&preset)?;
+            synth::check_out(&out, force)?;
             let t = std::time::Instant::now();
             let bytes = synth::write_checkpoint(&cfg, seed, &out)?;
             println!(
@@ -341,11 +415,12 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Stats { dir, tokens, seed } => {
             let ck = Checkpoint::open(&dir)?;
+            ck.deep_check()?;
             let w = forward::Weights::from_checkpoint(&ck);
             stats::print(&stats::measure(&w, tokens, seed)?);
         }
         Cmd::Golden { dir, goldens, rope_theta, max_prompts } => {
-            mk::verify::golden::run(&dir, &goldens, rope_theta, max_prompts)?
+            mk::verify::golden::run(&dir, &goldens, rope_theta, max_prompts.unwrap_or(usize::MAX))?
         }
         Cmd::Trace { dir, trace } => {
             let ck = Checkpoint::open(&dir)?;
@@ -427,6 +502,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Generate { dir, prompt, steps, temperature, top_k, top_p, seed } => {
             let params = mk::model::sample::SamplingParams { temperature, top_k, top_p };
             let ck = Checkpoint::open(&dir)?;
+            ck.deep_check()?;
             let w = forward::Weights::from_checkpoint(&ck);
             let out = forward::generate(&w, &prompt, steps, &params, seed)?;
             println!("{}", out.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","));

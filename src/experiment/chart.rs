@@ -140,9 +140,9 @@ fn bars(file: &Path, title: &str, x_desc: &str, items: &[(String, f64, RGBColor)
 }
 
 /// Renders every chart of a results folder from its files; returns the PNGs written.
-pub fn render(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn render(dir: &Path, unfinished: bool) -> Result<Vec<PathBuf>> {
     fonts()?;
-    let rec = Record::load(dir)?;
+    let rec = Record::load_finished(dir, unfinished)?;
     let steps = read_steps(dir)?;
     let mut out = Vec::new();
     let med = medians(&steps);
@@ -221,9 +221,9 @@ pub fn render(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// An A/B report of two runs: a table of medians and their ratio, and a chart in the second folder.
-pub fn compare(a: &Path, b: &Path) -> Result<String> {
+pub fn compare(a: &Path, b: &Path, unfinished: bool) -> Result<String> {
     fonts()?;
-    let (ra, rb) = (Record::load(a)?, Record::load(b)?);
+    let (ra, rb) = (Record::load_finished(a, unfinished)?, Record::load_finished(b, unfinished)?);
     let (ma, mb) = (medians(&read_steps(a)?), medians(&read_steps(b)?));
     let mut s = format!(
         "A: {}\nB: {}\n{:12} {:>8} {:>12} {:>12} {:>8}\n",
@@ -259,7 +259,7 @@ pub fn compare(a: &Path, b: &Path) -> Result<String> {
 /// The crossover (issue 6): for each results folder and each context where both paths were timed, the
 /// speed-up of path `b` over path `a` (a's ms / b's ms, medians) against a's ms/token, one series per
 /// model, as a table and `out/crossover.png`: when does the second path pay, by the size of the step?
-pub fn crossover(dirs: &[PathBuf], a: &str, b: &str, out: &Path) -> Result<String> {
+pub fn crossover(dirs: &[PathBuf], a: &str, b: &str, out: &Path, unfinished: bool) -> Result<String> {
     fonts()?;
     let mut pts: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     let mut s = format!(
@@ -271,7 +271,7 @@ pub fn crossover(dirs: &[PathBuf], a: &str, b: &str, out: &Path) -> Result<Strin
         "speed-up"
     );
     for d in dirs {
-        let rec = Record::load(d)?;
+        let rec = Record::load_finished(d, unfinished)?;
         let model = rec.model.split(':').next().unwrap_or("?").to_string();
         let m = medians(&read_steps(d)?);
         let (Some(ma), Some(mb)) = (m.get(a), m.get(b)) else {

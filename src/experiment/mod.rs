@@ -66,7 +66,7 @@ pub fn resolve_model(m: &ModelSpec, cache: &Path, progress: &indicatif::Progress
         ModelSpec::Preset { name, seed } => {
             let cfg = ModelConfig::preset(name)?;
             let dir = preset_dir(cache, name, *seed);
-            if !dir.join("model.safetensors.index.json").is_file() {
+            if !dir.join("config.json").is_file() {  // (written last: its absence means incomplete)
                 progress.println(format!(
                     "generating the synthetic {name} checkpoint (seed {seed}) into {}",
                     dir.display()
@@ -116,7 +116,31 @@ struct RunCtx<'r, 'a> {
 
 
 /// Runs an experiment; returns the results folder.
+/// Set by Ctrl-C during a run: the passes stop at the next step and the record says "interrupted".
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// An error once Ctrl-C was pressed (the passes call it before every step).
+pub fn check_interrupt() -> Result<()> {
+    if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        crate::bail!("interrupted (Ctrl-C): the record says so; its figures are partial");
+    }
+    Ok(())
+}
+
+/// Installs the Ctrl-C handler once per process (a second press ends the process at once).
+fn catch_ctrl_c() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = ctrlc::set_handler(|| {
+            if INTERRUPTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+        });
+    });
+}
+
 pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
+    catch_ctrl_c();
     let bar =
         if std::io::stdout().is_terminal() { indicatif::ProgressBar::new(0) } else { indicatif::ProgressBar::hidden() };
     bar.set_style(
@@ -140,7 +164,14 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         {
             None
         }
-        _ => Some(Checkpoint::open(&resolve_model(model_spec, &opts.cache_root, &bar)?)?),
+        _ => {
+            let ck = Checkpoint::open(&resolve_model(model_spec, &opts.cache_root, &bar)?)?;
+            // Every value of every tensor, once, before any path reads one (a NaN weight would
+            // otherwise flow through every path alike and pass every diff).
+            bar.println("scanning every weight value");
+            ck.deep_check()?;
+            Some(ck)
+        }
     };
     let cfg = match (&ck, model_spec) {
         (Some(ck), _) => ck.config.clone(),
@@ -170,6 +201,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         command: opts.command.clone(),
         started_utc: started,
         finished_utc: None,
+        status: Some("running".into()),
         git_sha: sha,
         git_dirty: dirty,
         machine: format!(
@@ -221,6 +253,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         rec.notes.push("no path could run here (every path was skipped): nothing compared or timed".into());
         bar.println("no path could run here: nothing compared or timed");
         rec.finished_utc = Some(record::utc_stamp(std::time::SystemTime::now()));
+        rec.status = Some("finished".into());
         res.save(&rec)?;
         return Ok(res.dir.clone());
     };
@@ -228,7 +261,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     // Each GPU path gets its own upload and state (they step in lockstep in the diff pass); every value
     // of the checkpoint is scanned first.
     let mut gpu_paths = Vec::new();
-    let upload = if runnable.iter().any(|p| p.is_gpu()) { Some(crate::model::upload::Upload::new(ck)?) } else { None };
+    let upload = runnable.iter().any(|p| p.is_gpu()).then(|| crate::model::upload::Upload::scanned(ck));
     for p in runnable.iter().filter(|p| p.is_gpu()) {
         bar.println(format!("uploading the model to the GPU for the {} path", p.label()));
         let gpu = crate::exec::gpu::Gpu::open()?;
@@ -289,15 +322,18 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         passes::diff_pass(&ctx, &mut rec, &mut res).and_then(|(seq, ok)| passes::timing_pass(&ctx, &seq, &ok, &mut rec, &mut res))
     };
     if let Err(err) = outcome {
-        rec.notes.push(format!("run failed: {err}"));
+        let interrupted = INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
+        rec.status = Some(if interrupted { "interrupted" } else { "failed" }.into());
+        rec.notes.push(format!("run {}: {err}", rec.status.as_deref().unwrap_or("failed")));
         res.save(&rec)?;
         return Err(err);
     }
     bar.finish_and_clear();
     rec.finished_utc = Some(record::utc_stamp(std::time::SystemTime::now()));
+    rec.status = Some("finished".into());
     res.save(&rec)?;
     // (4) charts, from the files just written; a failure is reported, the data stays.
-    match chart::render(&res.dir) {
+    match chart::render(&res.dir, false) {
         Ok(files) => rec.notes.push(format!(
             "charts: {}",
             files.iter().filter_map(|f| f.file_name()).map(|f| f.to_string_lossy()).collect::<Vec<_>>().join(", ")

@@ -42,6 +42,7 @@ pub(super) fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Resu
     let mut tok = prompt[0];
     let len = c.total as u32;
     for s in 0..c.total {
+        super::check_interrupt()?;
         seq.push(tok);
         let mut caps: Vec<Option<(u32, Option<diff::StepCapture>)>> = Vec::new();
         for (i, slot) in engines.iter_mut().enumerate() {
@@ -145,6 +146,7 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
                     eng.seek(ctx as usize)?;
                     let mut t_ctx = Vec::with_capacity(c.steps);
                     for s in 0..c.steps {
+                        super::check_interrupt()?;
                         let t = std::time::Instant::now();
                         eng.step(seq[s % seq.len()], false)?;
                         t_ctx.push(t.elapsed().as_secs_f64() * 1e3);
@@ -155,6 +157,7 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
             } else {
                 let mut t_rep = Vec::with_capacity(seq.len());
                 for &tok in seq {
+                    super::check_interrupt()?;
                     let t = std::time::Instant::now();
                     eng.step(tok, false)?;
                     t_rep.push(t.elapsed().as_secs_f64() * 1e3);

@@ -45,6 +45,10 @@ pub struct Record {
     pub command: Vec<String>,
     pub started_utc: String,
     pub finished_utc: Option<String>,
+    /// running, finished, failed or interrupted (Ctrl-C). Records before 2026-12-02 have none: their
+    /// finished_utc says whether they finished.
+    #[serde(default)]
+    pub status: Option<String>,
     pub git_sha: String,
     pub git_dirty: bool,
     pub machine: String,
@@ -86,6 +90,28 @@ impl Record {
         let p = dir.join("record.json");
         let text = std::fs::read_to_string(&p).with_context(|| format!("read {}", p.display()))?;
         serde_json::from_str(&text).with_context(|| format!("{}: not a record", p.display()))
+    }
+
+    /// Whether the run finished (not running, failed or interrupted).
+    pub fn finished(&self) -> bool {
+        match &self.status {
+            Some(s) => s == "finished",
+            None => self.finished_utc.is_some(),
+        }
+    }
+
+    /// The record of `dir`, refused unless its run finished (or `unfinished` is asked for): the
+    /// figures of an interrupted or failed run are partial and must not pass for a result.
+    pub fn load_finished(dir: &Path, unfinished: bool) -> Result<Record> {
+        let r = Record::load(dir)?;
+        if !r.finished() && !unfinished {
+            crate::bail!(
+                "{}: the run did not finish (status {}): its figures are partial (--unfinished to use them anyway)",
+                dir.display(),
+                r.status.as_deref().unwrap_or("unknown")
+            );
+        }
+        Ok(r)
     }
 }
 
@@ -154,9 +180,22 @@ impl InstrRow<'_> {
 }
 
 impl Results {
+    /// A new folder `<root>/<experiment>/<started>_<device>_<sha>`, created exclusively: a run in the
+    /// same second (or at once, from another process) gets `-2`, `-3`, .. appended, never another run's.
     pub fn create(root: &Path, experiment: &str, device: &str, sha: &str, started: &str) -> Result<Results> {
-        let dir = root.join(experiment).join(format!("{started}_{device}_{sha}"));
-        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let parent = root.join(experiment);
+        std::fs::create_dir_all(&parent).with_context(|| format!("create {}", parent.display()))?;
+        let base = format!("{started}_{device}_{sha}");
+        let mut dir = parent.join(&base);
+        for n in 2.. {
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 10_000 => {
+                    dir = parent.join(format!("{base}-{n}"));
+                }
+                Err(e) => crate::bail!("create {}: {e}", dir.display()),
+            }
+        }
         let open = |name: &str, header: &str| -> Result<std::fs::File> {
             let mut f = std::fs::File::create(dir.join(name)).with_context(|| format!("create {name}"))?;
             writeln!(f, "{header}").with_context(|| format!("write {name}"))?;

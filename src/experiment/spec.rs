@@ -175,6 +175,9 @@ impl Experiment {
         if self.paths.is_empty() {
             bail!("experiment: no paths to run");
         }
+        if self.workload.decode_steps == 0 {
+            bail!("experiment: workload.decode_steps is 0: nothing would be decoded, compared or timed");
+        }
         let mut seen = self.paths.clone();
         seen.sort();
         seen.dedup();

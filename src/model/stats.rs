@@ -38,6 +38,9 @@ fn quantile(v: &mut [f32], q: f32) -> f32 {
 
 /// Runs `n_tokens` random token ids (ids below 248,044: real text tokens) through the reference.
 pub fn measure(w: &Weights, n_tokens: usize, seed: u64) -> Result<Stats> {
+    if n_tokens == 0 || n_tokens > super::config::MAX_POSITIONS {
+        crate::bail!("stats: --tokens {n_tokens} (1 to the model's {} positions)", super::config::MAX_POSITIONS);
+    }
     let mut rng = Rng::new(seed);
     let mut state = State::new(&w.cfg, n_tokens.max(1));
     let mut hidden_rms = vec![0f32; w.cfg.n_layers];

@@ -270,8 +270,27 @@ fn plan_shards(specs: &[TensorSpec], target: usize) -> Vec<Vec<&TensorSpec>> {
 }
 
 /// Writes a synthetic checkpoint of `cfg` into `out` (created if missing). Returns bytes written.
+/// Refuses to write a checkpoint into a folder that holds files, unless `force` (then its checkpoint
+/// files are replaced).
+pub fn check_out(out: &Path, force: bool) -> Result<()> {
+    let n = std::fs::read_dir(out).map(|d| d.count()).unwrap_or(0);
+    if n > 0 && !force {
+        crate::bail!("synth: {} is not empty ({n} entries); --force writes into it", out.display());
+    }
+    Ok(())
+}
+
+/// Writes the checkpoint: each shard as `<name>.partial` renamed when complete (a write cut short
+/// leaves no shard that looks whole, and the next write removes the partial), then the index and
+/// config.json last: a folder with config.json is complete.
 pub fn write_checkpoint(cfg: &ModelConfig, seed: u64, out: &Path) -> Result<u64> {
     std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    let _ = std::fs::remove_file(out.join("config.json")); // (incomplete until written again, last)
+    for e in std::fs::read_dir(out).with_context(|| format!("read {}", out.display()))?.flatten() {
+        if e.file_name().to_string_lossy().ends_with(".partial") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
     let specs = expected_tensors(cfg);
     let total: usize = specs.iter().map(|s| s.bytes()).sum();
     // A real release uses ~4-5 GB shards; small models still get several shards so the index path
@@ -288,14 +307,19 @@ pub fn write_checkpoint(cfg: &ModelConfig, seed: u64, out: &Path) -> Result<u64>
             (s.name.clone(), LazyTensor { spec: s, st_shape: s.shape.clone(), seed, fp8: &fp8 })
         });
         let meta = Some([("format".to_string(), "pt".to_string())].into_iter().collect());
-        safetensors::serialize_to_file(views, meta, &out.join(&file)).with_context(|| format!("write {file}"))?;
+        let partial = out.join(format!("{file}.partial"));
+        if let Err(e) = safetensors::serialize_to_file(views, meta, &partial) {
+            let _ = std::fs::remove_file(&partial);
+            crate::bail!("write {file}: {e}");
+        }
+        std::fs::rename(&partial, out.join(&file)).with_context(|| format!("rename {file}"))?;
     }
     let index = serde_json::json!({ "metadata": { "total_size": total }, "weight_map": weight_map });
     write_json(&out.join("model.safetensors.index.json"), &index)?;
-    write_json(&out.join("config.json"), &cfg.to_hf_json())?;
     // Not part of a real release: says how this one was made (the loader ignores it).
     let made = serde_json::json!({ "generator": "mk synth", "preset": cfg.name, "seed": seed, "lm_gain": LM_GAIN });
     write_json(&out.join("synthetic.json"), &made)?;
+    write_json(&out.join("config.json"), &cfg.to_hf_json())?;
     Ok(total as u64)
 }
 
