@@ -67,7 +67,7 @@ pub fn resolve_model(m: &ModelSpec, cache: &Path, progress: &indicatif::Progress
             let cfg = ModelConfig::preset(name)?;
             let dir = preset_dir(cache, name, *seed);
             if !dir.join("config.json").is_file() {  // (written last: its absence means incomplete)
-                progress.println(format!(
+                say(progress, format!(
                     "generating the synthetic {name} checkpoint (seed {seed}) into {}",
                     dir.display()
                 ));
@@ -116,6 +116,16 @@ struct RunCtx<'r, 'a> {
 
 
 /// Runs an experiment; returns the results folder.
+/// A phase line: above the progress bar on a terminal, a plain line otherwise (a pipe or a log sees
+/// every phase).
+pub(crate) fn say(bar: &indicatif::ProgressBar, msg: impl AsRef<str>) {
+    if bar.is_hidden() {
+        println!("{}", msg.as_ref());
+    } else {
+        bar.println(msg.as_ref());
+    }
+}
+
 /// Set by Ctrl-C during a run: the passes stop at the next step and the record says "interrupted".
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -168,7 +178,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
             let ck = Checkpoint::open(&resolve_model(model_spec, &opts.cache_root, &bar)?)?;
             // Every value of every tensor, once, before any path reads one (a NaN weight would
             // otherwise flow through every path alike and pass every diff).
-            bar.println("scanning every weight value");
+            say(&bar, "scanning every weight value");
             ck.deep_check()?;
             Some(ck)
         }
@@ -230,7 +240,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         match why {
             None => runnable.push(p),
             Some(why) => {
-                bar.println(format!("skipping the {} path: {why}", p.label()));
+                say(&bar, format!("skipping the {} path: {why}", p.label()));
                 rec.paths.push(PathRecord {
                     name: p.label().into(),
                     status: format!("skipped: {why}"),
@@ -251,7 +261,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     rec.notes.extend(dropped);
     let Some(ck) = ck.as_ref() else {
         rec.notes.push("no path could run here (every path was skipped): nothing compared or timed".into());
-        bar.println("no path could run here: nothing compared or timed");
+        say(&bar, "no path could run here: nothing compared or timed");
         rec.finished_utc = Some(record::utc_stamp(std::time::SystemTime::now()));
         rec.status = Some("finished".into());
         res.save(&rec)?;
@@ -263,7 +273,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let mut gpu_paths = Vec::new();
     let upload = runnable.iter().any(|p| p.is_gpu()).then(|| crate::model::upload::Upload::scanned(ck));
     for p in runnable.iter().filter(|p| p.is_gpu()) {
-        bar.println(format!("uploading the model to the GPU for the {} path", p.label()));
+        say(&bar, format!("uploading the model to the GPU for the {} path", p.label()));
         let gpu = crate::exec::gpu::Gpu::open()?;
         let defines = crate::exec::gpu::Defines::new(e.defines.clone())?;
         rec.nvrtc_options = gpu.options(&defines);
@@ -312,7 +322,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let outcome = if runnable.is_empty() {
         // Every path was skipped (no GPU for a GPU-only experiment): a record that says so, no panic.
         rec.notes.push("no path could run here (every path was skipped): nothing compared or timed".into());
-        bar.println("no path could run here: nothing compared or timed");
+        say(&bar, "no path could run here: nothing compared or timed");
         Ok(())
     } else if e.workload.seek {
         // Timing only: no diff pass; the prompt's tokens are the tokens fed.

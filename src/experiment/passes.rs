@@ -24,6 +24,7 @@ pub(super) fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Resu
     let idx = |p: PathName| c.runnable.iter().position(|q| *q == p).unwrap_or(0);
     rec.diffs = pairs.iter().map(|d| DiffResult::new(d.a.label(), d.b.label(), d.tolerance)).collect();
     c.bar.set_message("diff pass");
+    say(c.bar, format!("diff pass: {} paths over {} steps", c.runnable.len(), c.total));
     // A path that fails drops out (recorded); the others go on. The first path supplies the tokens:
     // its failure ends the run.
     let mut engines: Vec<Option<Box<dyn Engine>>> = Vec::new();
@@ -133,6 +134,7 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
     }
     for p in ok {
         c.bar.set_message(format!("timing {}", p.label()));
+        say(c.bar, format!("timing the {} path", p.label()));
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); c.contexts.len()];
         let mut word_ns: Option<Vec<u64>> = None;
         let mut timeline: Option<Result<Vec<u64>>> = None;
