@@ -297,7 +297,7 @@ pub struct Buffer {
 
 impl Buffer {
     pub fn elems(&self) -> u64 {
-        self.rows * self.cols
+        self.rows.saturating_mul(self.cols)
     }
 }
 
@@ -459,6 +459,13 @@ impl Program {
             bail!("program: format {} (this engine reads format {FORMAT})", p.format);
         }
         p.target.check()?;
+        // Sizes every later step multiplies: bounded before anything computes with them (1 TiB a buffer).
+        for b in &p.buffers {
+            let bytes = b.rows.checked_mul(b.cols).and_then(|e| e.checked_mul(b.elem_bytes as u64));
+            if b.elem_bytes == 0 || b.elem_bytes > 8 || bytes.is_none_or(|x| x > 1 << 40) {
+                bail!("program: buffer {} of {} x {} elements of {} bytes: out of range", b.name, b.rows, b.cols, b.elem_bytes);
+            }
+        }
         // References the listing and every later check index by: in range before anything reads them.
         for (i, w) in p.words.iter().enumerate() {
             if let Some(&id) = w.ops.iter().find(|&&id| id != NONE && id as usize >= p.buffers.len()) {
