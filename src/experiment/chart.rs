@@ -60,8 +60,16 @@ fn medians(steps: &[(String, u32, f64)]) -> BTreeMap<String, BTreeMap<u32, f64>>
     out
 }
 
-/// A line chart of per-path series over context length.
+/// A line chart of per-path series over context length; bars when every series has one context (a line
+/// over one point would draw an axis of fractional token counts).
 fn lines(file: &Path, title: &str, y_desc: &str, series: &BTreeMap<String, BTreeMap<u32, f64>>) -> Result<()> {
+    let contexts: std::collections::BTreeSet<u32> = series.values().flat_map(|m| m.keys().copied()).collect();
+    if contexts.len() == 1 {
+        let c = contexts.iter().next().copied().unwrap_or(0);
+        let items: Vec<(String, f64, RGBColor)> =
+            series.iter().filter_map(|(p, m)| m.get(&c).map(|v| (p.clone(), *v, colour(p)))).collect();
+        return bars(file, &format!("{title} (context {c})"), y_desc, &items);
+    }
     let xs: Vec<f64> = series.values().flat_map(|m| m.keys().map(|c| *c as f64)).collect();
     let ys: Vec<f64> = series.values().flat_map(|m| m.values().copied()).collect();
     let (x0, x1) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max));
@@ -176,9 +184,11 @@ pub fn render(dir: &Path, unfinished: bool) -> Result<Vec<PathBuf>> {
         }
     }
     // Bandwidth: weight bytes per step / time, as a percentage of the measured ceiling.
-    if rec.weight_bytes_per_step > 0 {
+    // (GPU paths only, against the ceiling measured in the run; a CPU run draws none.)
+    if rec.weight_bytes_per_step > 0 && rec.ceiling_gbps > 0.0 {
         let bw: BTreeMap<String, BTreeMap<u32, f64>> = med
             .iter()
+            .filter(|(p, _)| p.as_str() == "graph" || p.as_str() == "megakernel")
             .map(|(p, m)| {
                 let v = m
                     .iter()
@@ -198,9 +208,30 @@ pub fn render(dir: &Path, unfinished: bool) -> Result<Vec<PathBuf>> {
         )?;
         out.push(f);
     }
-    // Per-instruction breakdown: time per opcode per step, summed over contexts, per path.
+    // Per-instruction breakdown: with GPU kernel figures, each instruction kind's ms per step for every
+    // path side by side (the graph's launches timed word by word and the timelines' in-step times),
+    // with its share of the measured read ceiling; else (CPU paths) the instruction CSV's times.
+    let mut kinds: BTreeMap<String, Vec<(String, f64, f64)>> = BTreeMap::new();
+    for k in &rec.kernels {
+        kinds.entry(k.opcode.clone()).or_default().push((k.path.clone(), k.ms_per_step, k.fraction_of_ceiling));
+    }
     let instr = read_instructions(dir)?;
-    if !instr.is_empty() {
+    if !kinds.is_empty() {
+        let mut order: Vec<(String, f64)> =
+            kinds.iter().map(|(op, v)| (op.clone(), v.iter().map(|x| x.1).fold(0.0, f64::max))).collect();
+        order.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut items = Vec::new();
+        for (op, _) in order {
+            for (path, ms, frac) in &kinds[&op] {
+                let base = path.split(' ').next().unwrap_or(path);
+                let pct = if *frac > 0.0 { format!(" ({:.0} % of {:.0} GB/s)", 100.0 * frac, rec.ceiling_gbps) } else { String::new() };
+                items.push((format!("{op} [{path}]{pct}"), *ms, colour(base)));
+            }
+        }
+        let f = dir.join("breakdown.png");
+        bars(&f, "time per step by instruction kind, path by path", "ms / step", &items)?;
+        out.push(f);
+    } else if !instr.is_empty() {
         let mut by: BTreeMap<(String, String), f64> = BTreeMap::new();
         for (p, op, ms) in &instr {
             *by.entry((p.clone(), op.clone())).or_default() += ms;

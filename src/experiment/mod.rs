@@ -229,7 +229,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         program_hash: Some(record::fnv_hex(&[&prog.encode_words()])),
         cuda_sources_hash: None,
         weight_bytes_per_step: prog.words.iter().map(|wd| crate::isa::report::weight_bytes(&prog, wd)).sum(),
-        ceiling_gbps: record::CEILING_GBPS,
+        ceiling_gbps: 0.0,
         paths: Vec::new(),
         diffs: Vec::new(),
         kernels: Vec::new(),
@@ -272,6 +272,11 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     // of the checkpoint is scanned first.
     let mut gpu_paths = Vec::new();
     let upload = runnable.iter().any(|p| p.is_gpu()).then(|| crate::model::upload::Upload::scanned(ck));
+    if upload.is_some() {
+        let key = format!("{}_{}", rec.gpu.as_deref().unwrap_or("gpu"), rec.driver.as_deref().unwrap_or("driver"));
+        rec.ceiling_gbps = crate::exec::gpu::device::read_ceiling_gbps(&opts.cache_root, &key)?;
+        say(&bar, format!("the GPU's streaming-read ceiling: {:.0} GB/s (measured, cached by GPU and driver)", rec.ceiling_gbps));
+    }
     for p in runnable.iter().filter(|p| p.is_gpu()) {
         say(&bar, format!("uploading the model to the GPU for the {} path", p.label()));
         let gpu = crate::exec::gpu::Gpu::open()?;
@@ -396,7 +401,7 @@ pub fn summary(dir: &Path) -> Result<String> {
             k.ms_per_step,
             k.gb_per_s,
             100.0 * k.fraction_of_ceiling,
-            record::CEILING_GBPS
+            rec.ceiling_gbps
         );
     }
     for n in &rec.notes {

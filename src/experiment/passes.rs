@@ -194,7 +194,8 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
                                 .into(),
                         );
                     }
-                    rec.kernels.extend(in_step_stats(prog, track.label(), &words, ctx_mark));
+                    let ceiling = rec.ceiling_gbps;
+                    rec.kernels.extend(in_step_stats(prog, track.label(), &words, ctx_mark, ceiling));
                 }
                 Err(err) => rec.notes.push(format!("timeline not written: {err}")),
             },
@@ -247,7 +248,8 @@ fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Reco
         })?;
     }
     let words = ns.iter().enumerate().map(|(wi, t)| (wi, *t as f64 / 1e6));
-    rec.kernels.extend(kernel_rows(prog, path, words, ctx));
+    let ceiling = rec.ceiling_gbps;
+    rec.kernels.extend(kernel_rows(prog, path, words, ctx, ceiling));
     Ok(())
 }
 
@@ -255,9 +257,9 @@ fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Reco
 /// of the step's critical path (`WordTime::span_us`) and the bytes they stream: each kind of kernel's
 /// bandwidth measured inside the running step, where the word-by-word times include each launch's
 /// fixed cost and none of the overlap between kernels.
-fn in_step_stats(prog: &Program, path: &str, words: &[timeline::WordTime], ctx: u32) -> Vec<record::KernelStat> {
+fn in_step_stats(prog: &Program, path: &str, words: &[timeline::WordTime], ctx: u32, ceiling: f64) -> Vec<record::KernelStat> {
     let words = words.iter().map(|w| (w.word as usize, w.span_us / 1e3));
-    kernel_rows(prog, &format!("{path} in step"), words, ctx)
+    kernel_rows(prog, &format!("{path} in step"), words, ctx, ceiling)
 }
 
 /// Per opcode: the words, their summed ms per step and the bytes they stream at position `ctx` (they
@@ -267,6 +269,7 @@ fn kernel_rows(
     path: &str,
     words: impl Iterator<Item = (usize, f64)>,
     ctx: u32,
+    ceiling_gbps: f64,
 ) -> Vec<record::KernelStat> {
     let mut by: std::collections::BTreeMap<String, (usize, f64, u64)> = Default::default();
     for (wi, ms) in words {
@@ -286,7 +289,7 @@ fn kernel_rows(
                 ms_per_step: ms,
                 bytes,
                 gb_per_s: gbps,
-                fraction_of_ceiling: gbps / record::CEILING_GBPS,
+                fraction_of_ceiling: if ceiling_gbps > 0.0 { gbps / ceiling_gbps } else { 0.0 },
             }
         })
         .collect()
@@ -314,7 +317,7 @@ mod tests {
         let op1 = prog.words[1].opcode;
         let other = (2..prog.words.len()).find(|&i| prog.words[i].opcode == op1).unwrap();
         let third = (2..prog.words.len()).find(|&i| prog.words[i].opcode != op1).unwrap();
-        let rows = in_step_stats(&prog, "graph", &[word(1, 10.0), word(other, 30.0), word(third, 5.0)], 0);
+        let rows = in_step_stats(&prog, "graph", &[word(1, 10.0), word(other, 30.0), word(third, 5.0)], 0, 4620.0);
         assert_eq!(rows.len(), 2);
         let r = rows.iter().find(|k| k.opcode == format!("{op1:?}")).unwrap();
         assert_eq!((r.path.as_str(), r.words), ("graph in step", 2));

@@ -14,8 +14,6 @@ use super::diff::DiffResult;
 use super::spec::Experiment;
 use crate::error::{Context, Result};
 
-/// The measured read-bandwidth ceiling of the H200 (GB/s), the denominator of every bandwidth figure.
-pub const CEILING_GBPS: f64 = 4620.0;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
@@ -60,6 +58,8 @@ pub struct Record {
     pub program_hash: Option<String>,
     pub cuda_sources_hash: Option<String>,
     pub weight_bytes_per_step: u64,
+    /// The GPU's streaming-read bandwidth (GB/s) measured at the start of the run (cached per GPU and
+    /// driver), the denominator of every bandwidth figure; 0 when no GPU path ran.
     pub ceiling_gbps: f64,
     pub paths: Vec<PathRecord>,
     pub diffs: Vec<DiffResult>,

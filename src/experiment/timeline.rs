@@ -254,6 +254,42 @@ fn chart(file: &Path, prog: &Program, stamps: &[Stamp], track: Track) -> Result<
         Rectangle::new([(us(s.ready), s.block), (us(s.done), s.block + 1)], colour(&op).filled())
     }))
     .map_err(|e| err(&e))?;
+    // Layer boundaries: a faint line where each layer's first word first started (its number every 8).
+    let mut first: std::collections::BTreeMap<u16, u64> = std::collections::BTreeMap::new();
+    for st in stamps {
+        if let Some(w) = prog.words.get(st.word as usize) {
+            let e = first.entry(w.layer).or_insert(u64::MAX);
+            *e = (*e).min(st.ready);
+        }
+    }
+    let edge = RGBColor(120, 120, 120);
+    for (layer, t) in &first {
+        c.draw_series(std::iter::once(PathElement::new(vec![(us(*t), 0u32), (us(*t), blocks)], edge.mix(0.35))))
+            .map_err(|e| err(&e))?;
+        if layer % 8 == 0 {
+            c.draw_series(std::iter::once(Text::new(format!("L{layer}"), (us(*t), blocks), ("sans-serif", 12))))
+                .map_err(|e| err(&e))?;
+        }
+    }
+    // The legend: the kinds of work and the wait.
+    for (name, col) in [
+        ("GEMV / lm_head", colour("Gemv")),
+        ("attention", colour("Attn")),
+        ("GDN", colour("Gdn")),
+        ("other", colour("")),
+        ("waiting", RGBColor(200, 200, 200)),
+    ] {
+        c.draw_series(std::iter::empty::<Rectangle<(f64, u32)>>())
+            .map_err(|e| err(&e))?
+            .label(name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], col.filled()));
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }

@@ -14,8 +14,6 @@ use crate::model::config::ModelConfig;
 use crate::model::numerics::{bf16_to_f32, e4m3_table, f32_to_bf16};
 use crate::model::tensors::{expected_tensors, Dt};
 
-/// The measured streaming-read ceiling of the H200 (H200.md: 4,616 GB/s median), for the percentages.
-const CEILING_GBPS: f64 = 4620.0;
 /// Bytes each shape's rotation covers (> 2 x the 60 MiB L2).
 const ROTATE_BYTES: usize = 256 << 20;
 const SLOTS: u32 = 6;
@@ -79,6 +77,10 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
     use cudarc::driver::sys::CUfunction_attribute as F;
     cu(f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32), "cuFuncSetAttribute")?;
     let stream = gpu.stream.clone();
+    // The percentages' denominator: the read ceiling measured on this GPU (cached by GPU and driver).
+    let key = crate::experiment::paths::gpu().map_or("gpu".into(), |(g, d)| format!("{g}_{d}"));
+    let ceiling = crate::exec::gpu::device::read_ceiling_gbps(cache, &key)?;
+    println!("the read ceiling: {ceiling:.0} GB/s (measured)");
     let mut rng = crate::model::synth::Rng::new(7);
     let table = e4m3_table();
     // Every shape's buffers first (the step's sequence below reads them all).
@@ -200,9 +202,9 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
             s.uses,
             bytes as f64 / 1e6,
             row.loads_gbps,
-            row.loads_gbps / CEILING_GBPS * 100.0,
+            row.loads_gbps / ceiling * 100.0,
             row.gemv_gbps,
-            row.gemv_gbps / CEILING_GBPS * 100.0,
+            row.gemv_gbps / ceiling * 100.0,
             row.gemv_gbps / row.loads_gbps,
             rel
         );
@@ -211,7 +213,7 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
     let total: f64 = rows.iter().map(|r| (r.n * r.k * r.uses) as f64).sum();
     let t = |f: fn(&ShapeRow) -> f64| rows.iter().map(|r| (r.n * r.k * r.uses) as f64 / (f(r) * 1e9)).sum::<f64>();
     let (tl, tg) = (t(|r| r.loads_gbps), t(|r| r.gemv_gbps));
-    let pct = |secs: f64| total / secs / 1e9 / CEILING_GBPS * 100.0;
+    let pct = |secs: f64| total / secs / 1e9 / ceiling * 100.0;
     println!(
         "the step's fp8 GEMVs, one launch each (summed, {:.2} GB): loads only {:.3} ms ({:.1} %), GEMV {:.3} ms ({:.1} %); floor {:.3} ms",
         total / 1e9,
@@ -219,7 +221,7 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
         pct(tl),
         tg * 1e3,
         pct(tg),
-        total / (CEILING_GBPS * 1e9) * 1e3
+        total / (ceiling * 1e9) * 1e3
     );
     // The step's fp8 GEMVs in the contract's order as ONE launch (the loader running ahead across GEMV
     // boundaries), each use on the next copy of its shape (rotating).
@@ -258,7 +260,7 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
         crate::bail!("gpu gemv: the step's launch ran a wait past its bound");
     }
     let (tl, tg) = (med(&mut times[0]), med(&mut times[1]));
-    let pct = |ms: f64| step_bytes as f64 / (ms * 1e-3) / 1e9 / CEILING_GBPS * 100.0;
+    let pct = |ms: f64| step_bytes as f64 / (ms * 1e-3) / 1e9 / ceiling * 100.0;
     println!(
         "the step's {nseg} fp8 GEMVs in ONE launch ({:.2} GB): loads only {tl:.3} ms ({:.1} %), GEMV {tg:.3} ms ({:.1} %)",
         step_bytes as f64 / 1e9,

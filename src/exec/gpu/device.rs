@@ -54,97 +54,6 @@ pub fn source() -> String {
     s
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A lane-by-lane model of megakernel/ops/attn_scores.cuh's `warp_sum_heads8` (the reduce-scatter) against `warp_sum`'s butterfly: every head's sum, in the lanes that own it, bit
-    /// for bit. `swap` models a wrong kept half at the first step (the negative control: it must differ).
-    fn heads8(a: &[[f32; 8]; 32], swap: bool) -> [f32; 32] {
-        let shfl = |v: &[f32; 32], o: usize| -> [f32; 32] { std::array::from_fn(|l| v[l ^ o]) };
-        let bit = |l: usize, b: usize| l & (1 << b) != 0;
-        let mut b = [[0f32; 4]; 32];
-        for i in 0..4 {
-            let send: [f32; 32] = std::array::from_fn(|l| if bit(l, 4) { a[l][i] } else { a[l][i + 4] });
-            let r = shfl(&send, 16);
-            for l in 0..32 {
-                let keep = if bit(l, 4) != swap { a[l][i + 4] } else { a[l][i] };
-                b[l][i] = keep + r[l];
-            }
-        }
-        let mut c = [[0f32; 2]; 32];
-        for i in 0..2 {
-            let send: [f32; 32] = std::array::from_fn(|l| if bit(l, 3) { b[l][i] } else { b[l][i + 2] });
-            let r = shfl(&send, 8);
-            for l in 0..32 {
-                c[l][i] = (if bit(l, 3) { b[l][i + 2] } else { b[l][i] }) + r[l];
-            }
-        }
-        let send: [f32; 32] = std::array::from_fn(|l| if bit(l, 2) { c[l][0] } else { c[l][1] });
-        let r = shfl(&send, 4);
-        let mut d: [f32; 32] = std::array::from_fn(|l| (if bit(l, 2) { c[l][1] } else { c[l][0] }) + r[l]);
-        for o in [2, 1] {
-            let r = shfl(&d, o);
-            for l in 0..32 {
-                d[l] += r[l];
-            }
-        }
-        d
-    }
-
-    #[test]
-    fn attention_reduce_scatter_is_the_butterfly_bit_for_bit() {
-        let mut rng = crate::model::synth::Rng::new(7);
-        let mut wrong = 0;
-        for _ in 0..200 {
-            let a: [[f32; 8]; 32] = std::array::from_fn(|_| {
-                std::array::from_fn(|_| (rng.uniform() - 0.5) * 2f32.powi((rng.uniform() * 16.0) as i32))
-            });
-            let got = heads8(&a, false);
-            let bad = heads8(&a, true);
-            for h in 0..8 {
-                // warp_sum: v += shfl_xor(v, o) for o = 16, 8, 4, 2, 1; every lane ends with lane 0's bits.
-                let mut v: [f32; 32] = std::array::from_fn(|l| a[l][h]);
-                for o in [16, 8, 4, 2, 1] {
-                    v = std::array::from_fn(|l| v[l] + v[l ^ o]);
-                }
-                assert!(v.iter().all(|x| x.to_bits() == v[0].to_bits()));
-                for l in (0..32).filter(|l| (l >> 2) & 7 == h) {
-                    assert_eq!(got[l].to_bits(), v[0].to_bits(), "head {h} lane {l}");
-                    wrong += (bad[l].to_bits() != v[0].to_bits()) as usize;
-                }
-            }
-        }
-        assert!(wrong > 0, "the negative control was not caught");
-    }
-
-    #[test]
-    fn ptxas_reports_parse_into_one_row_per_kernel() {
-        let log = "ptxas info    : Compiling entry function 'k_gemv_norm' for 'sm_90'\n\
-                   ptxas info    : Function properties for k_gemv_norm\n\
-                   ptxas         .     24 bytes stack frame, 64 bytes spill stores, 92 bytes spill loads\n\
-                   ptxas info    : Used 128 registers, used 1 barriers, 16 bytes smem\n\
-                   ptxas info    : Compile time = 1.0 ms\n\
-                   ptxas info    : Compiling entry function 'k_embed' for 'sm_90'\n\
-                   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
-                   ptxas info    : Used 20 registers, used 0 barriers\n";
-        let r = ptxas_resources(log);
-        assert_eq!(r.len(), 2);
-        assert_eq!(
-            r[0],
-            KernelResources {
-                name: "k_gemv_norm".into(),
-                registers: 128,
-                spill_stores: 64,
-                spill_loads: 92,
-                static_smem: 16
-            }
-        );
-        assert_eq!((r[1].name.as_str(), r[1].registers, r[1].spill_stores, r[1].static_smem), ("k_embed", 20, 0, 0));
-        assert!(ptxas_resources("no report").is_empty());
-    }
-
-}
 
 /// The NVRTC options, in one place, recorded in every result. fmad is off: elementwise ops round
 /// exactly as written (as the CPU reference does); the GEMV uses fmaf explicitly where it wants FMA.
@@ -353,4 +262,140 @@ fn nvrtc_with_log(src: &str, opts: &[String]) -> Result<(Vec<u8>, String)> {
     })();
     let _ = unsafe { nres::destroy_program(prog) };
     out.map(|c| (c, log))
+}
+
+/// The GPU's streaming-read bandwidth in GB/s (megakernel/bandwidth.cu over 1 GiB, more than twice
+/// the L2: one warm-up, then the median of five), measured once per `key` (GPU and driver) and cached
+/// in `cache/ceiling/`: the denominator of every bandwidth figure of a run (issue 26).
+pub fn read_ceiling_gbps(cache: &Path, key: &str) -> Result<f64> {
+    let safe: String = key.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+    let file = cache.join("ceiling").join(format!("{safe}.txt"));
+    if let Some(v) = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse::<f64>().ok()).filter(|v| *v > 0.0) {
+        return Ok(v);
+    }
+    let gpu = Gpu::open()?;
+    let (module, _) = gpu.module(include_str!("../../../megakernel/bandwidth.cu"), cache, &Defines::default())?;
+    let f = module.load_function("k_read_bw").map_err(|e| Error::new(format!("cuModuleGetFunction (k_read_bw): {e:?}")))?;
+    let bytes = 1usize << 30;
+    let stream = gpu.stream.clone();
+    let cu = |r: std::result::Result<(), cudarc::driver::DriverError>, what: &str| r.map_err(|e| Error::new(format!("{what}: {e:?}")));
+    let buf = stream.alloc_zeros::<u8>(bytes).map_err(|e| Error::new(format!("cuMemAlloc (1 GiB): {e:?}")))?;
+    let sink = stream.alloc_zeros::<u32>(1).map_err(|e| Error::new(format!("cuMemAlloc: {e:?}")))?;
+    let n16 = (bytes / 16) as u64;
+    let cfg = cudarc::driver::LaunchConfig { grid_dim: (4 * gpu.sms, 1, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
+    let ev = || gpu.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| Error::new(format!("cuEventCreate: {e:?}")));
+    let (e0, e1) = (ev()?, ev()?);
+    let mut ms = Vec::new();
+    for i in 0..6 {
+        use cudarc::driver::PushKernelArg;
+        cu(e0.record(&stream), "cuEventRecord")?;
+        let mut b = stream.launch_builder(&f);
+        b.arg(&buf).arg(&n16).arg(&sink);
+        // SAFETY: (const uint4*, unsigned long long, unsigned*) as k_read_bw declares; n16 16-byte words
+        // are in `buf`, which outlives the launch.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(|e| Error::new(format!("launch k_read_bw: {e:?}")))?;
+        cu(e1.record(&stream), "cuEventRecord")?;
+        cu(e1.synchronize(), "cuEventSynchronize")?;
+        if i > 0 {
+            ms.push(e0.elapsed_ms(&e1).map_err(|e| Error::new(format!("cuEventElapsedTime: {e:?}")))? as f64);
+        }
+    }
+    ms.sort_by(|a, b| a.total_cmp(b));
+    let gbps = bytes as f64 / (ms[ms.len() / 2] * 1e-3) / 1e9;
+    if std::fs::create_dir_all(file.parent().unwrap_or(cache)).is_ok() {
+        let _ = std::fs::write(&file, format!("{gbps:.1}\n"));
+    }
+    Ok(gbps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lane-by-lane model of megakernel/ops/attn_scores.cuh's `warp_sum_heads8` (the reduce-scatter) against `warp_sum`'s butterfly: every head's sum, in the lanes that own it, bit
+    /// for bit. `swap` models a wrong kept half at the first step (the negative control: it must differ).
+    fn heads8(a: &[[f32; 8]; 32], swap: bool) -> [f32; 32] {
+        let shfl = |v: &[f32; 32], o: usize| -> [f32; 32] { std::array::from_fn(|l| v[l ^ o]) };
+        let bit = |l: usize, b: usize| l & (1 << b) != 0;
+        let mut b = [[0f32; 4]; 32];
+        for i in 0..4 {
+            let send: [f32; 32] = std::array::from_fn(|l| if bit(l, 4) { a[l][i] } else { a[l][i + 4] });
+            let r = shfl(&send, 16);
+            for l in 0..32 {
+                let keep = if bit(l, 4) != swap { a[l][i + 4] } else { a[l][i] };
+                b[l][i] = keep + r[l];
+            }
+        }
+        let mut c = [[0f32; 2]; 32];
+        for i in 0..2 {
+            let send: [f32; 32] = std::array::from_fn(|l| if bit(l, 3) { b[l][i] } else { b[l][i + 2] });
+            let r = shfl(&send, 8);
+            for l in 0..32 {
+                c[l][i] = (if bit(l, 3) { b[l][i + 2] } else { b[l][i] }) + r[l];
+            }
+        }
+        let send: [f32; 32] = std::array::from_fn(|l| if bit(l, 2) { c[l][0] } else { c[l][1] });
+        let r = shfl(&send, 4);
+        let mut d: [f32; 32] = std::array::from_fn(|l| (if bit(l, 2) { c[l][1] } else { c[l][0] }) + r[l]);
+        for o in [2, 1] {
+            let r = shfl(&d, o);
+            for l in 0..32 {
+                d[l] += r[l];
+            }
+        }
+        d
+    }
+
+    #[test]
+    fn attention_reduce_scatter_is_the_butterfly_bit_for_bit() {
+        let mut rng = crate::model::synth::Rng::new(7);
+        let mut wrong = 0;
+        for _ in 0..200 {
+            let a: [[f32; 8]; 32] = std::array::from_fn(|_| {
+                std::array::from_fn(|_| (rng.uniform() - 0.5) * 2f32.powi((rng.uniform() * 16.0) as i32))
+            });
+            let got = heads8(&a, false);
+            let bad = heads8(&a, true);
+            for h in 0..8 {
+                // warp_sum: v += shfl_xor(v, o) for o = 16, 8, 4, 2, 1; every lane ends with lane 0's bits.
+                let mut v: [f32; 32] = std::array::from_fn(|l| a[l][h]);
+                for o in [16, 8, 4, 2, 1] {
+                    v = std::array::from_fn(|l| v[l] + v[l ^ o]);
+                }
+                assert!(v.iter().all(|x| x.to_bits() == v[0].to_bits()));
+                for l in (0..32).filter(|l| (l >> 2) & 7 == h) {
+                    assert_eq!(got[l].to_bits(), v[0].to_bits(), "head {h} lane {l}");
+                    wrong += (bad[l].to_bits() != v[0].to_bits()) as usize;
+                }
+            }
+        }
+        assert!(wrong > 0, "the negative control was not caught");
+    }
+
+    #[test]
+    fn ptxas_reports_parse_into_one_row_per_kernel() {
+        let log = "ptxas info    : Compiling entry function 'k_gemv_norm' for 'sm_90'\n\
+                   ptxas info    : Function properties for k_gemv_norm\n\
+                   ptxas         .     24 bytes stack frame, 64 bytes spill stores, 92 bytes spill loads\n\
+                   ptxas info    : Used 128 registers, used 1 barriers, 16 bytes smem\n\
+                   ptxas info    : Compile time = 1.0 ms\n\
+                   ptxas info    : Compiling entry function 'k_embed' for 'sm_90'\n\
+                   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+                   ptxas info    : Used 20 registers, used 0 barriers\n";
+        let r = ptxas_resources(log);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            r[0],
+            KernelResources {
+                name: "k_gemv_norm".into(),
+                registers: 128,
+                spill_stores: 64,
+                spill_loads: 92,
+                static_smem: 16
+            }
+        );
+        assert_eq!((r[1].name.as_str(), r[1].registers, r[1].spill_stores, r[1].static_smem), ("k_embed", 20, 0, 0));
+        assert!(ptxas_resources("no report").is_empty());
+    }
+
 }

@@ -1,0 +1,61 @@
+//! The GPU tier (issue 26): with a GPU, `cargo test` also runs the checks of the GPU paths on the tiny
+//! preset: every op against the CPU and the op check's negative control, graph against megakernel bit
+//! for bit over many steps (one and many steps a launch, the device-side stop), M-row steps against
+//! one-row steps, the sampler against the CPU's. Without a GPU each test says it skipped and passes.
+//! (On the GPU machine: `cargo test --no-run` here, carry the `gpu-*` test binary, run it there.)
+
+mod common;
+
+use mk::exec::gpu::Defines;
+
+fn gpu_or_skip(test: &str) -> bool {
+    match mk::experiment::paths::gpu() {
+        Some(_) => true,
+        None => {
+            eprintln!("skipped {test}: no GPU on this machine");
+            false
+        }
+    }
+}
+
+fn cache() -> std::path::PathBuf {
+    common::scratch().join("gpu-cache")
+}
+
+#[test]
+fn every_op_matches_the_cpu_and_a_broken_gemv_is_caught() {
+    if !gpu_or_skip("the op check") {
+        return;
+    }
+    mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default()).unwrap();
+    let broken = Defines::parse(&["MK_BREAK_GEMV".to_string()]).unwrap();
+    let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken).unwrap_err().to_string();
+    assert!(e.contains("op check FAILED") && e.contains("LmHead -> logits") && e.contains("GemvNorm"), "{e}");
+}
+
+#[test]
+fn the_megakernel_is_bit_identical_to_the_graph() {
+    if !gpu_or_skip("graph vs megakernel") {
+        return;
+    }
+    // 300 steps crossing position 256 (the second attention partition), 64 a launch, and the stop.
+    mk::verify::gpu::multistep(common::tiny(), 300, 64, &cache(), &Defines::default()).unwrap();
+}
+
+#[test]
+fn m_row_steps_equal_one_row_steps() {
+    if !gpu_or_skip("M rows") {
+        return;
+    }
+    mk::verify::rows::run(common::tiny(), &[2, 8], 264, 1, &cache(), &Defines::default()).unwrap();
+}
+
+#[test]
+fn the_gpu_sampler_chooses_the_cpu_samplers_tokens() {
+    if !gpu_or_skip("the sampler") {
+        return;
+    }
+    mk::verify::gpu::sample(common::tiny(), 16, &cache(), &Defines::default()).unwrap();
+    let broken = Defines::parse(&["TOPK_BREAK=1".to_string()]).unwrap();
+    assert!(mk::verify::gpu::sample(common::tiny(), 8, &cache(), &broken).is_err(), "the negative control must fail");
+}
