@@ -69,7 +69,7 @@ fn other_targets_compile_and_validate() {
     for (sms, m, gdn) in [(1, 1, Fused), (16, 4, Split), (188, 8, Fused), (132, 2, Split)] {
         let t = mk::isa::Target {
             sms,
-            threads: 512,
+            threads: 256,
             m_rows: m,
             max_context: 4096,
             units: Default::default(),
@@ -81,7 +81,7 @@ fn other_targets_compile_and_validate() {
     }
     let bad = mk::isa::Target {
         sms: 132,
-        threads: 512,
+        threads: 256,
         m_rows: 9,
         max_context: 4096,
         units: Default::default(),

@@ -7,6 +7,8 @@
 #     experiments/NAME.ron       mk run NAME.ron (its results folder under results/NAME/)
 #     'gpu ops {tiny} --steps 1'  mk gpu ... with {tiny} {small} {27b} the synthetic checkpoints
 #     old:ITEM                   the same with the OLD binary (A/B of two commits in one call)
+#     'sh:COMMAND'               a shell command ({tiny} {small} {27b} as above, $MK the binary; e.g.
+#                                compute-sanitizer, or a test binary carried in devbin/)
 #     sleep:N                    N seconds of nothing (lets the GPU cool between timed A/B runs)
 #
 # Binaries: devbin/mk.xz (carry it; built here by `cargo build --release`, stripped, xz'd) and for old:
@@ -24,6 +26,7 @@ el() { echo $(( $(date +%s) - t0 )); }
 unpack() { xz -dc "$1" > "$2" && chmod +x "$2"; }
 [ -f devbin/mk.xz ] && unpack devbin/mk.xz /tmp/mk
 [ -f devbin/mk-old.xz ] && unpack devbin/mk-old.xz /tmp/mk-old
+[ -f devbin/gpu-tests.xz ] && unpack devbin/gpu-tests.xz /tmp/gpu-tests
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 synth() {  # $1: tiny | small | 27b
   local preset=$1; [ "$preset" = 27b ] && preset=qwen3.5-27b
@@ -39,7 +42,14 @@ for item in "$@"; do
   case "$it" in sleep:*) sleep "${it#sleep:}"; continue ;; esac
   start=$(el)
   echo "== $item ($start s)" | tee -a "$OUT/log.txt"
-  if [[ "$it" == *.ron ]]; then
+  if [[ "$it" == sh:* ]]; then
+    args=${it#sh:}
+    for p in tiny small 27b; do
+      if [[ "$args" == *"{$p}"* ]]; then d=$(synth $p) || { rc=1; break; }; args=${args//\{$p\}/$d}; fi
+    done
+    out=$(MK=$bin timeout 580 bash -c "$args" 2>&1); rc=$?
+    line=$(echo "$out" | grep -E "verdict|ERROR SUMMARY|test result|digest|identical|differ" | tail -3 | tr '\n' ' ' | cut -c1-220)
+  elif [[ "$it" == *.ron ]]; then
     out=$(timeout 580 "$bin" run "$it" --cache /tmp/mkcache --results "$R" 2>&1); rc=$?
     line=$(echo "$out" | grep -E "ms/token|diff:" | tr '\n' ' ' | cut -c1-220)
   else

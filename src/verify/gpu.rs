@@ -193,6 +193,12 @@ pub fn multistep(dir: &Path, steps: usize, per_launch: usize, cache: &Path, defi
     d.sync()?;
     let ms_graph = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
     let want = state(&d)?;
+    // A digest of the graph's tokens and final state: runs of the same binary must print the same one.
+    let digest = {
+        let words: Vec<u8> = graph.iter().copied().chain(want.iter().flat_map(|(_, v)| v.iter().copied())).flat_map(|x| x.to_le_bytes()).collect();
+        crate::isa::fnv_hex(&[&words])
+    };
+    println!("state digest after {steps} graph steps: {digest}");
     // The megakernel, one step per launch and `per_launch` steps per launch: both timed and compared.
     d.reset()?;
     let t1 = std::time::Instant::now();
