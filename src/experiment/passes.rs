@@ -13,6 +13,24 @@ fn mark_incomplete(rec: &mut Record, pairs: &[&spec::DiffSpec], p: PathName, why
     }
 }
 
+/// A non-finite value in a step's capture is an error naming the path, the step and where it first
+/// appears: the first instruction whose output has one (debug captures), else the first layer's hidden
+/// state, else the logits. (NaN would otherwise flow through every path alike and pass the bit diffs.)
+fn non_finite(path: &str, step: usize, cap: &diff::StepCapture) -> Result<()> {
+    let bad = |t: &diff::Tensor| t.data.iter().position(|x| !x.is_finite());
+    for (wi, op, t) in &cap.instructions {
+        if let Some(e) = bad(t) {
+            crate::bail!("path {path}, step {step}: instruction {wi} ({op}) wrote a non-finite value to {} (element {e})", t.name);
+        }
+    }
+    for t in cap.hidden.iter().chain(cap.logits.as_ref()) {
+        if let Some(e) = bad(t) {
+            crate::bail!("path {path}, step {step}: {} (layer {}) holds a non-finite value (element {e})", t.name, t.layer);
+        }
+    }
+    Ok(())
+}
+
 /// (2) Every path in lockstep over one sequence (the prompt, then the first path's greedy tokens, up
 /// to the longest context plus the decode steps), every step compared; returns the sequence.
 pub(super) fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Result<(Vec<u32>, Vec<PathName>)> {
@@ -60,6 +78,9 @@ pub(super) fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Resu
                 Some(Err(err)) => return Err(err),
                 None => None,
             };
+            if let Some((_, Some(cap))) = &out {
+                non_finite(c.runnable[i].label(), s, cap)?;
+            }
             caps.push(out);
             c.bar.inc(1);
         }
@@ -298,6 +319,23 @@ fn kernel_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_non_finite_output_names_the_path_step_and_first_instruction() {
+        let t = |name: &str, data: Vec<f32>| diff::Tensor { name: name.into(), layer: 0, cols: data.len(), bf16: false, data };
+        let mut cap = diff::StepCapture {
+            instructions: vec![(3, "GemvNorm".into(), t("q", vec![1.0, 2.0])), (7, "AttnPv".into(), t("attn", vec![0.0, f32::NAN]))],
+            hidden: vec![t("h", vec![f32::INFINITY])],
+            logits: Some(t("logits", vec![1.0])),
+            token: 0,
+        };
+        let e = non_finite("graph", 5, &cap).unwrap_err().to_string();
+        assert!(e.contains("path graph, step 5: instruction 7 (AttnPv)") && e.contains("element 1"), "{e}");
+        cap.instructions.clear();
+        assert!(non_finite("graph", 5, &cap).unwrap_err().to_string().contains("h (layer 0)"));
+        cap.hidden.clear();
+        assert!(non_finite("graph", 5, &cap).is_ok());
+    }
 
     #[test]
     fn in_step_rows_sum_the_words_shares_per_opcode() {
