@@ -350,5 +350,6 @@ mod tests {
             assert!(dir.join(f).exists(), "{f}");
         }
         assert!(write(&dir, &prog, &[0; 8], Track::Graph).is_err());
+        let _ = std::fs::remove_dir_all(&dir); // (nothing left in the system's temporary folder)
     }
 }

@@ -9,12 +9,18 @@ use mk::model::{config::ModelConfig, synth};
 
 pub const SEED: u64 = 0;
 
+/// Where the tests' scratch folders live: cargo's per-target temporary folder (target/tmp), never the
+/// system's temporary folder (a test run leaves nothing there; `cargo clean` removes this one).
+fn scratch_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
 /// This test process's scratch folder. The harness has no teardown, so the first call removes the
 /// folders of earlier test processes that are no longer running (each holds a 0.5 GB checkpoint).
 pub fn scratch() -> PathBuf {
     static SWEPT: OnceLock<()> = OnceLock::new();
     SWEPT.get_or_init(sweep_stale_scratch);
-    let d = std::env::temp_dir().join(format!("mk-tests-{}", std::process::id()));
+    let d = scratch_root().join(format!("mk-tests-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -23,7 +29,7 @@ fn sweep_stale_scratch() {
     if !Path::new("/proc/self").exists() {
         return; // (no process table to ask: leave them)
     }
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    let Ok(entries) = std::fs::read_dir(scratch_root()) else { return };
     for e in entries.flatten() {
         let name = e.file_name();
         let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("mk-tests-")).and_then(|p| p.parse::<u32>().ok())
