@@ -217,6 +217,7 @@ struct Shape {
 enum GpuCmd {
     /// Compile the CUDA sources with NVRTC only (no GPU needed).
     Compile {
+        /// The GPU architecture to compile for (the H200's is sm_90).
         #[arg(long, default_value = "sm_90")]
         arch: String,
         /// Print ptxas's resource usage per kernel (registers, spills, shared memory).
@@ -518,5 +519,41 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every argument of every command says what it is (issue 26), and the parser is consistent.
+    #[test]
+    fn every_argument_has_a_description() {
+        Cli::command().debug_assert();
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments() {
+                let id = a.get_id().as_str();
+                if id != "help" && id != "version" && a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "mk", &mut missing);
+        assert!(missing.is_empty(), "arguments without a description: {missing:?}");
+    }
+
+    #[test]
+    fn negative_numbers_parse_and_required_prompts_are_required() {
+        let p = Cli::try_parse_from(["mk", "generate", "d", "--prompt", "1,2", "--temperature", "-1"]);
+        assert!(p.is_ok(), "a negative temperature is a value, not a flag (the run then refuses it)");
+        assert!(Cli::try_parse_from(["mk", "generate", "d"]).is_err(), "--prompt is required");
+        let help = Cli::command().find_subcommand_mut("golden").unwrap().render_help().to_string();
+        assert!(!help.contains("18446744073709551615"), "{help}");
     }
 }
