@@ -26,6 +26,19 @@ fn a_program_naming_a_missing_buffer_or_counter_is_refused_when_read() {
 }
 
 #[test]
+fn a_word_whose_layer_disagrees_with_its_weights_is_refused() {
+    let mut p = tiny_program();
+    let i = p.words.iter().position(|w| w.opcode == mk::isa::Opcode::GemvGateUp).unwrap();
+    p.words[i].layer = 65535;
+    let e = mk::isa::validate::validate(&p).unwrap_err().to_string();
+    assert!(e.contains(&format!("word {i}")) && e.contains("its weights are layer"), "{e}");
+    let mut p = tiny_program();
+    let j = p.words.iter().position(|w| w.opcode == mk::isa::Opcode::ReduceResidual || w.opcode == mk::isa::Opcode::AttnPv).unwrap();
+    p.words[j].layer = 65535;
+    assert!(mk::isa::validate::validate(&p).unwrap_err().to_string().contains("past the program's last layer"));
+}
+
+#[test]
 fn targets_the_kernels_cannot_run_are_refused() {
     for (edit, says) in [
         (Box::new(|p: &mut Program| p.target.sms = 0) as Box<dyn Fn(&mut Program)>, "0 SMs"),

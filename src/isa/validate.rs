@@ -450,6 +450,32 @@ fn check_units(p: &Program, i: usize, w: &Word) -> Result<HashMap<usize, Ranges>
 }
 
 /// Proves the program safe to run (see the module comment) or names the first word that is not.
+/// The layer of a weight buffer from its name (`...layers.N....`), if it names one.
+fn layer_of(name: &str) -> Option<u16> {
+    name.split("layers.").nth(1)?.split('.').next()?.parse().ok()
+}
+
+/// A word's `layer` (what the listing and the timelines group by) is the layer its weights belong to
+/// when they name one, and never past the program's last layer.
+fn check_layer(p: &Program, i: usize, w: &Word, last: u16) -> Result<()> {
+    let named = w
+        .ops
+        .iter()
+        .filter(|&&id| id != crate::isa::NONE)
+        .filter_map(|&id| p.buffers.get(id as usize))
+        .filter(|b| b.kind == BufKind::Weight)
+        .filter_map(|b| layer_of(&b.name));
+    for l in named {
+        if l != w.layer {
+            bail!("{}: its weights are layer {l}'s", who(i, w));
+        }
+    }
+    if w.layer > last {
+        bail!("{}: past the program's last layer, {last}", who(i, w));
+    }
+    Ok(())
+}
+
 pub fn validate(p: &Program) -> Result<Summary> {
     p.target.check()?;
     if p.words.is_empty() {
@@ -476,8 +502,10 @@ pub fn validate(p: &Program) -> Result<Summary> {
             );
         }
     }
+    let last = p.buffers.iter().filter(|b| b.kind == BufKind::Weight).filter_map(|b| layer_of(&b.name)).max().unwrap_or(0);
     for (i, w) in p.words.iter().enumerate() {
         check_shape(p, i, w)?;
+        check_layer(p, i, w, last)?;
     }
     // Rule 4: waits.
     let mut signallers: HashMap<u32, Vec<usize>> = HashMap::new();
