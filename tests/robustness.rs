@@ -128,3 +128,16 @@ fn a_run_on_a_checkpoint_with_a_nan_weight_stops_before_any_path() {
     let m = mk::experiment::run(&e, &opts).unwrap_err().to_string();
     assert!(m.contains(name) && m.contains("non-finite value at element 1"), "{m}");
 }
+
+#[test]
+fn a_cut_short_shard_write_leaves_no_partial_file_and_no_config() {
+    let d = common::scratch().join("synth-partial");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("model-00001-of-00004.safetensors.partial"), vec![0u8; 1024]).unwrap();
+    synth::write_checkpoint(&ModelConfig::preset("tiny").unwrap(), 0, &d).unwrap();
+    let names: Vec<String> = std::fs::read_dir(&d).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(!names.iter().any(|n| n.ends_with(".partial")), "{names:?}");
+    assert!(names.contains(&"config.json".to_string()));
+    assert!(Checkpoint::open(&d).is_ok());
+    let _ = std::fs::remove_dir_all(&d);
+}

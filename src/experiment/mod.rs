@@ -410,3 +410,38 @@ pub fn summary(dir: &Path) -> Result<String> {
     s += &format!("results: {}\n", dir.display());
     Ok(s)
 }
+
+#[cfg(test)]
+mod interrupt_tests {
+    use super::*;
+
+    /// Ctrl-C's flag: the run stops at its next step, says why, and its record is "interrupted" (a
+    /// results folder that cannot pass for complete). (The only test in this binary that runs `run`.)
+    #[test]
+    fn an_interrupted_run_says_so_in_its_record() {
+        let root = std::env::temp_dir().join(format!("mk-interrupt-{}", std::process::id()));
+        let e = Experiment::parse(
+            r#"(name: "cut", model: Preset(name: "tiny", seed: 0), paths: [Reference],
+            workload: (prompt: Ids([1, 2]), decode_steps: 2, contexts: [3]), warmup: 0, repetitions: 1)"#,
+        )
+        .unwrap();
+        let opts = RunOptions {
+            results_root: root.join("results"),
+            cache_root: root.join("cache"),
+            spec_file: "test".into(),
+            command: vec![],
+            units: Default::default(),
+            unit_rows: crate::isa::DEFAULT_GEMV_UNIT_ROWS,
+            gdn: Default::default(),
+        };
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+        let err = run(&e, &opts).unwrap_err().to_string();
+        INTERRUPTED.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(err.contains("interrupted"), "{err}");
+        let dir = std::fs::read_dir(root.join("results/cut")).unwrap().flatten().next().unwrap().path();
+        let rec = record::Record::load(&dir).unwrap();
+        assert_eq!(rec.status.as_deref(), Some("interrupted"));
+        assert!(!rec.finished() && record::Record::load_finished(&dir, false).is_err());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
