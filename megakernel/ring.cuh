@@ -46,14 +46,15 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// One GEMV of a sequence: W (n x k fp8, chunk layout, kc k-bytes a chunk), its block scales, x (bf16
-// times 2^64) and its partials part[tile][row] (tile: a 128-wide k-tile).
+// One GEMV of a sequence: W (n x k fp8, chunk layout, kc k-bytes a chunk), its block scales, x (m rows of
+// k bf16 times 2^64: the rows of a verification step, 1-8) and its partials part[row m][tile][out row]
+// (tile: a 128-wide k-tile). The mma's 8 columns carry the m inputs: the weights are read once for all.
 struct RingSeg {
   const unsigned char* w;
   const float* scale;
   const unsigned short* x;
   float* part;
-  unsigned n, k, kc, pad;
+  unsigned n, k, kc, m;
 };
 static_assert(sizeof(RingSeg) == 48, "RingSeg as src/verify/gemv.rs lays it out");
 
@@ -128,7 +129,8 @@ k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, 
         const uint4* base = (const uint4*)(ring + slot * RING_SLOT_BYTES + warp * 2048) + lane;
 #pragma unroll
         for (int i = 0; i < 4; ++i) wv[i] = base[32 * i];
-        const unsigned short* xk = sg.x + kk * sg.kc + t * 128 + 16 * cq;
+        // lane (g, cq) holds B's column g: input row g (columns past m repeat row 0, never written)
+        const unsigned short* xk = sg.x + (size_t)(g < sg.m ? g : 0) * sg.k + kk * sg.kc + t * 128 + 16 * cq;
         xv[0] = *(const uint4*)xk;
         xv[1] = *(const uint4*)(xk + 8);
         xv[2] = *(const uint4*)(xk + 64);
@@ -165,10 +167,18 @@ k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, 
         for (int i = 0; i < 4; ++i) v ^= wv[i].x ^ wv[i].y ^ wv[i].z ^ wv[i].w;
         d[0] = (float)(v & 1u);
       }
-      if (cq == 0) {  // column 0 of the mma's D: rows g (d[0]) and g + 8 (d[2])
-        const float sc = sg.scale[(size_t)(row / 128) * (sg.k / 128) + tile];
-        sg.part[(size_t)tile * sg.n + row] = sc * (d[0] + e[0]);
-        sg.part[(size_t)tile * sg.n + row + 8] = sc * (d[2] + e[2]);
+      // D's columns 2 cq and 2 cq + 1 (input rows): out rows g (d[0], d[1]) and g + 8 (d[2], d[3])
+      const unsigned c0 = 2 * cq, tiles_k = sg.k / 128;
+      if (c0 < sg.m) {
+        const float sc = sg.scale[(size_t)(row / 128) * tiles_k + tile];
+        float* pm = sg.part + ((size_t)c0 * tiles_k + tile) * sg.n;
+        pm[row] = sc * (d[0] + e[0]);
+        pm[row + 8] = sc * (d[2] + e[2]);
+        if (c0 + 1 < sg.m) {
+          pm += (size_t)tiles_k * sg.n;
+          pm[row] = sc * (d[1] + e[1]);
+          pm[row + 8] = sc * (d[3] + e[3]);
+        }
       }
       if (lane == 0 && h == 0 && t == 0) atomicAdd(status, 1u);
     }

@@ -52,17 +52,20 @@ struct Shape {
     scale: CudaSlice<u8>,
     x: CudaSlice<u8>,
     part: CudaSlice<u8>,
-    /// Host copies for the check: row-major codes, scales, x (bf16).
+    /// Host copies for the check: row-major codes, scales, the M_MAX input rows (bf16, row after row).
     host: (Vec<u8>, Vec<f32>, Vec<u16>),
 }
 
-/// RingSeg of megakernel/ring.cuh.
-fn seg(sh: &Shape, copy: usize, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> Vec<u8> {
+/// Input rows of a verification step the kernel takes at most (the mma's 8 columns).
+const M_MAX: usize = 8;
+
+/// RingSeg of megakernel/ring.cuh, for `m` input rows.
+fn seg(sh: &Shape, copy: usize, m: usize, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> Vec<u8> {
     let mut b = Vec::with_capacity(48);
     for p in [ptr(&sh.w, stream) + (copy * sh.n * sh.k) as u64, ptr(&sh.scale, stream), ptr(&sh.x, stream), ptr(&sh.part, stream)] {
         b.extend_from_slice(&p.to_le_bytes());
     }
-    for v in [sh.n, sh.k, layout::chunk_k(sh.k), 0] {
+    for v in [sh.n, sh.k, layout::chunk_k(sh.k), m] {
         b.extend_from_slice(&(v as u32).to_le_bytes());
     }
     b
@@ -96,7 +99,7 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
             })
             .collect();
         let sc: Vec<f32> = (0..(n / 128) * (k / 128)).map(|_| rng.uniform() * 2e-3 + 1e-4).collect();
-        let x: Vec<u16> = (0..k).map(|_| f32_to_bf16(rng.normal() * 0.5)).collect();
+        let x: Vec<u16> = (0..M_MAX * k).map(|_| f32_to_bf16(rng.normal() * 0.5)).collect();
         let x64: Vec<u8> = x.iter().flat_map(|&b| f32_to_bf16(bf16_to_f32(b) * 2f32.powi(64)).to_le_bytes()).collect();
         let chunks = layout::to_chunks(&w, n, k)?;
         let copies = ROTATE_BYTES.div_ceil(bytes).max(1);
@@ -108,11 +111,11 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
         cu(stream.memcpy_htod(&sc.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), &mut scale), "scales")?;
         let mut xd = cu(stream.alloc_zeros::<u8>(x64.len()), "cuMemAlloc")?;
         cu(stream.memcpy_htod(&x64, &mut xd), "x")?;
-        let part = cu(stream.alloc_zeros::<u8>((k / 128) * n * 4), "cuMemAlloc (partials)")?;
+        let part = cu(stream.alloc_zeros::<u8>(M_MAX * (k / 128) * n * 4), "cuMemAlloc (partials)")?;
         sh.push(Shape { n, k, uses, copies, w: wd, scale, x: xd, part, host: (w, sc, x) });
     }
     // Launches of a sequence of segments (RingSeg bytes), each with fresh zero tickets.
-    let max_segs = 4096;
+    let max_segs = 8192;
     let mut segs_d = cu(stream.alloc_zeros::<u8>(48 * max_segs), "cuMemAlloc (segments)")?;
     let mut tickets = cu(stream.alloc_zeros::<u8>(4 * max_segs * 64), "cuMemAlloc (tickets)")?;
     let mut status = cu(stream.alloc_zeros::<u8>(8), "cuMemAlloc (status)")?;
@@ -144,16 +147,18 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
     for s in &sh {
         let (n, k, bytes) = (s.n, s.k, s.n * s.k);
         // Segments 0 .. copies: copy c of this shape (one launch each).
-        let bytes_segs: Vec<u8> = (0..s.copies).flat_map(|c| seg(s, c, &stream)).collect();
+        let mut bytes_segs: Vec<u8> = (0..s.copies).flat_map(|c| seg(s, c, 1, &stream)).collect();
+        bytes_segs.extend(seg(s, 0, M_MAX, &stream)); // (segment `copies`: the check, all M_MAX rows)
         cu(stream.memcpy_htod(&bytes_segs, &mut segs_d.slice_mut(0..bytes_segs.len())), "segments")?;
         cu(stream.memset_zeros(&mut tickets), "zero the tickets")?;
         tick_at.set(0);
         cu(stream.memset_zeros(&mut status), "status")?;
-        // The check: one launch on copy 0, its partials summed in tile order against f64.
-        launch(0, 1, 1)?;
+        // The check: one launch on copy 0 with all M_MAX input rows, every row's partials summed in tile
+        // order against f64.
+        launch(s.copies, 1, 1)?;
         let mut st = [0u8; 8];
         cu(stream.memcpy_dtoh(&status, &mut st), "status")?;
-        let mut pb = vec![0u8; (k / 128) * n * 4];
+        let mut pb = vec![0u8; M_MAX * (k / 128) * n * 4];
         cu(stream.memcpy_dtoh(&s.part, &mut pb), "partials")?;
         cu(stream.synchronize(), "sync")?;
         let kc = layout::chunk_k(k);
@@ -164,14 +169,21 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
         let p: Vec<f32> = pb.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         let (w, sc, x) = &s.host;
         let (mut max_err, mut max_y) = (0f64, 0f64);
-        for r in 0..n {
-            // ORDER: tiles 0.. in order (the caller's sum, as the step's reduce will take it)
-            let y = (0..k / 128).fold(0f32, |a, t| a + p[t * n + r]) as f64 * 2f64.powi(56);
-            let want: f64 = (0..k)
-                .map(|c| table[w[r * k + c] as usize] as f64 * sc[(r / 128) * (k / 128) + c / 128] as f64 * bf16_to_f32(x[c]) as f64)
-                .sum();
-            max_err = max_err.max((y - want).abs());
-            max_y = max_y.max(want.abs());
+        let tiles = k / 128;
+        for m in 0..M_MAX {
+            for r in 0..n {
+                // ORDER: tiles 0.. in order (the caller's sum, as the step's reduce will take it)
+                let y = (0..tiles).fold(0f32, |a, t| a + p[(m * tiles + t) * n + r]) as f64 * 2f64.powi(56);
+                let want: f64 = (0..k)
+                    .map(|c| {
+                        table[w[r * k + c] as usize] as f64
+                            * sc[(r / 128) * tiles + c / 128] as f64
+                            * bf16_to_f32(x[m * k + c]) as f64
+                    })
+                    .sum();
+                max_err = max_err.max((y - want).abs());
+                max_y = max_y.max(want.abs());
+            }
         }
         let rel = max_err / max_y.max(f64::MIN_POSITIVE);
         if rel > 1e-5 {
@@ -225,31 +237,44 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
     );
     // The step's fp8 GEMVs in the contract's order as ONE launch (the loader running ahead across GEMV
     // boundaries), each use on the next copy of its shape (rotating).
-    let mut next_copy = vec![0usize; sh.len()];
-    let mut step_segs = Vec::new();
-    let mut step_bytes = 0usize;
-    for spec in expected_tensors(&cfg).iter().filter(|s| s.dtype == Dt::F8E4M3 && !s.name.contains("mtp.")) {
-        let i = sh.iter().position(|s| (s.n, s.k) == (spec.shape[0], spec.shape[1])).unwrap_or(0);
-        step_segs.extend(seg(&sh[i], next_copy[i] % sh[i].copies, &stream));
-        next_copy[i] += 1;
-        step_bytes += sh[i].n * sh[i].k;
-    }
-    let nseg = step_segs.len() / 48;
+    let step_segs = |m: usize| -> (Vec<u8>, usize) {
+        let mut next_copy = vec![0usize; sh.len()];
+        let (mut out, mut bytes) = (Vec::new(), 0usize);
+        for spec in expected_tensors(&cfg).iter().filter(|s| s.dtype == Dt::F8E4M3 && !s.name.contains("mtp.")) {
+            let i = sh.iter().position(|s| (s.n, s.k) == (spec.shape[0], spec.shape[1])).unwrap_or(0);
+            out.extend(seg(&sh[i], next_copy[i] % sh[i].copies, m, &stream));
+            next_copy[i] += 1;
+            bytes += sh[i].n * sh[i].k;
+        }
+        (out, bytes)
+    };
+    let (segs1, step_bytes) = step_segs(1);
+    let nseg = segs1.len() / 48;
     if nseg > max_segs {
         crate::bail!("gpu gemv: {nseg} segments (at most {max_segs})");
     }
-    cu(stream.memcpy_htod(&step_segs, &mut segs_d.slice_mut(0..step_segs.len())), "segments")?;
-    let mut times = [Vec::new(), Vec::new()];
+    // Segments 0 .. nseg: M = 1; then M = 2, 4, 8 after each other (the same weights, more input rows).
+    let ms = [1usize, 2, 4, 8];
+    let mut all = segs1.clone();
+    for &m in &ms[1..] {
+        all.extend(step_segs(m).0);
+    }
+    if all.len() / 48 > max_segs {
+        crate::bail!("gpu gemv: {} segments (at most {max_segs})", all.len() / 48);
+    }
+    cu(stream.memcpy_htod(&all, &mut segs_d.slice_mut(0..all.len())), "segments")?;
+    // times[0]: loads only (M = 1); times[1 + i]: the GEMV at ms[i] input rows.
+    let mut times = vec![Vec::new(); 1 + ms.len()];
     for rep in 0..=reps {
-        for compute in [0u32, 1] {
+        for (slot, first, compute) in [(0usize, 0usize, 0u32)].into_iter().chain(ms.iter().enumerate().map(|(i, _)| (1 + i, i * nseg, 1))) {
             cu(stream.memset_zeros(&mut tickets), "zero the tickets")?;
             tick_at.set(0);
             cu(e0.record(&stream), "event")?;
-            launch(0, nseg, compute)?;
+            launch(first, nseg, compute)?;
             cu(e1.record(&stream), "event")?;
             cu(e1.synchronize(), "event sync")?;
             if rep > 0 {
-                times[compute as usize].push(cu(e0.elapsed_ms(&e1), "elapsed")? as f64);
+                times[slot].push(cu(e0.elapsed_ms(&e1), "elapsed")? as f64);
             }
         }
     }
@@ -267,6 +292,14 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
         pct(tl),
         pct(tg)
     );
+    for (i, &m) in ms.iter().enumerate().skip(1) {
+        let t = med(&mut times[1 + i]);
+        println!(
+            "  with M = {m} input rows (weights read once): {t:.3} ms ({:.1} % of the ceiling in weight bytes), {:.3}x M = 1",
+            pct(t),
+            t / tg
+        );
+    }
     println!("verdict: ok (every shape within 1e-5 of its largest output against f64)");
     Ok(rows)
 }
