@@ -16,6 +16,7 @@
 pub mod access;
 pub mod report;
 pub mod validate;
+pub mod word_checks;
 pub mod weights;
 
 use serde::{Deserialize, Serialize};
