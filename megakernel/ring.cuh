@@ -6,17 +6,14 @@
 //
 // Numerics (issue 25, "decided"): e4m3 widened exactly to bf16 (code x 2^-120: prmt, shift, mask), x
 // pre-scaled by 2^64 in bf16 (exact), mma.sync m16n8k16 (fp32 accumulation in the tensor core's order),
-// the 128 x 128 block scale applied once to each 16 x 128 tile's fp32 sum; a chunk's tile sums are added
-// in the block in tile order and go to a fixed slot (k-chunk, row), so which block ran a chunk changes no
-// bit. Against the CPU: an envelope.
+// the 128 x 128 block scale applied once to each 16 x 128 tile's fp32 sum; each warp's tile sum goes to
+// a fixed slot (tile, row), so which block ran a chunk changes no bit. Against the CPU: an envelope.
 
 #define RING_SLOTS 6        // 32 KB slots: 192 KB a block (one block per SM)
 #define RING_SLOT_BYTES 32768
 #define RING_CONSUMERS 16   // consumer warps (2 row halves x up to 8 k-tiles of a chunk)
 #define RING_PIPE 4         // tickets in flight on the loader lane (H200.md: 83.5 % with 4)
 #define RING_THREADS (32 * RING_CONSUMERS + 32)
-#define RING_RED_OFF (1024 + RING_SLOTS * RING_SLOT_BYTES)  // two [2 halves][8 tiles][16 rows][8 columns] floats
-#define RING_SMEM (RING_RED_OFF + 2 * 2048 * 4)
 
 __device__ __forceinline__ unsigned sh_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void mbar_init(unsigned long long* b, unsigned n) {
@@ -50,10 +47,8 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1
 }
 
 // One GEMV of a sequence: W (n x k fp8, chunk layout, kc k-bytes a chunk), its block scales, x (m rows of
-// k bf16 times 2^64: the rows of a verification step, 1-8) and its partials part[row m][k-chunk][out
-// row]: a chunk's 128-wide tiles added in the block in tile order, each times its block scale (one
-// partial per kc k-bytes: 1/256 of the weight bytes per input row at kc = 1,024). The mma's 8 columns carry the m inputs: the
-// weights are read once for all.
+// k bf16 times 2^64: the rows of a verification step, 1-8) and its partials part[row m][tile][out row]
+// (tile: a 128-wide k-tile). The mma's 8 columns carry the m inputs: the weights are read once for all.
 struct RingSeg {
   const unsigned char* w;
   const float* scale;
@@ -73,7 +68,7 @@ static_assert(sizeof(RingSeg) == 48, "RingSeg as src/verify/gemv.rs lays it out"
 extern "C" __global__ void __launch_bounds__(RING_THREADS, 1)
 k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, unsigned* status, unsigned compute) {
   extern __shared__ __align__(16) char smem[];  // (the same declaration as every kernel's: its alignment is the TU's)
-  unsigned long long* full = (unsigned long long*)smem;  // RING_SMEM bytes of dynamic shared memory
+  unsigned long long* full = (unsigned long long*)smem;
   unsigned long long* empty = full + RING_SLOTS;
   unsigned* hdr = (unsigned*)(empty + RING_SLOTS);
   unsigned char* ring = (unsigned char*)smem + 1024;
@@ -119,7 +114,7 @@ k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, 
     return;
   }
   const unsigned warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
-  unsigned slot = 0, round = 0, parity = 0;
+  unsigned slot = 0, round = 0;
   for (unsigned s = 0; s < nseg; ++s) {
     const RingSeg sg = segs[s];
     const unsigned tiles = sg.kc / 128, kcs = sg.k / sg.kc;
@@ -148,7 +143,8 @@ k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, 
         ++round;
       }
       if (c1 == 0) break;  // the segment's end
-      const unsigned row = rg * 32 + h * 16 + g;
+      if (!has_tile) continue;
+      const unsigned row = rg * 32 + h * 16 + g, tile = kk * tiles + t;
       float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
       if (compute) {
         // lane (g, cq): wv[0] row g bytes 16cq.. of the first 64, wv[1] the second 64, wv[2] / wv[3] row g + 8.
@@ -171,31 +167,20 @@ k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, 
         for (int i = 0; i < 4; ++i) v ^= wv[i].x ^ wv[i].y ^ wv[i].z ^ wv[i].w;
         d[0] = (float)(v & 1u);
       }
-      // The tile sums into shared memory: D's columns 2 cq and 2 cq + 1 (input rows) of out rows g
-      // (d[0], d[1]) and g + 8 (d[2], d[3]); then, after the consumers' join, thread (half, row, column)
-      // adds its row's tiles in tile order, each times its block scale, and writes one partial.
-      float* red = (float*)(smem + RING_RED_OFF) + parity * 2048;
-      if (has_tile) {
-        float* r = red + (h * 8 + t) * 128;
-        r[g * 8 + 2 * cq] = d[0] + e[0];
-        r[g * 8 + 2 * cq + 1] = d[1] + e[1];
-        r[(g + 8) * 8 + 2 * cq] = d[2] + e[2];
-        r[(g + 8) * 8 + 2 * cq + 1] = d[3] + e[3];
-      }
-      asm volatile("bar.sync 1, %0;" ::"n"(32 * RING_CONSUMERS) : "memory");
-      if (tid < 256) {
-        const unsigned hh = tid >> 7, rr = (tid >> 3) & 15, col = tid & 7, out_row = rg * 32 + hh * 16 + rr;
-        if (col < sg.m) {
-          const unsigned tiles_k = sg.k / 128;
-          const float* sc = sg.scale + (size_t)(out_row / 128) * tiles_k + kk * tiles;
-          float acc = 0.f;
-          for (unsigned tt = 0; tt < tiles; ++tt) acc += sc[tt] * red[(hh * 8 + tt) * 128 + rr * 8 + col];  // ORDER: tiles in order
-          sg.part[((size_t)col * kcs + kk) * sg.n + out_row] = acc;
+      // D's columns 2 cq and 2 cq + 1 (input rows): out rows g (d[0], d[1]) and g + 8 (d[2], d[3])
+      const unsigned c0 = 2 * cq, tiles_k = sg.k / 128;
+      if (c0 < sg.m) {
+        const float sc = sg.scale[(size_t)(row / 128) * tiles_k + tile];
+        float* pm = sg.part + ((size_t)c0 * tiles_k + tile) * sg.n;
+        pm[row] = sc * (d[0] + e[0]);
+        pm[row + 8] = sc * (d[2] + e[2]);
+        if (c0 + 1 < sg.m) {
+          pm += (size_t)tiles_k * sg.n;
+          pm[row] = sc * (d[1] + e[1]);
+          pm[row + 8] = sc * (d[3] + e[3]);
         }
       }
-      parity ^= 1u;  // (the next chunk's sums go to the other half: no second join)
-      if (tid == 0) atomicAdd(status, 1u);
-      (void)row;
+      if (lane == 0 && h == 0 && t == 0) atomicAdd(status, 1u);
     }
   }
 }

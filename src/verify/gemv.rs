@@ -76,7 +76,7 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
     let gpu = Gpu::open()?;
     let (module, _) = gpu.module(&crate::exec::gpu::source(), cache, &Defines::default())?;
     let f = cu(module.load_function("k_ring_gemv"), "cuModuleGetFunction (k_ring_gemv)")?;
-    let smem = 1024 + SLOTS * 32768 + 2 * 2048 * 4; // RING_SMEM: the ring, then the in-block tile sums
+    let smem = 1024 + SLOTS * 32768;
     use cudarc::driver::sys::CUfunction_attribute as F;
     cu(f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32), "cuFuncSetAttribute")?;
     let stream = gpu.stream.clone();
@@ -169,11 +169,11 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
         let p: Vec<f32> = pb.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         let (w, sc, x) = &s.host;
         let (mut max_err, mut max_y) = (0f64, 0f64);
-        let (tiles, kcs) = (k / 128, k / layout::chunk_k(k));
+        let tiles = k / 128;
         for m in 0..M_MAX {
             for r in 0..n {
-                // ORDER: k-chunks 0.. in order (the caller's sum, as the step's reduce will take it)
-                let y = (0..kcs).fold(0f32, |a, q| a + p[(m * kcs + q) * n + r]) as f64 * 2f64.powi(56);
+                // ORDER: tiles 0.. in order (the caller's sum, as the step's reduce will take it)
+                let y = (0..tiles).fold(0f32, |a, t| a + p[(m * tiles + t) * n + r]) as f64 * 2f64.powi(56);
                 let want: f64 = (0..k)
                     .map(|c| {
                         table[w[r * k + c] as usize] as f64
