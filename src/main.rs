@@ -428,7 +428,16 @@ fn run(cli: Cli) -> Result<()> {
             let w = forward::Weights::from_checkpoint(&ck);
             mk::verify::trace::print(&mk::verify::trace::compare(&w, &trace)?);
         }
-        Cmd::Compile { preset, config, sms, threads, rows, max_context, shape: Shape { units, unit_rows, gdn }, out } => {
+        Cmd::Compile {
+            preset,
+            config,
+            sms,
+            threads,
+            rows,
+            max_context,
+            shape: Shape { units, unit_rows, gdn },
+            out,
+        } => {
             let (cfg, name) = match (preset, config) {
                 (Some(p), _) => (ModelConfig::preset(&p)?, p),
                 (None, Some(c)) => (ModelConfig::from_file(&c)?, "checkpoint".to_string()),
@@ -468,7 +477,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin, defines } } => {
             let t = std::time::Instant::now();
-            let (bin, log) = mk::exec::gpu::compile_check(&arch, resources, cubin.is_some(), &Defines::parse(&defines)?)?;
+            let (bin, log) =
+                mk::exec::gpu::compile_check(&arch, resources, cubin.is_some(), &Defines::parse(&defines)?)?;
             let n = bin.len();
             if let Some(f) = cubin {
                 std::fs::write(&f, &bin).map_err(|e| mk::error::Error::new(format!("write {}: {e}", f.display())))?;

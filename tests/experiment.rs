@@ -132,7 +132,8 @@ fn a_run_writes_record_csv_and_charts_and_diffs_bits() {
     assert_eq!(rec["status"], "finished");
     // An interrupted run's record is refused by chart and compare unless asked for (issue 26).
     let text = std::fs::read_to_string(dir.join("record.json")).unwrap();
-    std::fs::write(dir.join("record.json"), text.replace("\"status\": \"finished\"", "\"status\": \"interrupted\"")).unwrap();
+    std::fs::write(dir.join("record.json"), text.replace("\"status\": \"finished\"", "\"status\": \"interrupted\""))
+        .unwrap();
     let e = mk::experiment::chart::render(&dir, false).unwrap_err().to_string();
     assert!(e.contains("did not finish (status interrupted)"), "{e}");
     assert!(mk::experiment::chart::compare(&dir, &dir, false).is_err());

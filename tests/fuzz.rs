@@ -97,7 +97,11 @@ fn mutated_checkpoint_headers_configs_and_indexes_never_panic_the_loader() {
         let mut b = orig.clone();
         for _ in 0..1 + rng.next_u64() % 3 {
             let at = (rng.next_u64() % (8 + hlen) as u64) as usize;
-            b[at] = if rng.next_u64() % 2 == 0 { b"0123456789\"{}[],:ex "[(rng.next_u64() % 20) as usize] } else { rng.next_u64() as u8 };
+            b[at] = if rng.next_u64() % 2 == 0 {
+                b"0123456789\"{}[],:ex "[(rng.next_u64() % 20) as usize]
+            } else {
+                rng.next_u64() as u8
+            };
         }
         std::fs::write(&shard, &b).unwrap();
         no_panic("shard header", i, || {

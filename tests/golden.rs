@@ -3,9 +3,9 @@
 //! must reject a reference with a wrong RoPE theta.
 
 mod common;
-use mk::verify::golden::{compare, envelope, load_dir, verdict, MEAN_FACTOR};
 use mk::model::checkpoint::Checkpoint;
 use mk::model::forward::Weights;
+use mk::verify::golden::{compare, envelope, load_dir, verdict, MEAN_FACTOR};
 use std::path::Path;
 
 fn goldens() -> Vec<mk::verify::golden::Golden> {

@@ -33,7 +33,11 @@ fn a_word_whose_layer_disagrees_with_its_weights_is_refused() {
     let e = mk::isa::validate::validate(&p).unwrap_err().to_string();
     assert!(e.contains(&format!("word {i}")) && e.contains("its weights are layer"), "{e}");
     let mut p = tiny_program();
-    let j = p.words.iter().position(|w| w.opcode == mk::isa::Opcode::ReduceResidual || w.opcode == mk::isa::Opcode::AttnPv).unwrap();
+    let j = p
+        .words
+        .iter()
+        .position(|w| w.opcode == mk::isa::Opcode::ReduceResidual || w.opcode == mk::isa::Opcode::AttnPv)
+        .unwrap();
     p.words[j].layer = 65535;
     assert!(mk::isa::validate::validate(&p).unwrap_err().to_string().contains("past the program's last layer"));
 }
@@ -135,7 +139,8 @@ fn a_cut_short_shard_write_leaves_no_partial_file_and_no_config() {
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(d.join("model-00001-of-00004.safetensors.partial"), vec![0u8; 1024]).unwrap();
     synth::write_checkpoint(&ModelConfig::preset("tiny").unwrap(), 0, &d).unwrap();
-    let names: Vec<String> = std::fs::read_dir(&d).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> =
+        std::fs::read_dir(&d).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert!(!names.iter().any(|n| n.ends_with(".partial")), "{names:?}");
     assert!(names.contains(&"config.json".to_string()));
     assert!(Checkpoint::open(&d).is_ok());

@@ -224,7 +224,11 @@ pub fn render(dir: &Path, unfinished: bool) -> Result<Vec<PathBuf>> {
         for (op, _) in order {
             for (path, ms, frac) in &kinds[&op] {
                 let base = path.split(' ').next().unwrap_or(path);
-                let pct = if *frac > 0.0 { format!(" ({:.0} % of {:.0} GB/s)", 100.0 * frac, rec.ceiling_gbps) } else { String::new() };
+                let pct = if *frac > 0.0 {
+                    format!(" ({:.0} % of {:.0} GB/s)", 100.0 * frac, rec.ceiling_gbps)
+                } else {
+                    String::new()
+                };
                 items.push((format!("{op} [{path}]{pct}"), *ms, colour(base)));
             }
         }

@@ -66,11 +66,12 @@ pub fn resolve_model(m: &ModelSpec, cache: &Path, progress: &indicatif::Progress
         ModelSpec::Preset { name, seed } => {
             let cfg = ModelConfig::preset(name)?;
             let dir = preset_dir(cache, name, *seed);
-            if !dir.join("config.json").is_file() {  // (written last: its absence means incomplete)
-                say(progress, format!(
-                    "generating the synthetic {name} checkpoint (seed {seed}) into {}",
-                    dir.display()
-                ));
+            if !dir.join("config.json").is_file() {
+                // (written last: its absence means incomplete)
+                say(
+                    progress,
+                    format!("generating the synthetic {name} checkpoint (seed {seed}) into {}", dir.display()),
+                );
                 crate::model::synth::write_checkpoint(&cfg, *seed, &dir)?;
             }
             Ok(dir)
@@ -113,7 +114,6 @@ struct RunCtx<'r, 'a> {
     total: usize,
     bar: &'r indicatif::ProgressBar,
 }
-
 
 /// Runs an experiment; returns the results folder.
 /// A phase line: above the progress bar on a terminal, a plain line otherwise (a pipe or a log sees
@@ -275,7 +275,13 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     if upload.is_some() {
         let key = format!("{}_{}", rec.gpu.as_deref().unwrap_or("gpu"), rec.driver.as_deref().unwrap_or("driver"));
         rec.ceiling_gbps = crate::exec::gpu::device::read_ceiling_gbps(&opts.cache_root, &key)?;
-        say(&bar, format!("the GPU's streaming-read ceiling: {:.0} GB/s (measured, cached by GPU and driver)", rec.ceiling_gbps));
+        say(
+            &bar,
+            format!(
+                "the GPU's streaming-read ceiling: {:.0} GB/s (measured, cached by GPU and driver)",
+                rec.ceiling_gbps
+            ),
+        );
     }
     for p in runnable.iter().filter(|p| p.is_gpu()) {
         say(&bar, format!("uploading the model to the GPU for the {} path", p.label()));
@@ -334,7 +340,8 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         rec.notes.push("workload.seek: each context is jumped to (its KV cache zero), not computed: times only".into());
         passes::timing_pass(&ctx, &e.prompt_ids(), &runnable, &mut rec, &mut res)
     } else {
-        passes::diff_pass(&ctx, &mut rec, &mut res).and_then(|(seq, ok)| passes::timing_pass(&ctx, &seq, &ok, &mut rec, &mut res))
+        passes::diff_pass(&ctx, &mut rec, &mut res)
+            .and_then(|(seq, ok)| passes::timing_pass(&ctx, &seq, &ok, &mut rec, &mut res))
     };
     if let Err(err) = outcome {
         let interrupted = INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);

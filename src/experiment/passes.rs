@@ -20,12 +20,19 @@ fn non_finite(path: &str, step: usize, cap: &diff::StepCapture) -> Result<()> {
     let bad = |t: &diff::Tensor| t.data.iter().position(|x| !x.is_finite());
     for (wi, op, t) in &cap.instructions {
         if let Some(e) = bad(t) {
-            crate::bail!("path {path}, step {step}: instruction {wi} ({op}) wrote a non-finite value to {} (element {e})", t.name);
+            crate::bail!(
+                "path {path}, step {step}: instruction {wi} ({op}) wrote a non-finite value to {} (element {e})",
+                t.name
+            );
         }
     }
     for t in cap.hidden.iter().chain(cap.logits.as_ref()) {
         if let Some(e) = bad(t) {
-            crate::bail!("path {path}, step {step}: {} (layer {}) holds a non-finite value (element {e})", t.name, t.layer);
+            crate::bail!(
+                "path {path}, step {step}: {} (layer {}) holds a non-finite value (element {e})",
+                t.name,
+                t.layer
+            );
         }
     }
     Ok(())
@@ -278,7 +285,13 @@ fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Reco
 /// of the step's critical path (`WordTime::span_us`) and the bytes they stream: each kind of kernel's
 /// bandwidth measured inside the running step, where the word-by-word times include each launch's
 /// fixed cost and none of the overlap between kernels.
-fn in_step_stats(prog: &Program, path: &str, words: &[timeline::WordTime], ctx: u32, ceiling: f64) -> Vec<record::KernelStat> {
+fn in_step_stats(
+    prog: &Program,
+    path: &str,
+    words: &[timeline::WordTime],
+    ctx: u32,
+    ceiling: f64,
+) -> Vec<record::KernelStat> {
     let words = words.iter().map(|w| (w.word as usize, w.span_us / 1e3));
     kernel_rows(prog, &format!("{path} in step"), words, ctx, ceiling)
 }
@@ -322,9 +335,18 @@ mod tests {
 
     #[test]
     fn a_non_finite_output_names_the_path_step_and_first_instruction() {
-        let t = |name: &str, data: Vec<f32>| diff::Tensor { name: name.into(), layer: 0, cols: data.len(), bf16: false, data };
+        let t = |name: &str, data: Vec<f32>| diff::Tensor {
+            name: name.into(),
+            layer: 0,
+            cols: data.len(),
+            bf16: false,
+            data,
+        };
         let mut cap = diff::StepCapture {
-            instructions: vec![(3, "GemvNorm".into(), t("q", vec![1.0, 2.0])), (7, "AttnPv".into(), t("attn", vec![0.0, f32::NAN]))],
+            instructions: vec![
+                (3, "GemvNorm".into(), t("q", vec![1.0, 2.0])),
+                (7, "AttnPv".into(), t("attn", vec![0.0, f32::NAN])),
+            ],
             hidden: vec![t("h", vec![f32::INFINITY])],
             logits: Some(t("logits", vec![1.0])),
             token: 0,

@@ -14,7 +14,6 @@ use super::diff::DiffResult;
 use super::spec::Experiment;
 use crate::error::{Context, Result};
 
-
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
     pub context: u32,

@@ -16,8 +16,8 @@
 pub mod access;
 pub mod report;
 pub mod validate;
-pub mod word_checks;
 pub mod weights;
+pub mod word_checks;
 
 use serde::{Deserialize, Serialize};
 
@@ -339,10 +339,7 @@ impl Target {
         }
         let (ctx, part) = (self.max_context as usize, access::ATTN_PART);
         if ctx == 0 || ctx % part != 0 || ctx > access::MAX_POSITIONS {
-            bail!(
-                "target: max context {ctx} (a positive multiple of {part}, at most {})",
-                access::MAX_POSITIONS
-            );
+            bail!("target: max context {ctx} (a positive multiple of {part}, at most {})", access::MAX_POSITIONS);
         }
         Ok(())
     }
@@ -464,7 +461,13 @@ impl Program {
         for b in &p.buffers {
             let bytes = b.rows.checked_mul(b.cols).and_then(|e| e.checked_mul(b.elem_bytes as u64));
             if b.elem_bytes == 0 || b.elem_bytes > 8 || bytes.is_none_or(|x| x > 1 << 40) {
-                bail!("program: buffer {} of {} x {} elements of {} bytes: out of range", b.name, b.rows, b.cols, b.elem_bytes);
+                bail!(
+                    "program: buffer {} of {} x {} elements of {} bytes: out of range",
+                    b.name,
+                    b.rows,
+                    b.cols,
+                    b.elem_bytes
+                );
             }
         }
         // References the listing and every later check index by: in range before anything reads them.

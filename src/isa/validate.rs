@@ -18,10 +18,10 @@
 use std::collections::HashMap;
 
 use super::access::{unit_accesses, Access};
+use super::word_checks::{check_layer, check_shape, layer_of};
 use super::{BufKind, Opcode, Program, Word, NO_COUNTER};
 use crate::bail;
 use crate::error::Result;
-use super::word_checks::{check_layer, check_shape, layer_of};
 
 /// What a valid program looks like in numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,7 +188,8 @@ pub fn validate(p: &Program) -> Result<Summary> {
             );
         }
     }
-    let last = p.buffers.iter().filter(|b| b.kind == BufKind::Weight).filter_map(|b| layer_of(&b.name)).max().unwrap_or(0);
+    let last =
+        p.buffers.iter().filter(|b| b.kind == BufKind::Weight).filter_map(|b| layer_of(&b.name)).max().unwrap_or(0);
     for (i, w) in p.words.iter().enumerate() {
         check_shape(p, i, w)?;
         check_layer(p, i, w, last)?;

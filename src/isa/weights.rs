@@ -35,4 +35,3 @@ pub trait Weights {
     /// cos and sin of position `pos` (rotary_dim each, bf16 values: the CPU reference's own tables).
     fn rope(&self, pos: usize) -> (Vec<f32>, Vec<f32>);
 }
-

@@ -423,14 +423,24 @@ pub fn attn_gate(cfg: &ModelConfig, o: &mut [f32], qg: &[f32]) {
 }
 /// Decodes `steps` tokens after `prompt` (greedy, or sampled with `params`): the draw of the step at
 /// position p (the one whose logits are sampled) is `uniform_at(seed, p)`, as the GPU's sampler takes it.
-pub fn generate(w: &Weights, prompt: &[u32], steps: usize, params: &super::sample::SamplingParams, seed: u64) -> Result<Vec<u32>> {
+pub fn generate(
+    w: &Weights,
+    prompt: &[u32],
+    steps: usize,
+    params: &super::sample::SamplingParams,
+    seed: u64,
+) -> Result<Vec<u32>> {
     params.check()?;
     if prompt.is_empty() {
         crate::bail!("generate: --prompt needs at least one token id");
     }
     let positions = prompt.len().saturating_add(steps);
     if positions > super::config::MAX_POSITIONS {
-        crate::bail!("generate: {} prompt tokens and {steps} steps pass the model's {} positions", prompt.len(), super::config::MAX_POSITIONS);
+        crate::bail!(
+            "generate: {} prompt tokens and {steps} steps pass the model's {} positions",
+            prompt.len(),
+            super::config::MAX_POSITIONS
+        );
     }
     let mut state = State::new(&w.cfg, positions);
     let mut logits = Vec::new();
@@ -448,4 +458,3 @@ pub fn generate(w: &Weights, prompt: &[u32], steps: usize, params: &super::sampl
     }
     Ok(out)
 }
-

@@ -54,7 +54,10 @@ impl Weights for Upload<'_> {
         Ok(match spec.role {
             Role::Linear { .. } | Role::Embedding | Role::LmHead if spec.dtype == Dt::F8E4M3 => {
                 let module = name.trim_end_matches(".weight");
-                HostWeight::Fp8 { bytes: self.ck.bytes(name), scales: self.ck.f32_vec(&format!("{module}.weight_scale_inv")) }
+                HostWeight::Fp8 {
+                    bytes: self.ck.bytes(name),
+                    scales: self.ck.f32_vec(&format!("{module}.weight_scale_inv")),
+                }
             }
             Role::Linear { .. } | Role::Embedding | Role::LmHead => HostWeight::Bf16(self.ck.bytes(name)),
             _ => HostWeight::F32(self.ck.f32_vec(name)),

@@ -62,7 +62,12 @@ const M_MAX: usize = 8;
 /// RingSeg of megakernel/ring.cuh, for `m` input rows.
 fn seg(sh: &Shape, copy: usize, m: usize, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> Vec<u8> {
     let mut b = Vec::with_capacity(48);
-    for p in [ptr(&sh.w, stream) + (copy * sh.n * sh.k) as u64, ptr(&sh.scale, stream), ptr(&sh.x, stream), ptr(&sh.part, stream)] {
+    for p in [
+        ptr(&sh.w, stream) + (copy * sh.n * sh.k) as u64,
+        ptr(&sh.scale, stream),
+        ptr(&sh.x, stream),
+        ptr(&sh.part, stream),
+    ] {
         b.extend_from_slice(&p.to_le_bytes());
     }
     for v in [sh.n, sh.k, layout::chunk_k(sh.k), m] {
@@ -95,7 +100,11 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
         let w: Vec<u8> = (0..bytes)
             .map(|_| {
                 let b = (rng.next_u64() >> 24) as u8;
-                if b & 0x7f == 0x7f { b ^ 1 } else { b }
+                if b & 0x7f == 0x7f {
+                    b ^ 1
+                } else {
+                    b
+                }
             })
             .collect();
         let sc: Vec<f32> = (0..(n / 128) * (k / 128)).map(|_| rng.uniform() * 2e-3 + 1e-4).collect();
@@ -143,7 +152,10 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
         v[v.len() / 2]
     };
     let mut rows = Vec::new();
-    println!("{:>6} {:>6} {:>4} {:>8} {:>17} {:>17} {:>7} {:>10}", "N", "K", "uses", "MB", "loads only GB/s", "GEMV GB/s", "ratio", "max err");
+    println!(
+        "{:>6} {:>6} {:>4} {:>8} {:>17} {:>17} {:>7} {:>10}",
+        "N", "K", "uses", "MB", "loads only GB/s", "GEMV GB/s", "ratio", "max err"
+    );
     for s in &sh {
         let (n, k, bytes) = (s.n, s.k, s.n * s.k);
         // Segments 0 .. copies: copy c of this shape (one launch each).
@@ -162,7 +174,8 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
         cu(stream.memcpy_dtoh(&s.part, &mut pb), "partials")?;
         cu(stream.synchronize(), "sync")?;
         let kc = layout::chunk_k(k);
-        let (done, bad) = (u32::from_le_bytes([st[0], st[1], st[2], st[3]]), u32::from_le_bytes([st[4], st[5], st[6], st[7]]));
+        let (done, bad) =
+            (u32::from_le_bytes([st[0], st[1], st[2], st[3]]), u32::from_le_bytes([st[4], st[5], st[6], st[7]]));
         if bad != 0 || done as usize != (n / 32) * (k / kc) {
             crate::bail!("gpu gemv {n}x{k}: {done} chunks done of {}, status {bad}", (n / 32) * (k / kc));
         }
@@ -266,7 +279,9 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
     // times[0]: loads only (M = 1); times[1 + i]: the GEMV at ms[i] input rows.
     let mut times = vec![Vec::new(); 1 + ms.len()];
     for rep in 0..=reps {
-        for (slot, first, compute) in [(0usize, 0usize, 0u32)].into_iter().chain(ms.iter().enumerate().map(|(i, _)| (1 + i, i * nseg, 1))) {
+        for (slot, first, compute) in
+            [(0usize, 0usize, 0u32)].into_iter().chain(ms.iter().enumerate().map(|(i, _)| (1 + i, i * nseg, 1)))
+        {
             cu(stream.memset_zeros(&mut tickets), "zero the tickets")?;
             tick_at.set(0);
             cu(e0.record(&stream), "event")?;

@@ -30,7 +30,9 @@ pub fn ops(dir: &Path, steps: u32, cache: &Path, defines: &Defines) -> Result<()
     let stats = super::opcheck::check(&prog, &mut it, &mut d, &tokens)?;
     print!("{}", super::opcheck::print(&stats));
     match super::opcheck::verdict(&stats) {
-        Ok(()) => println!("verdict: ok (every element within {} of its buffer's largest magnitude)", super::opcheck::MAX_REL),
+        Ok(()) => {
+            println!("verdict: ok (every element within {} of its buffer's largest magnitude)", super::opcheck::MAX_REL)
+        }
         Err(bad) => crate::bail!("op check FAILED beyond max rel {}: {bad}", super::opcheck::MAX_REL),
     }
     Ok(())
@@ -195,7 +197,12 @@ pub fn multistep(dir: &Path, steps: usize, per_launch: usize, cache: &Path, defi
     let want = state(&d)?;
     // A digest of the graph's tokens and final state: runs of the same binary must print the same one.
     let digest = {
-        let words: Vec<u8> = graph.iter().copied().chain(want.iter().flat_map(|(_, v)| v.iter().copied())).flat_map(|x| x.to_le_bytes()).collect();
+        let words: Vec<u8> = graph
+            .iter()
+            .copied()
+            .chain(want.iter().flat_map(|(_, v)| v.iter().copied()))
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
         crate::isa::fnv_hex(&[&words])
     };
     println!("state digest after {steps} graph steps: {digest}");

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::exec::gpu::GpuExec;
 use crate::error::Result;
+use crate::exec::gpu::GpuExec;
 use crate::exec::interp::Interp;
 use crate::isa::access::unit_accesses;
 use crate::isa::{BufKind, Program};

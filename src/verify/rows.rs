@@ -14,13 +14,13 @@
 
 use std::path::Path;
 
-use crate::exec::gpu::GpuExec;
-use crate::exec::gpu::{Defines, Gpu};
-use crate::model::upload::Upload;
 use crate::bail;
 use crate::error::Result;
+use crate::exec::gpu::GpuExec;
+use crate::exec::gpu::{Defines, Gpu};
 use crate::isa::{BufKind, Program};
 use crate::model::checkpoint::Checkpoint;
+use crate::model::upload::Upload;
 
 /// The token fed at position i: a fixed pseudo-random walk over the vocabulary (tests/rows.rs's).
 pub fn token(i: usize, vocab: usize) -> u32 {

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::error::Result;
 use super::golden::Golden;
+use crate::error::Result;
 use crate::model::forward::{attn_core, attn_gate, attn_k, attn_q, conv_channels, gdn_head, GdnGates, Mixer, Weights};
 use crate::model::numerics::bf;
 use crate::model::ops;

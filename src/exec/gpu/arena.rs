@@ -100,10 +100,15 @@ pub fn build(
                     let bf16_ok = scales.iter().all(|x| crate::model::numerics::bf(*x) == *x && x.abs() < 256.0);
                     Place { off, bytes: bytes.len(), scale_off, elem_bytes: if bf16_ok { 1 } else { 3 } }
                 }
-                HostWeight::Bf16(bytes) => Place { off: take(bytes.len()), bytes: bytes.len(), scale_off: None, elem_bytes: 2 },
-                HostWeight::F32(v) => Place { off: take(v.len() * 4), bytes: v.len() * 4, scale_off: None, elem_bytes: 4 },
+                HostWeight::Bf16(bytes) => {
+                    Place { off: take(bytes.len()), bytes: bytes.len(), scale_off: None, elem_bytes: 2 }
+                }
+                HostWeight::F32(v) => {
+                    Place { off: take(v.len() * 4), bytes: v.len() * 4, scale_off: None, elem_bytes: 4 }
+                }
             };
-            let want = b.elems() as usize * if p.elem_bytes == 1 || p.elem_bytes == 3 { 1 } else { p.elem_bytes as usize };
+            let want =
+                b.elems() as usize * if p.elem_bytes == 1 || p.elem_bytes == 3 { 1 } else { p.elem_bytes as usize };
             if p.bytes != want {
                 crate::bail!("gpu: weight {} has {} bytes, the program's buffer needs {want}", b.name, p.bytes);
             }

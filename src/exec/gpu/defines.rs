@@ -25,20 +25,89 @@ pub struct Known {
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
 pub const KNOWN: [Known; 9] = [
-    Known { name: "MEGA_BLOCKS_PER_SM", default: 3, min: 1, max: 4, flag: false, what: "megakernel blocks per SM (launch bounds; the host launches as many)" },
-    Known { name: "GEMV_MIN_BLOCKS", default: 2, min: 1, max: 4, flag: false, what: "discrete GEMV kernels' launch bounds (blocks per SM ptxas must fit)" },
-    Known { name: "GNR_MIN_BLOCKS", default: 2, min: 1, max: 4, flag: false, what: "GDN out_proj's launch bounds alone (default: GEMV_MIN_BLOCKS)" },
-    Known { name: "GEMV_FP8_GROUPS", default: 1, min: 1, max: 4, flag: false, what: "fp8 k-groups whose loads a lane issues at once (megakernel dot_rows)" },
-    Known { name: "ATTN_UNROLL", default: 4, min: 1, max: 16, flag: false, what: "positions whose K/V loads a warp has in flight" },
-    Known { name: "PV_UNROLL", default: 4, min: 1, max: 16, flag: false, what: "value rows in flight in attention PV (default: ATTN_UNROLL)" },
-    Known { name: "GRAPH_STAMPS", default: 0, min: 0, max: 1, flag: false, what: "1: the graph's kernels stamp every unit (the graph timeline)" },
-    Known { name: "TOPK_BREAK", default: 0, min: 0, max: 1, flag: false, what: "NEGATIVE CONTROL: the fused top-k threshold one key high" },
-    Known { name: "MK_BREAK_GEMV", default: 0, min: 0, max: 1, flag: true, what: "NEGATIVE CONTROL: every GEMV pairs x's elements wrongly" },
+    Known {
+        name: "MEGA_BLOCKS_PER_SM",
+        default: 3,
+        min: 1,
+        max: 4,
+        flag: false,
+        what: "megakernel blocks per SM (launch bounds; the host launches as many)",
+    },
+    Known {
+        name: "GEMV_MIN_BLOCKS",
+        default: 2,
+        min: 1,
+        max: 4,
+        flag: false,
+        what: "discrete GEMV kernels' launch bounds (blocks per SM ptxas must fit)",
+    },
+    Known {
+        name: "GNR_MIN_BLOCKS",
+        default: 2,
+        min: 1,
+        max: 4,
+        flag: false,
+        what: "GDN out_proj's launch bounds alone (default: GEMV_MIN_BLOCKS)",
+    },
+    Known {
+        name: "GEMV_FP8_GROUPS",
+        default: 1,
+        min: 1,
+        max: 4,
+        flag: false,
+        what: "fp8 k-groups whose loads a lane issues at once (megakernel dot_rows)",
+    },
+    Known {
+        name: "ATTN_UNROLL",
+        default: 4,
+        min: 1,
+        max: 16,
+        flag: false,
+        what: "positions whose K/V loads a warp has in flight",
+    },
+    Known {
+        name: "PV_UNROLL",
+        default: 4,
+        min: 1,
+        max: 16,
+        flag: false,
+        what: "value rows in flight in attention PV (default: ATTN_UNROLL)",
+    },
+    Known {
+        name: "GRAPH_STAMPS",
+        default: 0,
+        min: 0,
+        max: 1,
+        flag: false,
+        what: "1: the graph's kernels stamp every unit (the graph timeline)",
+    },
+    Known {
+        name: "TOPK_BREAK",
+        default: 0,
+        min: 0,
+        max: 1,
+        flag: false,
+        what: "NEGATIVE CONTROL: the fused top-k threshold one key high",
+    },
+    Known {
+        name: "MK_BREAK_GEMV",
+        default: 0,
+        min: 0,
+        max: 1,
+        flag: true,
+        what: "NEGATIVE CONTROL: every GEMV pairs x's elements wrongly",
+    },
 ];
 
 /// A further negative control of the envelope check (queries rotated for the next position).
-pub const MK_BREAK_ROPE: Known =
-    Known { name: "MK_BREAK_ROPE", default: 0, min: 0, max: 1, flag: true, what: "NEGATIVE CONTROL: RoPE of the queries one position off" };
+pub const MK_BREAK_ROPE: Known = Known {
+    name: "MK_BREAK_ROPE",
+    default: 0,
+    min: 0,
+    max: 1,
+    flag: true,
+    what: "NEGATIVE CONTROL: RoPE of the queries one position off",
+};
 
 fn known(name: &str) -> Option<&'static Known> {
     KNOWN.iter().find(|k| k.name == name).or_else(|| (name == MK_BREAK_ROPE.name).then_some(&MK_BREAK_ROPE))
@@ -135,7 +204,8 @@ mod tests {
     fn defaults_match_the_cuda_sources() {
         let src = super::super::device::source();
         for k in KNOWN.iter().filter(|k| !k.flag) {
-            let at = src.find(&format!("#ifndef {}\n#define {} ", k.name, k.name)).unwrap_or_else(|| panic!("{}", k.name));
+            let at =
+                src.find(&format!("#ifndef {}\n#define {} ", k.name, k.name)).unwrap_or_else(|| panic!("{}", k.name));
             let rest = &src[at..];
             let line = rest.lines().nth(1).unwrap();
             let value = line.split_whitespace().nth(2).unwrap();

@@ -54,7 +54,6 @@ pub fn source() -> String {
     s
 }
 
-
 /// The NVRTC options, in one place, recorded in every result. fmad is off: elementwise ops round
 /// exactly as written (as the CPU reference does); the GEMV uses fmaf explicitly where it wants FMA.
 pub fn nvrtc_options(arch: &str, cuda_include: &Path, defines: &Defines) -> Vec<String> {
@@ -146,8 +145,7 @@ impl Gpu {
     /// Compiles `src` with NVRTC (or loads the CUBIN cached under `cache/cubin/<hash>.cubin`).
     pub fn module(&self, src: &str, cache: &Path, defines: &Defines) -> Result<(Arc<CudaModule>, String)> {
         let opts = self.options(defines);
-        let hash =
-            crate::isa::fnv_hex(&[src.as_bytes(), opts.join(" ").as_bytes(), self.arch.as_bytes()]);
+        let hash = crate::isa::fnv_hex(&[src.as_bytes(), opts.join(" ").as_bytes(), self.arch.as_bytes()]);
         let file = cache.join("cubin").join(format!("{hash}.cubin"));
         let cubin = match std::fs::read(&file) {
             Ok(b) if !b.is_empty() => b,
@@ -270,20 +268,29 @@ fn nvrtc_with_log(src: &str, opts: &[String]) -> Result<(Vec<u8>, String)> {
 pub fn read_ceiling_gbps(cache: &Path, key: &str) -> Result<f64> {
     let safe: String = key.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
     let file = cache.join("ceiling").join(format!("{safe}.txt"));
-    if let Some(v) = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse::<f64>().ok()).filter(|v| *v > 0.0) {
+    if let Some(v) = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse::<f64>().ok()).filter(|v| *v > 0.0)
+    {
         return Ok(v);
     }
     let gpu = Gpu::open()?;
     let (module, _) = gpu.module(include_str!("../../../megakernel/bandwidth.cu"), cache, &Defines::default())?;
-    let f = module.load_function("k_read_bw").map_err(|e| Error::new(format!("cuModuleGetFunction (k_read_bw): {e:?}")))?;
+    let f =
+        module.load_function("k_read_bw").map_err(|e| Error::new(format!("cuModuleGetFunction (k_read_bw): {e:?}")))?;
     let bytes = 1usize << 30;
     let stream = gpu.stream.clone();
-    let cu = |r: std::result::Result<(), cudarc::driver::DriverError>, what: &str| r.map_err(|e| Error::new(format!("{what}: {e:?}")));
+    let cu = |r: std::result::Result<(), cudarc::driver::DriverError>, what: &str| {
+        r.map_err(|e| Error::new(format!("{what}: {e:?}")))
+    };
     let buf = stream.alloc_zeros::<u8>(bytes).map_err(|e| Error::new(format!("cuMemAlloc (1 GiB): {e:?}")))?;
     let sink = stream.alloc_zeros::<u32>(1).map_err(|e| Error::new(format!("cuMemAlloc: {e:?}")))?;
     let n16 = (bytes / 16) as u64;
-    let cfg = cudarc::driver::LaunchConfig { grid_dim: (4 * gpu.sms, 1, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
-    let ev = || gpu.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| Error::new(format!("cuEventCreate: {e:?}")));
+    let cfg =
+        cudarc::driver::LaunchConfig { grid_dim: (4 * gpu.sms, 1, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 };
+    let ev = || {
+        gpu.ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| Error::new(format!("cuEventCreate: {e:?}")))
+    };
     let (e0, e1) = (ev()?, ev()?);
     let mut ms = Vec::new();
     for i in 0..6 {
@@ -397,5 +404,4 @@ mod tests {
         assert_eq!((r[1].name.as_str(), r[1].registers, r[1].spill_stores, r[1].static_smem), ("k_embed", 20, 0, 0));
         assert!(ptxas_resources("no report").is_empty());
     }
-
 }

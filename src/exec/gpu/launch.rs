@@ -46,9 +46,11 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8;
     let group = w.arg1 as usize;
     (match w.opcode {
-        Opcode::GemvGateUp | Opcode::GemvNorm | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead => {
-            gemv(k(slot::IN0))
-        }
+        Opcode::GemvGateUp
+        | Opcode::GemvNorm
+        | Opcode::GemvGatedNormResidual
+        | Opcode::GemvResidual
+        | Opcode::LmHead => gemv(k(slot::IN0)),
         // q, k, v, norms, two exchange rows, GdnStep's output, gates and norm weight (GDN_STEP_SMEM in
         // gdn_recur.cuh)
         Opcode::GdnRecur | Opcode::GdnStep => (7 * GDN_HEAD_DIM + 2) * 4,
@@ -70,7 +72,9 @@ pub fn mega_smem_bytes(p: &Program, defines: &Defines) -> Result<u32> {
     let per_sm = defines.get("MEGA_BLOCKS_PER_SM").max(1);
     let need = p.words.iter().map(|w| smem_bytes(p, w)).max().unwrap_or(0);
     if per_sm * (need + 1024 + STATIC_SMEM_ROOM) > SMEM_PER_SM {
-        crate::bail!("gpu: the megakernel needs {need} bytes of shared memory a block; {per_sm} blocks do not fit an SM");
+        crate::bail!(
+            "gpu: the megakernel needs {need} bytes of shared memory a block; {per_sm} blocks do not fit an SM"
+        );
     }
     Ok(need)
 }
@@ -119,7 +123,10 @@ pub fn wait_strides(prog: &Program) -> Vec<u32> {
 }
 
 fn is_gemv(op: Opcode) -> bool {
-    matches!(op, Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead)
+    matches!(
+        op,
+        Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead
+    )
 }
 
 impl GpuExec {

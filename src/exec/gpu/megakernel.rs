@@ -100,7 +100,13 @@ impl GpuExec {
 
     /// One launch of `n_steps` steps (1 with the timeline) over the first `words` words of the program
     /// (all of them but for the debug prefix); returns the tokens of the steps it ran.
-    pub(super) fn step_mega_unchecked(&mut self, token: u32, n_steps: u32, timeline: bool, words: u32) -> Result<Vec<u32>> {
+    pub(super) fn step_mega_unchecked(
+        &mut self,
+        token: u32,
+        n_steps: u32,
+        timeline: bool,
+        words: u32,
+    ) -> Result<Vec<u32>> {
         if timeline && n_steps != 1 {
             crate::bail!("megakernel: the timeline records one step per launch");
         }
@@ -130,7 +136,11 @@ impl GpuExec {
         // hanging, if they cannot all be resident.
         let per_sm = self.defines.get("MEGA_BLOCKS_PER_SM").max(1);
         let smem = self.mega_smem;
-        let cfg = LaunchConfig { grid_dim: (self.gpu.sms * per_sm, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
+        let cfg = LaunchConfig {
+            grid_dim: (self.gpu.sms * per_sm, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: smem,
+        };
         let prog_ptr = b + self.layout.prog as u64;
         let stream = self.gpu.stream.clone();
         let mut lb = stream.launch_builder(&self.mega);

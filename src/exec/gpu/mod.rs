@@ -21,12 +21,12 @@ use std::collections::HashMap;
 
 use cudarc::driver::{CudaFunction, CudaGraph, CudaSlice};
 
-pub use defines::Defines;
-pub use device::{compile_check, ptxas_resources, source, Gpu};
 use crate::error::{Error, Result};
 use crate::isa::access::{CTRL_LEN, CTRL_POS, CTRL_TOKEN};
 use crate::isa::weights::Weights;
 use crate::isa::{Opcode, Program};
+pub use defines::Defines;
+pub use device::{compile_check, ptxas_resources, source, Gpu};
 
 pub(crate) fn cu<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
     r.map_err(|e| Error::new(format!("{what}: {e:?}")))
@@ -71,11 +71,21 @@ pub struct GpuExec {
 impl GpuExec {
     /// Uploads everything the program needs and compiles the kernels with `defines`. The only device
     /// allocation.
-    pub fn new(gpu: Gpu, prog: &Program, weights: &dyn Weights, cache: &std::path::Path, defines: &Defines) -> Result<GpuExec> {
+    pub fn new(
+        gpu: Gpu,
+        prog: &Program,
+        weights: &dyn Weights,
+        cache: &std::path::Path,
+        defines: &Defines,
+    ) -> Result<GpuExec> {
         let attr = |a, what: &str| -> Result<u32> { cu(gpu.ctx.attribute(a), what).map(|v| v as u32) };
         use cudarc::driver::sys::CUdevice_attribute as A;
         let optin = attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory per block")?;
-        launch::check_smem(&gpu.name, attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, "shared memory per SM")?, optin)?;
+        launch::check_smem(
+            &gpu.name,
+            attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, "shared memory per SM")?,
+            optin,
+        )?;
         crate::isa::validate::validate(prog)?;
         let m_rows = prog.target.m_rows as usize;
         if let Some(b) = prog.buffers.iter().find(|b| b.kind.per_row() && b.rows != m_rows as u64) {
@@ -83,11 +93,19 @@ impl GpuExec {
         }
         let dims = weights.dims();
         if dims.n_heads / dims.n_kv_heads.max(1) > abi::MAX_GROUP as usize {
-            crate::bail!("gpu: {} query heads per KV head (the attention kernels handle at most {})", dims.n_heads / dims.n_kv_heads, abi::MAX_GROUP);
+            crate::bail!(
+                "gpu: {} query heads per KV head (the attention kernels handle at most {})",
+                dims.n_heads / dims.n_kv_heads,
+                abi::MAX_GROUP
+            );
         }
         // (less the kernels' static bytes and some slack, so that a word that fits one kernel fits both)
         if let Some(w) = prog.words.iter().find(|w| launch::smem_bytes(prog, w) > optin - 64) {
-            crate::bail!("gpu: {:?} needs {} bytes of shared memory (the device allows {optin} per block)", w.opcode, launch::smem_bytes(prog, w));
+            crate::bail!(
+                "gpu: {:?} needs {} bytes of shared memory (the device allows {optin} per block)",
+                w.opcode,
+                launch::smem_bytes(prog, w)
+            );
         }
         let mega_smem = launch::mega_smem_bytes(prog, defines)?;
         let stream = gpu.stream.clone();
@@ -103,20 +121,28 @@ impl GpuExec {
             if smem > 48 * 1024 {
                 // dynamic shared memory above the 48 KiB default is opted into per kernel
                 use cudarc::driver::sys::CUfunction_attribute as F;
-                cu(f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32), "cuFuncSetAttribute")?;
+                cu(
+                    f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32),
+                    "cuFuncSetAttribute",
+                )?;
             }
             Ok(f)
         };
         let mut funcs = HashMap::new();
         for op in Opcode::ALL {
-            let smem = prog.words.iter().filter(|w| w.opcode == op).map(|w| launch::smem_bytes(prog, w)).max().unwrap_or(0);
+            let smem =
+                prog.words.iter().filter(|w| w.opcode == op).map(|w| launch::smem_bytes(prog, w)).max().unwrap_or(0);
             funcs.insert(op, load(&format!("k_{}", op.snake()), smem)?);
         }
-        let find = |name: &str| prog.buffer_id(name).ok_or_else(|| Error::new(format!("gpu: the program has no {name} buffer")));
+        let find = |name: &str| {
+            prog.buffer_id(name).ok_or_else(|| Error::new(format!("gpu: the program has no {name} buffer")))
+        };
         let ev = || cu(gpu.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
         let events = (0..prog.words.len()).map(|_| Ok((ev()?, ev()?))).collect::<Result<Vec<_>>>()?;
         // SAFETY: bytes have no invalid bit patterns; the slices are written only by device copies.
-        let pinned = (0..2).map(|_| cu(unsafe { gpu.ctx.alloc_pinned::<u8>(4) }, "cuMemHostAlloc")).collect::<Result<Vec<_>>>()?;
+        let pinned = (0..2)
+            .map(|_| cu(unsafe { gpu.ctx.alloc_pinned::<u8>(4) }, "cuMemHostAlloc"))
+            .collect::<Result<Vec<_>>>()?;
         let pinned_ev = (0..2).map(|_| ev()).collect::<Result<Vec<_>>>()?;
         Ok(GpuExec {
             prog: prog.clone(),
@@ -190,7 +216,12 @@ impl GpuExec {
     /// One decode step on `token`; returns the next token (greedy, or sampled). `eager`: launch word
     /// by word (debug captures, `after_word` after each), else replay the CUDA graph (captured on first
     /// use).
-    pub fn step(&mut self, token: u32, eager: bool, after_word: impl FnMut(&GpuExec, usize) -> Result<()>) -> Result<u32> {
+    pub fn step(
+        &mut self,
+        token: u32,
+        eager: bool,
+        after_word: impl FnMut(&GpuExec, usize) -> Result<()>,
+    ) -> Result<u32> {
         self.check(token)?;
         let r = self.step_unchecked(token, eager, after_word);
         let t = self.advance(r, 1)?;
@@ -206,7 +237,10 @@ impl GpuExec {
             crate::bail!("gpu: the sequence stopped at its stop token; reset it before setting another");
         }
         if stop.is_some() && self.prog.target.m_rows > 1 {
-            crate::bail!("gpu: the device-side stop takes one-row steps (this program's M is {})", self.prog.target.m_rows);
+            crate::bail!(
+                "gpu: the device-side stop takes one-row steps (this program's M is {})",
+                self.prog.target.m_rows
+            );
         }
         let vocab = self.prog.buffers[self.logits].cols as u32;
         if let Some(t) = stop.filter(|&t| t >= vocab) {
@@ -220,7 +254,12 @@ impl GpuExec {
         Ok(())
     }
 
-    fn step_unchecked(&mut self, token: u32, eager: bool, mut after_word: impl FnMut(&GpuExec, usize) -> Result<()>) -> Result<u32> {
+    fn step_unchecked(
+        &mut self,
+        token: u32,
+        eager: bool,
+        mut after_word: impl FnMut(&GpuExec, usize) -> Result<()>,
+    ) -> Result<u32> {
         self.write_token(token)?;
         if eager {
             for i in 0..self.prog.words.len() {
@@ -365,7 +404,11 @@ impl GpuExec {
     /// `n` more positions (`what`: steps or rows) fit the max context.
     fn room(&self, n: usize, what: &str) -> Result<()> {
         if self.pos + n > self.prog.target.max_context as usize {
-            crate::bail!("context overflow: {n} {what} from position {} pass max context {}", self.pos, self.prog.target.max_context);
+            crate::bail!(
+                "context overflow: {n} {what} from position {} pass max context {}",
+                self.pos,
+                self.prog.target.max_context
+            );
         }
         Ok(())
     }
