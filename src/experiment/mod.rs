@@ -273,8 +273,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let mut gpu_paths = Vec::new();
     let upload = runnable.iter().any(|p| p.is_gpu()).then(|| crate::model::upload::Upload::scanned(ck));
     if upload.is_some() {
-        let key = format!("{}_{}", rec.gpu.as_deref().unwrap_or("gpu"), rec.driver.as_deref().unwrap_or("driver"));
-        rec.ceiling_gbps = crate::exec::gpu::device::read_ceiling_gbps(&opts.cache_root, &key)?;
+        rec.ceiling_gbps = crate::exec::gpu::device::read_ceiling_gbps(&opts.cache_root)?;
         say(
             &bar,
             format!(

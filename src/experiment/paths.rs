@@ -27,27 +27,13 @@ pub trait Engine {
     fn timeline(&mut self) -> Option<Result<Vec<u64>>> {
         None
     }
-    /// Timing only: jump to position `pos` without computing the context (see `Discrete::seek`).
+    /// Timing only: jump to position `pos` without computing the context (see `GpuExec::seek`).
     fn seek(&mut self, _pos: usize) -> Result<()> {
         crate::bail!("this path cannot seek (workload.seek is for the GPU paths)")
     }
 }
 
-/// A GPU, if this machine has one: the model name from the NVIDIA driver's /proc entries.
-pub fn gpu() -> Option<(String, String)> {
-    let version = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
-    // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...": the
-    // first word made of digits and dots with a dot in it.
-    let driver = version
-        .split_whitespace()
-        .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
-        .unwrap_or("unknown")
-        .to_string();
-    let dir = std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.filter_map(|e| e.ok()).next()?;
-    let info = std::fs::read_to_string(dir.path().join("information")).ok()?;
-    let model = info.lines().find_map(|l| l.strip_prefix("Model:")).map(|m| m.trim().to_string())?;
-    Some((model, driver))
-}
+pub use crate::exec::gpu::device::gpu;
 
 /// Why a path cannot run on this machine, or None when it can.
 pub fn unavailable(p: PathName) -> Option<String> {

@@ -5,7 +5,7 @@
 //! how the graph's per-word times inside the captured step are measured (issue 5).
 //!
 //! Owns: decoding the raw stamps and writing those three files. Refuses: measuring (the kernel
-//! stamps, `Discrete::step_mega_timeline` reads them back).
+//! stamps, `GpuExec::step_mega_timeline` reads them back).
 
 use std::path::Path;
 
@@ -191,7 +191,7 @@ pub fn write(dir: &Path, prog: &Program, raw: &[u64], track: Track) -> Result<(S
     let lanes = stamps.iter().map(|s| s.block).max().unwrap_or(0) as f64 + 1.0;
     let work: f64 = stamps.iter().map(|s| s.done.saturating_sub(s.ready) as f64).sum();
     let worst = words.iter().max_by(|a, b| a.skew_us.total_cmp(&b.skew_us));
-    // Words with no stamp (kernels that do not stamp: the ring's, UNIT_LOOP=0's GEMVs): their share of
+    // Words with no stamp (a kernel that does not stamp its units): their share of
     // the step is counted in the next stamped word's.
     let unstamped: Vec<usize> =
         (0..prog.words.len()).filter(|wi| !words.iter().any(|w| w.word as usize == *wi)).collect();

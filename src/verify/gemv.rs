@@ -86,8 +86,7 @@ pub fn run(preset: &str, reps: usize, cache: &Path) -> Result<Vec<ShapeRow>> {
     cu(f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32), "cuFuncSetAttribute")?;
     let stream = gpu.stream.clone();
     // The percentages' denominator: the read ceiling measured on this GPU (cached by GPU and driver).
-    let key = crate::experiment::paths::gpu().map_or("gpu".into(), |(g, d)| format!("{g}_{d}"));
-    let ceiling = crate::exec::gpu::device::read_ceiling_gbps(cache, &key)?;
+    let ceiling = crate::exec::gpu::device::read_ceiling_gbps(cache)?;
     println!("the read ceiling: {ceiling:.0} GB/s (measured)");
     let mut rng = crate::model::synth::Rng::new(7);
     let table = e4m3_table();

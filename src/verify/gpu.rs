@@ -125,7 +125,7 @@ pub fn sample(dir: &Path, steps: u32, cache: &Path, defines: &Defines) -> Result
     }
     d.set_sampling(&SamplingParams::greedy(), 0)?;
     println!("negative control (the CPU drawing with seed + 1): {control_diff} of {total} tokens differ");
-    // What the sampler costs a token (with TOPK_FUSED the lm_head's counting included):
+    // What the sampler costs a token (the lm_head's top-k counting included):
     // pipelined generation, greedy (the sampler kernel returns at once) against sampled, one
     // warm-up run each, then the two timed runs alternated three times (medians).
     let mut timed = |p: &SamplingParams| -> Result<f64> {

@@ -262,10 +262,27 @@ fn nvrtc_with_log(src: &str, opts: &[String]) -> Result<(Vec<u8>, String)> {
     out.map(|c| (c, log))
 }
 
+/// A GPU, if this machine has one: the model name from the NVIDIA driver's /proc entries.
+pub fn gpu() -> Option<(String, String)> {
+    let version = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ...": the
+    // first word made of digits and dots with a dot in it.
+    let driver = version
+        .split_whitespace()
+        .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .unwrap_or("unknown")
+        .to_string();
+    let dir = std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?.filter_map(|e| e.ok()).next()?;
+    let info = std::fs::read_to_string(dir.path().join("information")).ok()?;
+    let model = info.lines().find_map(|l| l.strip_prefix("Model:")).map(|m| m.trim().to_string())?;
+    Some((model, driver))
+}
+
 /// The GPU's streaming-read bandwidth in GB/s (megakernel/bandwidth.cu over 1 GiB, more than twice
 /// the L2: one warm-up, then the median of five), measured once per `key` (GPU and driver) and cached
 /// in `cache/ceiling/`: the denominator of every bandwidth figure of a run (issue 26).
-pub fn read_ceiling_gbps(cache: &Path, key: &str) -> Result<f64> {
+pub fn read_ceiling_gbps(cache: &Path) -> Result<f64> {
+    let key = gpu().map_or_else(|| "gpu".to_string(), |(g, d)| format!("{g}_{d}"));
     let safe: String = key.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
     let file = cache.join("ceiling").join(format!("{safe}.txt"));
     if let Some(v) = std::fs::read_to_string(&file).ok().and_then(|t| t.trim().parse::<f64>().ok()).filter(|v| *v > 0.0)

@@ -46,11 +46,7 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8;
     let group = w.arg1 as usize;
     (match w.opcode {
-        Opcode::GemvGateUp
-        | Opcode::GemvNorm
-        | Opcode::GemvGatedNormResidual
-        | Opcode::GemvResidual
-        | Opcode::LmHead => gemv(k(slot::IN0)),
+        op if is_gemv(op) => gemv(k(slot::IN0)),
         // q, k, v, norms, two exchange rows, GdnStep's output, gates and norm weight (GDN_STEP_SMEM in
         // gdn_recur.cuh)
         Opcode::GdnRecur | Opcode::GdnStep => (7 * GDN_HEAD_DIM + 2) * 4,
