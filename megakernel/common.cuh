@@ -8,14 +8,6 @@
 #define WARPS (THREADS / 32)
 // Tunables (performance only, never bits): an experiment's `defines` (src/exec/gpu/defines.rs lists
 // them) override these defaults through NVRTC -D.
-#ifndef GEMV_FP8_GROUPS
-#define GEMV_FP8_GROUPS 1  // fp8 k-groups whose loads a lane issues at once (x 2 rows x 2 chunks); 1 with
-                           // GEMV_MIN_BLOCKS=4 measured 0.87x the graph's ms/token of 2 with 1 (results/occupancy_62eb875)
-#endif
-#ifndef MEGA_BLOCKS_PER_SM
-#define MEGA_BLOCKS_PER_SM 3  // megakernel blocks per SM (its launch bounds; the host launches as many);
-                              // 3 measured 0.74x the ms/token of 1 on the 27B (results/occupancy_62eb875)
-#endif
 #ifndef GEMV_MIN_BLOCKS
 #define GEMV_MIN_BLOCKS 2  // the discrete GEMV kernels' launch bounds: blocks per SM ptxas must fit (registers)
 #endif
@@ -95,7 +87,8 @@ __device__ __forceinline__ unsigned long long global_ns() {
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// The join of a block's THREADS threads (every kernel is launched with THREADS threads).
+// The join of a block's THREADS threads (every kernel runs its ops on THREADS threads; the megakernel's
+// weight-ring loader, one more warp, never joins: ring.cuh).
 #define BLOCK_SYNC() asm volatile("bar.sync 0, %0;" ::"n"(THREADS) : "memory")
 
 // ORDER: butterfly over lanes (xor 16, 8, 4, 2, 1); every lane ends with the same value.
@@ -135,7 +128,7 @@ template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, 
     return;
   }
   for (unsigned m = 0; m < w.m_rows; ++m) {
-    __syncthreads();  // (also before row 0: the unit before, of the same word, may still read its input)
+    BLOCK_SYNC();  // (also before row 0: the unit before, of the same word, may still read its input)
     DevCtx r = c;
     r.bufs = c.bufs + (size_t)m * c.n_bufs;
     f(r, true);
@@ -214,8 +207,20 @@ __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned 
   BLOCK_SYNC();
 }
 
+// Whether a weight is fp8 (storage codes 1 and 3; 2 is bf16).
+__device__ __forceinline__ bool is_fp8(const DevCtx& c, unsigned short wid) { return c.wbytes[wid] != 2; }
+
+// The fp8 GEMV's input as the tensor cores take it: x times 2^64 in bf16 (exact: a power of two; the
+// widened weights carry 2^-120, the products' 2^-56 comes off with the block scale). In place over the
+// prepared input xs[0..K) in shared memory, then a barrier.
+__device__ __forceinline__ void scale_x64(unsigned short* xs, unsigned K) {
+  for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = f2bf(bf2f(xs[i]) * 0x1p64f);
+  BLOCK_SYNC();
+}
+
 // A GEMV's prepared input in shared memory: x = IN0 (bf16, K = its width) as bf16 at smem[0..K), either
-// RMS-normed with the norm weight in slot `norm` or copied as is (norm unused). Recomputed only when
+// RMS-normed with the norm weight in slot `norm` or copied as is (norm unused); times 2^64 for an fp8
+// weight in W0 (`scale_x64`). Recomputed only when
 // `fresh` (a block's first unit of the word): otherwise shared memory still holds it. The floats after
 // it (16-byte aligned) are the caller's (the block sums: WARPS floats).
 template <bool ONE_TRIP>
@@ -233,6 +238,7 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
       for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
     BLOCK_SYNC();
   }
+  if (is_fp8(c, w.ops[SLOT_W0])) scale_x64(xs, K);
   return xs;
 }
 

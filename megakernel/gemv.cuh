@@ -1,22 +1,10 @@
-// The GEMV's arithmetic, shared by the discrete kernels and the megakernel: fp8 / bf16 16-byte chunks
-// times the prepared input, the warp's row dot products (`dot_rows`, the megakernel's) and the pipelined
-// weight stream (`fp8_stream`, the discrete kernels'), the unit driver `gemv_rows` and the split-K
-// reduce. Owns: every GEMV sum's order (the CPU reference's `dot_warp`). Refuses: float atomics.
+// The GEMV's arithmetic, shared by the discrete kernels and the megakernel. fp8 weights: the chunk
+// layout (src/exec/gpu/layout.rs) on tensor cores, a chunk (32 rows x one k-group) at a time
+// (`fp8_group`); bf16 weights: the warp's row dot products (`dot_rows`). The unit driver `gemv_rows`
+// and the split-K reduce. Owns: every GEMV sum's order (the CPU reference's `Linear::row_dot`: a row is
+// the sequential sum of its k-group partials, a k-group's partial the sequential sum of its 128-wide
+// tiles). Refuses: float atomics.
 #pragma once
-
-// d = a * b + c on two bf16 lanes, one rounding each (round to nearest even, subnormals kept).
-__device__ __forceinline__ unsigned bf16x2_fma(unsigned a, unsigned b, unsigned c) {
-  unsigned d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-
-// A block scale as a bf16 pair of scale * 2^120 (the factor e4m3x2_widen leaves out), for bf16x2_fma.
-__device__ __forceinline__ unsigned bf16_scale_pair(float scale) {
-  unsigned sb = __float_as_uint(scale * 0x1p120f) >> 16;
-  return sb | (sb << 16);
-}
 
 // A weight load: 16 bytes through the non-coherent path, not kept in L1 (weights are read once a step).
 __device__ __forceinline__ uint4 ldw(const void* p) {
@@ -46,55 +34,96 @@ __device__ __forceinline__ uint4 lds16(const void* p) {
   return v;
 }
 
-// acc[i] += the 16 fp8 weights v[i] times bf16 shared xs[0..16) for NR rows, each row exactly as
-// chunk_fp8 (its elements in order, one fma each, the same bits): x is read and widened once for all
-// rows. BS: every row's scales are bf16 below 2^8 (wbytes 1: one fma.rn.bf16x2 per pair); else the
-// CPU's fp32 product then bf16 for every row (the same bits for a bf16 scale: its product is exact).
-template <int NR, bool BS, bool LDS = true>
-__device__ __forceinline__ void chunk_fp8_rows(const uint4* v, const unsigned short* xs, const float* scale, float* acc) {
-  uint4 xa = LDS ? lds16(xs) : *(const uint4*)xs, xb = LDS ? lds16(xs + 8) : *(const uint4*)(xs + 8);
-  unsigned xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-  unsigned s2[NR];
+// d += A (16 x 16 bf16, row) x B (16 x 8 bf16, col), fp32 accumulation in the tensor core's order.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The k-bytes of one chunk of an fp8 weight of K columns (layout.rs `chunk_k`): 1,024, or the largest of
+// 512 / 256 / 128 dividing K.
+__device__ __forceinline__ unsigned chunk_k(unsigned K) {
+  return K % 1024 == 0 ? 1024 : K % 512 == 0 ? 512 : K % 256 == 0 ? 256 : 128;
+}
+
+// Where an fp8 GEMV's weight bytes come from, a k-group of a row group at a time (the group's chunks
+// are contiguous in the chunk layout: 32 x its width bytes). GlobalChunks: read from the arena (the
+// discrete kernels). The megakernel's RingChunks (ring.cuh): a loader warp copied them into the next
+// slot of a shared-memory ring. `group` returns the group's first 16 bytes; `done` after the warp's
+// loads (the ring frees the slot).
+struct GlobalChunks {
+  static constexpr bool SHARED = false;
+  __device__ __forceinline__ const uint4* group(const DevCtx& c, unsigned short wid, unsigned rg, unsigned kg) {
+    const unsigned K = c.cols[wid], kc = chunk_k(K);
+    return (const uint4*)((const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + kg * KGROUP / kc) * 32 * kc);
+  }
+  __device__ __forceinline__ void done() {}
+};
+
+// The partials of row group rg (rows 32 rg ..) of fp8 weight `wid` over k-group kg, times the prepared
+// input xs (x * 2^64, bf16, shared memory): `sink(row, p)` on lane l of warp 0 for row 32 rg + l.
+// Warp w takes the group's 128-wide tile w (the chunk layout's warp tiles (h, t) of both 16-row halves
+// h: 2 x 4 loads of 16 bytes a lane, all issued before any arithmetic), widens e4m3 exactly to bf16 and
+// runs 2 x 8 mma.sync m16n8k16 (x in B's columns, permuted as the layout permutes the weights), then
+// applies the 128 x 128 block scale (times 2^56) to the tile's fp32 sum once; the tile sums meet in
+// shared memory `red` (2 x 8 x 32 floats, double-buffered by `par`: one barrier a group).
+// ORDER: within a tile the tensor core's (two accumulators, d + e); the group partial = 0 + tile 0 +
+// tile 1 + .. in tile order (the CPU's `group_partial`). The same instructions on the same bytes in both
+// paths, from global memory or the ring: the same bits whichever block runs it.
+template <typename Src, typename Sink>
+__device__ __forceinline__ void fp8_group(const DevCtx& c, Src& src, unsigned short wid, unsigned rg, unsigned kg, const unsigned short* xs, float* red, unsigned par, Sink sink) {
+  const unsigned K = c.cols[wid], kc = chunk_k(K), T = kc / 128;
+  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+  const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
+  float* rp = red + par * 256;
+  const uint4* grp = src.group(c, wid, rg, kg);
+  uint4 wv[2][4];
+  const unsigned kt = k0 + warp * 128, t = (kt % kc) / 128;
+  if (warp < nt) {
+    const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + lane;  // (32 kc bytes a chunk: 2 kc uint4)
 #pragma unroll
-  for (int i = 0; i < NR; ++i) s2[i] = bf16_scale_pair(scale[i]);
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-#ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: each pair of x's elements swapped (every fp8 GEMV wrong)
-    float x[4] = {hi_bf(xw[2 * q]), lo_bf(xw[2 * q]), hi_bf(xw[2 * q + 1]), lo_bf(xw[2 * q + 1])};
+      for (int i = 0; i < 4; ++i) wv[h][i] = Src::SHARED ? lds16(tile + (h * T + t) * 128 + 32 * i) : ldw(tile + (h * T + t) * 128 + 32 * i);
+  }
+  src.done();
+  if (warp < nt) {
+    const float sc = c.scales[wid][(size_t)(rg / 4) * (K / 128) + kt / 128] * 0x1p56f;
+    const uint4 xa = lds16(xs + kt + 16 * cq), xb = lds16(xs + kt + 16 * cq + 8);
+    const uint4 xc = lds16(xs + kt + 64 + 16 * cq), xd = lds16(xs + kt + 72 + 16 * cq);
+#ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: the two halves of x's 16-byte pieces swapped (every fp8 GEMV wrong)
+    const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
 #else
-    float x[4] = {lo_bf(xw[2 * q]), hi_bf(xw[2 * q]), lo_bf(xw[2 * q + 1]), hi_bf(xw[2 * q + 1])};
+    const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
 #endif
 #pragma unroll
-    for (int i = 0; i < NR; ++i) {
-      unsigned word = q == 0 ? v[i].x : q == 1 ? v[i].y : q == 2 ? v[i].z : v[i].w;
-      if (BS) {
-        unsigned d01 = bf16x2_fma(e4m3x2_widen(word, 0x9180), s2[i], 0x80008000u);
-        unsigned d23 = bf16x2_fma(e4m3x2_widen(word, 0xB3A2), s2[i], 0x80008000u);
-        acc[i] = fmaf(lo_bf(d01), x[0], acc[i]);
-        acc[i] = fmaf(hi_bf(d01), x[1], acc[i]);
-        acc[i] = fmaf(lo_bf(d23), x[2], acc[i]);
-        acc[i] = fmaf(hi_bf(d23), x[3], acc[i]);
-      } else {
+    for (int h = 0; h < 2; ++h) {
+      // lane (g, cq): wv[h][0] row g bytes 16 cq.. of the tile's first 64, [1] the second 64, [2] / [3] row g + 8
+      const unsigned r0[8] = {wv[h][0].x, wv[h][0].y, wv[h][0].z, wv[h][0].w, wv[h][1].x, wv[h][1].y, wv[h][1].z, wv[h][1].w};
+      const unsigned r8[8] = {wv[h][2].x, wv[h][2].y, wv[h][2].z, wv[h][2].w, wv[h][3].x, wv[h][3].y, wv[h][3].z, wv[h][3].w};
+      float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
+      // mma j takes the lane's bytes 4 j .. 4 j + 3 of both rows with x[16 cq + 4 j ..] (permuted as the weights)
 #pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          unsigned byte = (word >> (8 * b)) & 255u;
-          float raw = __uint_as_float(((byte & 0x80u) << 24) | ((byte & 0x7fu) << 20)) * 0x1p120f;
-          acc[i] = fmaf(bf(raw * scale[i]), x[b], acc[i]);
-        }
+      for (int j = 0; j < 8; j += 2) {
+        mma_bf16(d, e4m3x2_widen(r0[j], 0x9180), e4m3x2_widen(r8[j], 0x9180), e4m3x2_widen(r0[j], 0xB3A2),
+                 e4m3x2_widen(r8[j], 0xB3A2), xw[2 * j], xw[2 * j + 1]);
+        mma_bf16(e, e4m3x2_widen(r0[j + 1], 0x9180), e4m3x2_widen(r8[j + 1], 0x9180), e4m3x2_widen(r0[j + 1], 0xB3A2),
+                 e4m3x2_widen(r8[j + 1], 0xB3A2), xw[2 * j + 2], xw[2 * j + 3]);
+      }
+      // D's column 0 (every column holds the same input): rows g (d[0]) and g + 8 (d[2]) on lanes cq = 0
+      if (cq == 0) {
+        rp[warp * 32 + h * 16 + g] = sc * (d[0] + e[0]);
+        rp[warp * 32 + h * 16 + g + 8] = sc * (d[2] + e[2]);
       }
     }
   }
-}
-
-// acc += the 16 fp8 weights of v times bf16 shared xs[0..16), in element order. fp8 weights are
-// dequantised as the oracle's bf16(e4m3 * scale): wbytes 1 (bf16 scales below 2^8) on bf16 pairs, code
-// * (scale * 2^120) rounded once by fma.rn.bf16x2; wbytes 3 (other scales) as the CPU does, the fp32
-// product e4m3 * scale then bf16. NaN codes (0x7f/0xff) are refused when the GPU path loads a
-// checkpoint (they would decode to finite values here).
-__device__ __forceinline__ float chunk_fp8(uint4 v, const unsigned short* xs, float scale, bool bf16_scale, float acc) {
-  if (bf16_scale) chunk_fp8_rows<1, true, false>(&v, xs, &scale, &acc);
-  else chunk_fp8_rows<1, false, false>(&v, xs, &scale, &acc);
-  return acc;
+  BLOCK_SYNC();
+  if (warp == 0) {
+    float p = 0.f;
+    for (unsigned i = 0; i < nt; ++i) p += rp[i * 32 + lane];
+    sink(rg * 32 + lane, p);
+  }
 }
 
 // acc += the 8 bf16 weights of v times bf16 xs[0..8), in element order.
@@ -115,78 +144,36 @@ __device__ __forceinline__ float chunk_bf16(uint4 v, const unsigned short* xs, f
   return acc;
 }
 
-// The warp's dot products of NR weight rows (wid[i], row[i]; all fp8 or all bf16, of one width K)
-// with bf16 shared xs, k-group by k-group over groups [g0, g1): `part(i, g, value)` receives each
-// (row, group) partial in group order, on every lane. ORDER inside a group (fixed, the CPU reference's
-// `dot_warp` over a group): lane l sums its 16-byte chunks k = k0 + 16 l + 512 j (fp8; bf16: 8 l + 256 j)
-// for j = 0, 1, .. in order, elements in order within a chunk, fma in fp32; then the warp butterfly.
-// Memory-level parallelism: every lane issues all loads of GEMV_FP8_GROUPS groups (fp8) or one group
-// (bf16) for all NR rows before any arithmetic: GEMV_FP8_GROUPS x NR x 2 (fp8) or NR x 4 (bf16) 16-byte
-// loads in flight per lane. None of this changes the order of any sum.
+// The warp's dot products of NR bf16 weight rows (wid[i], row[i]; of one width K) with bf16 shared xs,
+// k-group by k-group over groups [g0, g1): `part(i, g, value)` receives each (row, group) partial in
+// group order, on every lane. ORDER inside a group (fixed): lane l sums its 16-byte chunks
+// k = k0 + 8 l + 256 j for j = 0, 1, .. in order, elements in order within a chunk, fma in fp32; then
+// the warp butterfly. Every lane issues a group's loads for all NR rows before any arithmetic.
 template <int NR, typename Part>
 __device__ void dot_rows(const DevCtx& c, const unsigned short* wid, const unsigned* row, const unsigned short* xs, unsigned g0, unsigned g1, Part part) {
   unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31;
-  unsigned char wb = c.wbytes[wid[0]];
-  if (wb == 1 || wb == 3) {
-    const unsigned char* w[NR];
-    const float* sc[NR];
-    bool bs[NR];
+  const unsigned short* w[NR];
+#pragma unroll
+  for (int i = 0; i < NR; ++i) w[i] = (const unsigned short*)c.bufs[wid[i]] + (size_t)row[i] * K;
+  for (unsigned g = g0; g < g1; ++g) {
+    unsigned k1 = min(K, (g + 1) * KGROUP);
+    uint4 v[NR][4];
+#pragma unroll
+    for (int i = 0; i < NR; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        unsigned k = g * KGROUP + lane * 8 + j * 256;
+        v[i][j] = k < k1 ? ldw(w[i] + k) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
     for (int i = 0; i < NR; ++i) {
-      bs[i] = c.wbytes[wid[i]] == 1;
-      w[i] = (const unsigned char*)c.bufs[wid[i]] + (size_t)row[i] * K;
-      sc[i] = c.scales[wid[i]] + (size_t)(row[i] / 128) * ((K + 127) / 128);
-    }
-    for (unsigned g = g0; g < g1; g += GEMV_FP8_GROUPS) {
-      uint4 v[NR][GEMV_FP8_GROUPS][2];
+      float acc = 0.f;
 #pragma unroll
-      for (int i = 0; i < NR; ++i)
-#pragma unroll
-        for (int gg = 0; gg < GEMV_FP8_GROUPS; ++gg)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            unsigned k = (g + gg) * KGROUP + lane * 16 + j * 512;
-            bool ok = g + gg < g1 && k < min(K, (g + gg + 1) * KGROUP);
-            v[i][gg][j] = ok ? ldw(w[i] + k) : make_uint4(0, 0, 0, 0);
-          }
-#pragma unroll
-      for (int i = 0; i < NR; ++i)
-#pragma unroll
-        for (int gg = 0; gg < GEMV_FP8_GROUPS; ++gg) {
-          if (g + gg >= g1) break;
-          float acc = 0.f;
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            unsigned k = (g + gg) * KGROUP + lane * 16 + j * 512;
-            if (k < min(K, (g + gg + 1) * KGROUP)) acc = chunk_fp8(v[i][gg][j], xs + k, sc[i][k / 128], bs[i], acc);
-          }
-          part(i, g + gg, warp_sum(acc));
-        }
-    }
-  } else {
-    const unsigned short* w[NR];
-#pragma unroll
-    for (int i = 0; i < NR; ++i) w[i] = (const unsigned short*)c.bufs[wid[i]] + (size_t)row[i] * K;
-    for (unsigned g = g0; g < g1; ++g) {
-      unsigned k1 = min(K, (g + 1) * KGROUP);
-      uint4 v[NR][4];
-#pragma unroll
-      for (int i = 0; i < NR; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          unsigned k = g * KGROUP + lane * 8 + j * 256;
-          v[i][j] = k < k1 ? ldw(w[i] + k) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-      for (int i = 0; i < NR; ++i) {
-        float acc = 0.f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          unsigned k = g * KGROUP + lane * 8 + j * 256;
-          if (k < k1) acc = chunk_bf16(v[i][j], xs + k, acc);
-        }
-        part(i, g, warp_sum(acc));
+      for (int j = 0; j < 4; ++j) {
+        unsigned k = g * KGROUP + lane * 8 + j * 256;
+        if (k < k1) acc = chunk_bf16(v[i][j], xs + k, acc);
       }
+      part(i, g, warp_sum(acc));
     }
   }
 }
@@ -206,83 +193,6 @@ __device__ __forceinline__ void warp_row_pairs(unsigned r0, unsigned r1, PerRow 
   }
 }
 
-// A warp's fp8 GEMV as a stream of items (s, g): row sets s = 0 .. ns - 1 of NR (weight wid[i], row
-// row_of(s, i)) pairs (a row at or past `lim` is skipped), times the prepared input, k-group g in
-// [g0, g1) (item order: s, then g). The loads of item t + 1 (weights and their block scales) are issued
-// before the arithmetic of item t, and item 0's before `prep()`, which prepares the input
-// in shared memory and returns it: the first loads overlap the block's norm (weights never depend on
-// activations). `part(s, i, g, v)`: the (row, group) partial on every lane of the warp, groups in order.
-// ORDER: each (row, group) exactly as dot_rows (lane chunks in order, elements in order, one fma each,
-// then the butterfly): the same bits, whichever pipelining.
-template <bool B> struct BoolTag { static constexpr bool value = B; };
-template <int NR, typename RowOf, typename Prep, typename Part>
-__device__ void fp8_stream(const DevCtx& c, const unsigned short* wid, unsigned ns, unsigned lim, RowOf row_of, Prep prep, unsigned g0, unsigned g1, char* smem, Part part) {
-  unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31, kb = (K + 127) / 128, ng = g1 - g0, n = ns * ng;
-  bool all_bs = true;
-#pragma unroll
-  for (int i = 0; i < NR; ++i) all_bs = all_bs && c.wbytes[wid[i]] == 1;
-  struct Item {
-    uint4 v[2][NR];
-    float sc[2][NR];
-  };
-  unsigned ls = 0, lg = g0;  // the next item to load (set, group)
-  auto load = [&](Item& it) {
-#pragma unroll
-    for (int i = 0; i < NR; ++i) {
-      unsigned r = row_of(ls, i);
-      const unsigned char* wr = (const unsigned char*)c.bufs[wid[i]] + (size_t)r * K;
-      const float* sc = c.scales[wid[i]] + (size_t)(r / 128) * kb;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        unsigned k = lg * KGROUP + lane * 16 + j * 512;
-        bool ok = r < lim && k < min(K, (lg + 1) * KGROUP);
-        it.v[j][i] = ok ? ldw(wr + k) : make_uint4(0, 0, 0, 0);
-        it.sc[j][i] = ok ? sc[k / 128] : 0.f;
-      }
-    }
-    if (++lg == g1) {
-      lg = g0;
-      ++ls;
-    }
-  };
-  Item cur, nxt;
-  if (n) load(cur);
-  const unsigned short* xs = prep();
-  auto items = [&](auto bs_tag) {
-    constexpr bool BS = decltype(bs_tag)::value;
-    unsigned s = 0, g = g0;
-    for (unsigned t = 0; t < n; ++t) {
-      if (t + 1 < n) load(nxt);
-      float acc[NR];
-#pragma unroll
-      for (int i = 0; i < NR; ++i) acc[i] = 0.f;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        unsigned k = g * KGROUP + lane * 16 + j * 512;
-        if (k < min(K, (g + 1) * KGROUP)) chunk_fp8_rows<NR, BS>(cur.v[j], xs + k, cur.sc[j], acc);
-      }
-#pragma unroll
-      for (int i = 0; i < NR; ++i) {
-        float v = warp_sum(acc[i]);  // every lane, every row (converged: no collective emulation)
-        if (row_of(s, i) < lim) part(s, i, g, v);
-      }
-      if (++g == g1) {
-        g = g0;
-        ++s;
-      }
-      cur = nxt;
-    }
-  };
-  if (all_bs) items(BoolTag<true>());
-  else items(BoolTag<false>());
-}
-
-// Row sets of a warp over rows [r0, r1) with `step` rows between its sets: r0 + warp + step * s < r1.
-__device__ __forceinline__ unsigned warp_sets(unsigned r0, unsigned r1, unsigned step) {
-  unsigned first = r0 + (threadIdx.x >> 5);
-  return first < r1 ? (r1 - first + step - 1) / step : 0;
-}
-
 // The rows and k-groups of unit u of a GEMV word.
 struct GemvSpan { unsigned r0, r1, g0, g1; };
 __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigned K) {
@@ -296,37 +206,39 @@ __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigne
   return s;
 }
 
-// For each row of the span (a warp per row, two rows at a time: rows r0 + warp + 16 s and that + 8):
-// the per-group sums, either stored as split-K partials [g][rows] (FLAG_PARTIAL) or summed in group
-// order and handed to `epilogue(row, value)` by lane 0. `prep()` prepares the input (every thread calls
-// it once) and returns it; with STREAM, fp8 weights issue their first loads before it (fp8_stream).
-template <bool STREAM, typename Prep, typename Epi>
-__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, char* smem, Prep prep, Epi epilogue) {
+// The shared memory after a GEMV's prepared input of K bf16 (16-byte aligned) and the block sums (8
+// floats): fp8_group's tile sums (2 x 8 x 32 floats; launch.rs sizes it).
+__device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (float*)(smem + ((K * 2 + 15) / 16) * 16 + 32); }
+
+// For each row of the span: the per-group sums, either stored as split-K partials [g][rows]
+// (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value)` (one lane a row).
+// `prep()` prepares the input (every thread calls it once) and returns it; fp8 weights read it times
+// 2^64 (the preps scale it: `prepared_input`, `gated_norm_input`). fp8: whole row groups of 32 (the
+// compiler's unit rows are multiples of 32, fp8 row counts too: layout.rs), their k-groups in order
+// from `src` (the megakernel's ring loader hands them out in this order: ring_unit_groups in ring.cuh).
+template <typename Src, typename Prep, typename Epi>
+__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, char* smem, Src& src, Prep prep, Epi epilogue) {
   unsigned K = c.cols[wid];
   GemvSpan s = gemv_span(w, u, K);
   unsigned lane = threadIdx.x & 31;
   bool partial = w.flags & FLAG_PARTIAL;
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
-  unsigned short wids[2] = {wid, wid};
-  unsigned char wb = c.wbytes[wid];
-  // fp8 rows through fp8_stream in the discrete kernels, two rows a warp at a time (row r0 + warp +
-  // 8 (2 s + i)); the megakernel keeps dot_rows (fp8_stream measured slower at its register budget:
-  // docs/notebook/gemv.md). The same bits.
-  if (STREAM && (wb == 1 || wb == 3)) {
-    constexpr int NR = 2;
-    float total[NR] = {};  // (set from the first group on; zeroed only to quiet the compiler)
-    auto row_of = [&](unsigned set, int i) { return s.r0 + (threadIdx.x >> 5) + NR * WARPS * set + WARPS * i; };
-    fp8_stream<NR>(c, wids, warp_sets(s.r0, s.r1, NR * WARPS), s.r1, row_of, prep, s.g0, s.g1, smem, [&](unsigned set, int i, unsigned g, float v) {
-      if (partial) {
-        if (lane == 0) out[(size_t)g * w.rows + row_of(set, i)] = v;
-        return;
-      }
-      total[i] = (g == s.g0 ? 0.f : total[i]) + v;  // ORDER: k-groups in order, from 0 as dot_rows' callers
-      if (g + 1 == s.g1 && lane == 0) epilogue(row_of(set, i), total[i]);
-    });
+  const unsigned short* xs = prep();
+  if (is_fp8(c, wid)) {
+    float* red = tile_red(smem, K);
+    unsigned par = 0;
+    for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
+      float total = 0.f;
+      for (unsigned g = s.g0; g < s.g1; ++g, par ^= 1u)
+        fp8_group(c, src, wid, rg, g, xs, red, par, [&](unsigned r, float p) {
+          if (partial) out[(size_t)g * w.rows + r] = p;
+          else total = (g == s.g0 ? 0.f : total) + p;  // ORDER: k-groups in order, from 0 (row_dot's y = 0; y += ..)
+        });
+      if (!partial && threadIdx.x < 32) epilogue(rg * 32 + lane, total);
+    }
     return;
   }
-  const unsigned short* xs = prep();
+  unsigned short wids[2] = {wid, wid};
   warp_row_pairs(s.r0, s.r1, [&](const unsigned* rows, int n) {
     float total[2] = {0.f, 0.f};
     auto part = [&](int i, unsigned g, float v) {
@@ -342,7 +254,6 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
       for (int i = 0; i < n; ++i) epilogue(rows[i], total[i]);
   });
 }
-
 // The split-K reduce of one unit: y[r] = bf(sum_g partial[g][r]), or with the residual add
 // h[r] = bf(h[r] + bf(sum)). ORDER: groups in index order (the same as the CPU's row dot product).
 __device__ void reduce_rows(const DevCtx& c, const Word& w, unsigned u, bool residual) {

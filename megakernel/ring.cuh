@@ -15,22 +15,22 @@
 #define RING_PIPE 4         // tickets in flight on the loader lane (H200.md: 83.5 % with 4)
 #define RING_THREADS (32 * RING_CONSUMERS + 32)
 
-__device__ __forceinline__ unsigned sh_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
 __device__ __forceinline__ void mbar_init(unsigned long long* b, unsigned n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sh_addr(b)), "r"(n) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(n) : "memory");
 }
 __device__ __forceinline__ void mbar_expect(unsigned long long* b, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sh_addr(b)), "r"(bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(sh_addr(b)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
 }
 // Bounded wait on a phase (a hang becomes status 2, never a spin forever).
 __device__ __forceinline__ bool mbar_wait(unsigned long long* b, unsigned parity, unsigned* status) {
   for (unsigned long long i = 0; i < (1ull << 26); ++i) {
     unsigned ok;
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(ok) : "r"(sh_addr(b)), "r"(parity) : "memory");
+                 : "=r"(ok) : "r"(smem_addr(b)), "r"(parity) : "memory");
     if (ok) return true;
   }
   atomicExch(status, 2u);
@@ -38,12 +38,156 @@ __device__ __forceinline__ bool mbar_wait(unsigned long long* b, unsigned parity
 }
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* b) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(sh_addr(dst)), "l"(src), "r"(bytes), "r"(sh_addr(b)) : "memory");
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(b)) : "memory");
 }
-__device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+
+// ---- The megakernel's weight ring (issue 25, decode step v2) ----
+// One block per SM: THREADS consumer threads run the program's words; one more warp, the loader, walks
+// the same words (every step of the launch) and, for each fp8 GEMV word, takes its units by integer
+// ticket and copies each unit's k-groups (one `cp.async.bulk` of 32 rows x the group's width, <= 32 KB)
+// into the next slot of a ring of MK_RING_SLOTS slots, in the order the op reads them
+// (`ring_unit_groups`), then an end marker when the word has no units left. Weights never depend on
+// activations, so the loader runs ahead across words, their waits and the joins between steps, bounded
+// only by the ring. The consumers take a slot's header (a unit, or the end of the word), wait for the
+// word's inputs as for any word, and the op reads its k-groups from the ring (RingChunks).
+// Tickets: per step s the word's counter set s & 1 (k.next[wi] or k.next[n_words + wi]) from
+// (s >> 1) x (units + gridDim.x x MK_RING_TICKETS): each loader keeps MK_RING_TICKETS atomics in
+// flight and stops at its first ticket past the end, its in-flight ones drained (all past the end), so
+// a step takes exactly that many. Two sets: a loader at step s + 1 may take tickets while a slower one
+// still drains step s's (it cannot be two steps behind: every word puts at least an end marker in
+// each block's ring, and a step has more fp8 GEMV words than the ring has slots; the host checks).
+// (MK_RING_SLOT_BYTES, MK_RING_MAX_SLOTS and MK_RING_HDR, the barriers' and headers' room before the
+// slots, come from the generated header: the host sizes the shared memory by them.)
+#define MK_RING_TICKETS 2
+#define RING_END 0xffffffffu      // a header: the word has no more units for this block
+#define RING_UNIT 0x80000000u     // a header: the first k-group of unit (header & 0xffffff)
+
+struct RingState {
+  unsigned long long* full;   // [MK_RING_MAX_SLOTS]: the loader's copy landed (expect_tx)
+  unsigned long long* empty;  // [MK_RING_MAX_SLOTS]: every consumer warp took its bytes (WARPS arrivals)
+  volatile unsigned* hdr;     // [MK_RING_MAX_SLOTS]
+  volatile unsigned* stop;    // set by the consumers when they leave the launch early
+  unsigned char* slots;
+  unsigned n_slots;
+};
+
+// A bounded wait on a ring barrier's phase: false (and `err` set, the first hang kept) after
+// timeout_ns, or at once when another block stopped (err already set) or the consumers left (stop).
+__device__ __forceinline__ bool ring_wait(unsigned long long* b, unsigned parity, unsigned* err, unsigned code, unsigned long long timeout_ns, volatile unsigned* stop) {
+  unsigned long long t0 = 0;
+  for (unsigned i = 0;; ++i) {
+    unsigned ok;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(smem_addr(b)), "r"(parity) : "memory");
+    if (ok) return true;
+    if ((i & 63) == 0) {
+      if (i == 0) t0 = global_ns();
+      else if (global_ns() - t0 > timeout_ns || *(volatile unsigned*)err != 0 || (stop && *stop)) {
+        atomicCAS(err, 0u, code);
+        return false;
+      }
+    }
+  }
+}
+
+// The megakernel's weight source for fp8_group: the consumers' position in the ring (every consumer
+// thread keeps the same copy). group(): the next slot's bytes once landed; done(): this warp took them.
+struct RingChunks {
+  static constexpr bool SHARED = true;
+  RingState r;
+  unsigned slot, round;
+  unsigned* err;
+  unsigned code;
+  unsigned long long timeout_ns;
+  // Waits for the current slot; returns its header (RING_END when the word's units ran out, or when
+  // the wait ran past its limit: the word ends, the error word says why, the next wait stops the block).
+  __device__ __forceinline__ unsigned peek() {
+    if (!ring_wait(&r.full[slot], round & 1, err, code, timeout_ns, nullptr)) return RING_END;
+    return r.hdr[slot];
+  }
+  __device__ __forceinline__ const uint4* group(const DevCtx&, unsigned short, unsigned, unsigned) {
+    if (peek() == RING_END) atomicCAS(err, 0u, code);  // the loader and the op disagree on a unit's groups
+    return (const uint4*)(r.slots + (size_t)slot * MK_RING_SLOT_BYTES);
+  }
+  __device__ __forceinline__ void done() {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive(&r.empty[slot]);
+    if (++slot == r.n_slots) {
+      slot = 0;
+      ++round;
+    }
+  }
+};
+
+// Whether word w is streamed through the ring: an fp8 GEMV (the loader and the consumers agree).
+__device__ __forceinline__ bool ring_word(const DevCtx& c, const Word& w) {
+  return (w.opcode == OP_GEMV_NORM || w.opcode == OP_GEMV_RESIDUAL || w.opcode == OP_GEMV_GATED_NORM_RESIDUAL ||
+          w.opcode == OP_GEMV_GATE_UP) && is_fp8(c, w.ops[SLOT_W0]);
+}
+
+// The k-groups of unit u of ring word w, in the order its op reads them (gemv_rows, op_gemv_gate_up):
+// per row m of the word (for_rows), per row group, per weight (gate then up), per k-group in order.
+template <typename F>
+__device__ __forceinline__ void ring_unit_groups(const DevCtx& c, const Word& w, unsigned u, F f) {
+  const unsigned short wid0 = w.ops[SLOT_W0];
+  const unsigned K = c.cols[wid0];
+  const GemvSpan s = gemv_span(w, u, K);
+  const unsigned nw = w.opcode == OP_GEMV_GATE_UP ? 2 : 1, rows = M_ROWS == 1 ? 1 : w.m_rows;
+  for (unsigned m = 0; m < rows; ++m)
+    for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg)
+      for (unsigned i = 0; i < nw; ++i)
+        for (unsigned g = s.g0; g < s.g1; ++g) f(w.ops[i == 0 ? SLOT_W0 : SLOT_W1], rg, g);
+}
+
+// The loader (one thread): every ring word of the first n_words, step after step.
+__device__ void ring_loader(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, RingState r) {
+  const unsigned G = gridDim.x;
+  unsigned slot = 0, round = 0;
+  auto put = [&](unsigned hdr, const void* src, unsigned bytes) -> bool {
+    if (round > 0 && !ring_wait(&r.empty[slot], (round - 1) & 1, k.error, n_words + 2, k.timeout_ns, r.stop)) return false;
+    r.hdr[slot] = hdr;
+    if (bytes) {
+      mbar_expect(&r.full[slot], bytes);
+      bulk_copy(r.slots + (size_t)slot * MK_RING_SLOT_BYTES, src, bytes, &r.full[slot]);
+    } else {
+      mbar_arrive(&r.full[slot]);
+    }
+    if (++slot == r.n_slots) {
+      slot = 0;
+      ++round;
+    }
+    return true;
+  };
+  for (unsigned s = 0; s < k.n_steps; ++s)
+    for (unsigned wi = 0; wi < n_words; ++wi) {
+      const Word w = prog[wi];
+      if (!ring_word(c, w)) continue;
+      unsigned* tk = k.next + (s & 1) * n_words + wi;
+      const unsigned base = (s >> 1) * (w.units + G * MK_RING_TICKETS);
+      unsigned q[MK_RING_TICKETS];
+#pragma unroll
+      for (int i = 0; i < MK_RING_TICKETS; ++i) q[i] = atomicAdd(tk, 1u) - base;
+      for (;;) {
+        const unsigned u = q[0];
+        if (u >= w.units) break;
+#pragma unroll
+        for (int i = 0; i + 1 < MK_RING_TICKETS; ++i) q[i] = q[i + 1];
+        q[MK_RING_TICKETS - 1] = atomicAdd(tk, 1u) - base;
+        bool first = true, ok = true;
+        ring_unit_groups(c, w, u, [&](unsigned short wid, unsigned rg, unsigned g) {
+          if (!ok) return;
+          const unsigned K = c.cols[wid], kc = chunk_k(K), k0 = g * KGROUP, width = min(K, k0 + KGROUP) - k0;
+          const unsigned char* src = (const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc;
+          ok = put(first ? RING_UNIT | u : 0u, src, 32 * width);
+          first = false;
+        });
+        if (!ok) return;
+      }
+      // the in-flight tickets (past the end too) are read before the end marker: taken, not pending
+#pragma unroll
+      for (int i = 1; i < MK_RING_TICKETS; ++i) asm volatile("" ::"r"(q[i]));
+      if (!put(RING_END, nullptr, 0)) return;
+    }
 }
 
 // One GEMV of a sequence: W (n x k fp8, chunk layout, kc k-bytes a chunk), its block scales, x (m rows of

@@ -71,16 +71,26 @@ fn program_order_is_bit_identical_to_the_reference() {
     validate(&p).unwrap();
     assert!(p.words.iter().any(|w| w.opcode == Opcode::ReduceResidual), "the fixed-shape program exercises split-K");
     assert_eq!(run(|_| Order::Program, &p, true), None);
-    // Units of 8 rows (`--unit-rows 8`): twice the GEMV units, the same bits.
-    let mut t = h200(1);
-    t.gemv_unit_rows = 8;
-    let p8 = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap();
-    validate(&p8).unwrap();
+    // Units of 64 rows (`--unit-rows 64`): half the GEMV units, the same bits; of 8 (bf16 GEMVs only:
+    // fp8 ones keep whole 32-row chunk groups), the same bits.
     let gemv =
         |p: &mk::isa::Program| p.words.iter().find(|w| w.opcode == Opcode::GemvGateUp).map(|w| (w.unit_rows, w.units));
-    let (base, eight) = (gemv(&tiny_program()).unwrap(), gemv(&p8).unwrap());
-    assert_eq!((eight.0, eight.1), (8, 2 * base.1), "16-row units {base:?}, 8-row units {eight:?}");
-    assert_eq!(run(|_| Order::Program, &p8, true), None);
+    let base = gemv(&tiny_program()).unwrap();
+    for rows in [64, 8] {
+        let mut t = h200(1);
+        t.gemv_unit_rows = rows;
+        let p = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap();
+        validate(&p).unwrap();
+        let want = if rows == 64 { (64, base.1.div_ceil(2)) } else { base };
+        assert_eq!(gemv(&p).unwrap(), want, "32-row units {base:?}, {rows}-row units");
+        if rows == 8 {
+            let bf16 = p.words.iter().find(|w| {
+                w.opcode == Opcode::GemvNorm && w.op(mk::isa::slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 2)
+            });
+            assert_eq!(bf16.map(|w| w.unit_rows), Some(8), "a bf16 GEMV takes 8-row units");
+        }
+        assert_eq!(run(|_| Order::Program, &p, true), None);
+    }
     // The split GDN lowering (GdnConv, GdnRecur, the gated norm in out_proj): the same bits.
     let mut t = h200(1);
     t.gdn = mk::isa::GdnLowering::Split;

@@ -96,7 +96,7 @@ fn wrong_operand_kinds_and_shapes() {
     let mut p = tiny();
     let i = find(&p, Opcode::GemvNorm, 0);
     p.words[i].units += 1;
-    rejects(&p, &["shape", "units 41 != 40 row slices"]);
+    rejects(&p, &["shape", "units 21 != 20 row slices"]);
     // The GDN step's norm weight (w3) must be one head wide, its conv taps (w2) four per channel.
     let mut p = tiny();
     let i = find(&p, Opcode::GdnStep, 0);

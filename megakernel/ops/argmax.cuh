@@ -18,7 +18,7 @@ __device__ void op_argmax(const DevCtx& c, const Word& w, unsigned, char* smem, 
   }
   float* red = (float*)smem;
   if ((threadIdx.x & 31) == 0) { red[2 * (threadIdx.x >> 5)] = best; red[2 * (threadIdx.x >> 5) + 1] = id; }
-  __syncthreads();
+  BLOCK_SYNC();
   if (threadIdx.x == 0) {
     for (int k = 1; k < WARPS; ++k)
       if (beats(red[2 * k], red[2 * k + 1], best, id)) { best = red[2 * k]; id = red[2 * k + 1]; }

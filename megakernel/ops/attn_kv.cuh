@@ -8,9 +8,9 @@ __device__ void rope_head(const DevCtx& c, float* x, unsigned pos) {
     float r = t < half ? -x[t + half] : x[t - half];
     v = bf(bf(x[t] * cs[t]) + bf(r * cs[rot + t]));
   }
-  __syncthreads();
+  BLOCK_SYNC();
   if (t < rot) x[t] = v;
-  __syncthreads();
+  BLOCK_SYNC();
 }
 
 // Zero-centred RMSNorm of one 256-wide head into shared x (f32 of bf16 values).
@@ -20,7 +20,7 @@ __device__ void head_norm(const DevCtx& c, const unsigned short* src, const floa
   float ss = block_sum(v * v, red);
   float rstd = 1.0f / sqrtf(ss * (1.0f / (float)d) + c.eps);
   if (t < d) x[t] = bf((v * rstd) * (1.0f + w[t]));
-  __syncthreads();
+  BLOCK_SYNC();
 }
 
 __device__ void op_attn_kv(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {

@@ -20,7 +20,7 @@ __device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* sme
   if (stage) {
     for (unsigned i = threadIdx.x; i < group * n_parts * 2; i += THREADS)
       staged[i] = stats[(size_t)(i / (2 * n_parts)) * parts * 2 + i % (2 * n_parts)];
-    __syncthreads();
+    BLOCK_SYNC();
   }
   if (stage) {
     // The same sums from shared memory in three steps: each head's max (thread hh, partitions in
@@ -32,12 +32,12 @@ __device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* sme
       for (unsigned i = 0; i < n_parts; ++i) m = fmaxf(m, st[2 * i]);
       ml[2 * threadIdx.x] = m;
     }
-    __syncthreads();
+    BLOCK_SYNC();
     for (unsigned i = threadIdx.x; i < group * n_parts; i += THREADS) {
       float* e = staged + 2 * i;
       e[1] = e[1] * expf(e[0] - ml[2 * (i / n_parts)]);
     }
-    __syncthreads();
+    BLOCK_SYNC();
     if (threadIdx.x < group) {
       const float* st = staged + threadIdx.x * n_parts * 2;
       float l = 0.f;
@@ -52,13 +52,13 @@ __device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* sme
     ml[2 * threadIdx.x] = m;
     ml[2 * threadIdx.x + 1] = l;
   }
-  __syncthreads();
+  BLOCK_SYNC();
   unsigned n = p1 - p0;
   for (unsigned i = threadIdx.x; i < group * ATTN_PART; i += THREADS) {
     unsigned hh = i / ATTN_PART, jj = i % ATTN_PART;
     if (jj < n) p[i] = bf(expf(B<float>(c, w.ops[SLOT_IN0])[(size_t)(kvh * group + hh) * max_ctx + p0 + jj] - ml[2 * hh]) / ml[2 * hh + 1]);
   }
-  __syncthreads();
+  BLOCK_SYNC();
   // Warp w covers dims 128 (w & 1) + 4 lane .. + 4 (one 8-byte load per value row) of positions
   // p0 + w / 2, + 4, + 8, .. (PV_GROUPS = 4 position groups), PV_UNROLL rows in flight: 8 KB of the
   // unit's value rows in flight per block, against 2 KB when a thread read one dim per row. ORDER:
@@ -97,7 +97,7 @@ __device__ void op_attn_pv(const DevCtx& c, const Word& w, unsigned u, char* sme
     if (hh >= group) break;
     *(float4*)(part + ((size_t)pg * group + hh) * d + dim0) = make_float4(o[hh][0], o[hh][1], o[hh][2], o[hh][3]);
   }
-  __syncthreads();
+  BLOCK_SYNC();
   unsigned t = threadIdx.x;
   if (t >= d) return;
   for (unsigned hh = 0; hh < group; ++hh) {

@@ -8,15 +8,15 @@
 __device__ float block_max(float v, float* red) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
+  BLOCK_SYNC();
   if (threadIdx.x == 0) {
     float m = red[0];
     for (int w = 1; w < WARPS; ++w) m = fmaxf(m, red[w]);
     red[0] = m;
   }
-  __syncthreads();
+  BLOCK_SYNC();
   float m = red[0];
-  __syncthreads();
+  BLOCK_SYNC();
   return m;
 }
 
@@ -66,18 +66,18 @@ __device__ void heads_norm_rope(const DevCtx& c, const unsigned short* src, cons
     float s = warp_sum(v[h] * v[h]);
     if ((t & 31) == 0) red[h * WARPS + (t >> 5)] = s;
   }
-  __syncthreads();
+  BLOCK_SYNC();
   if (t < group) {
     float tot = 0.f;
     for (int k = 0; k < WARPS; ++k) tot += red[t * WARPS + k];  // ORDER: warps in order, from 0 (block_sum)
     red[group * WARPS + t] = 1.0f / sqrtf(tot * (1.0f / (float)d) + c.eps);
   }
-  __syncthreads();
+  BLOCK_SYNC();
   if (t < d)
 #pragma unroll
     for (unsigned h = 0; h < MAX_GROUP; ++h)
       if (h < group) x[h * d + t] = bf((v[h] * red[group * WARPS + h]) * (1.0f + wt));
-  __syncthreads();
+  BLOCK_SYNC();
   float nv[MAX_GROUP];
   if (t < rot)
 #pragma unroll
@@ -86,12 +86,12 @@ __device__ void heads_norm_rope(const DevCtx& c, const unsigned short* src, cons
         float r = t < half ? -x[h * d + t + half] : x[h * d + t - half];
         nv[h] = bf(bf(x[h * d + t] * c0) + bf(r * c1));
       }
-  __syncthreads();
+  BLOCK_SYNC();
   if (t < rot)
 #pragma unroll
     for (unsigned h = 0; h < MAX_GROUP; ++h)
       if (h < group) x[h * d + t] = nv[h];
-  __syncthreads();
+  BLOCK_SYNC();
 }
 
 __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
@@ -121,7 +121,7 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
     const float* qq = q + (e / 128) * d + 8 * (e % 32) + 2 * ((e / 32) % 4);
     q2[e] = (unsigned)f2bf(qq[0]) | ((unsigned)f2bf(qq[1]) << 16);
   }
-  __syncthreads();
+  BLOCK_SYNC();
 #define QWORD(hh, i) q2[((hh) * 4 + (i)) * 32 + lane]
   // A warp per position, ATTN_UNROLL positions' key loads in flight per warp; each key row is read
   // once for all the group's query heads.
@@ -158,7 +158,7 @@ __device__ void op_attn_scores(const DevCtx& c, const Word& w, unsigned u, char*
       }
     }
   }
-  __syncthreads();
+  BLOCK_SYNC();
   unsigned t = threadIdx.x, n = p1 - p0;
   for (unsigned hh = 0; hh < group; ++hh) {
     float v = t < n ? sc[hh * ATTN_PART + t] : __int_as_float(0xff800000);

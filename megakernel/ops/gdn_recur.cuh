@@ -35,7 +35,7 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
   const unsigned short a_raw = B<unsigned short>(c, w.ops[SLOT_IN2])[j];
   const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
   mixed(qs, ks, vs);
-  __syncthreads();
+  BLOCK_SYNC();
   if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
     // 32 elements at a time into registers (16-byte shared loads issued together), then the chain
     // (4 x 32 = d elements: the head size is the constant 128).
@@ -55,13 +55,13 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
     }
     sh[threadIdx.x] = 1.0f / sqrtf(ss + 1e-6f);
   }
-  __syncthreads();
+  BLOCK_SYNC();
   float scale = sqrtf((float)d);
   if (threadIdx.x < d) {
     qs[threadIdx.x] = (qs[threadIdx.x] * sh[0]) / scale;
     ks[threadIdx.x] = ks[threadIdx.x] * sh[1];
   }
-  __syncthreads();
+  BLOCK_SYNC();
 
   float b = bf2f(b_raw);
   float a = bf2f(a_raw);
@@ -75,7 +75,7 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
     for (unsigned k = 0; k < d / 2; ++k) kv += (col[k] * decay) * ks[k];
     xch[v] = kv;
   }
-  __syncthreads();
+  BLOCK_SYNC();
   if (h == 1) {
     kv = xch[v];
 #pragma unroll
@@ -83,7 +83,7 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
     float vv = vs[v];
     dlt[v] = (vv - kv) * beta;
   }
-  __syncthreads();
+  BLOCK_SYNC();
   float delta = dlt[v], o = 0.f;
   if (h == 0) {
 #pragma unroll
@@ -94,7 +94,7 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
     }
     xch[v] = o;  // (half 1 read the kv partial before the last barrier)
   }
-  __syncthreads();
+  BLOCK_SYNC();
   if (h == 1) {
     o = xch[v];
 #pragma unroll

@@ -55,7 +55,7 @@ __device__ void op_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* sm
         if (t < d) wns[t] = nv;
       },
       [&](unsigned v, unsigned short o) { os[v] = o; });
-  __syncthreads();
+  BLOCK_SYNC();
   if (threadIdx.x < 32) {
     const unsigned* ow = (const unsigned*)os;
     const unsigned cw[2] = {ow[lane], ow[32 + lane]}, zw[2] = {zs[lane], zs[32 + lane]};

@@ -65,12 +65,13 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
       }
     }
     BLOCK_SYNC();  // fresh is the same for the whole block
+    if (is_fp8(c, w.ops[SLOT_W0])) scale_x64(xs, K);
     return xs;
   }
 }
-template <bool STREAM>
-__device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
+template <bool STREAM, typename Src>
+__device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, Src& src) {
   auto prep = [&] { return gated_norm_input<STREAM>(c, w, smem, fresh); };
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  gemv_rows<STREAM>(c, w, u, w.ops[SLOT_W0], smem, prep, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
+  gemv_rows(c, w, u, w.ops[SLOT_W0], smem, src, prep, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
 }

@@ -18,8 +18,8 @@ __device__ __forceinline__ void topk_count(const DevCtx& c, const unsigned short
   }
 }
 
-template <bool STREAM>  // (unused: bf16 weights take dot_rows)
-__device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
+template <bool STREAM, typename Src>  // (STREAM, Src unused: bf16 weights take dot_rows)
+__device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, Src&) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   unsigned short* xs = prepared_input<STREAM>(c, w, SLOT_W1, smem, fresh);
   unsigned short* logits = B<unsigned short>(c, w.ops[SLOT_OUT0]);
@@ -34,7 +34,7 @@ __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* sme
     if ((threadIdx.x & 31) == 0)
       for (int i = 0; i < n; ++i) logits[rows[i]] = f2bf(v[i]);
   });
-  __syncthreads();
+  BLOCK_SYNC();
   if (threadIdx.x == 0) {
     float best = bf2f(logits[r0]);
     unsigned id = r0;

@@ -7,13 +7,14 @@
 //! program, byte for byte: no hash-map iteration, no clocks).
 //!
 //! Unit shapes are starting points sized for the H200 (132 SMs), to be re-derived by measurement on
-//! the GPU (issues 5 and 6): GEMV units of 16 rows (one mma tile of rows); split-K when a GEMV has
+//! the GPU (issues 5, 6 and 25): GEMV units of 32 rows (fp8: one chunk row group, two mma tiles of
+//! rows; always a multiple of 32 for fp8 weights); split-K when a GEMV has
 //! fewer than `SPLIT_BELOW_UNITS_PER_SM` row slices per SM, into at most one part per 1,024-wide
 //! k-group, so dynamic unit handout has enough small units to balance the SMs.
 
 use crate::bail;
 use crate::error::{Context, Result};
-use crate::isa::access::{ATTN_HEAD_DIM, CTRL_LEN, GDN_HEAD_DIM, KGROUP};
+use crate::isa::access::{ATTN_HEAD_DIM, CHUNK_ROWS, CTRL_LEN, GDN_HEAD_DIM, KGROUP};
 use crate::isa::{
     slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FORMAT, NONE,
     NO_COUNTER,
@@ -124,10 +125,25 @@ impl Builder<'_> {
     /// fewer than `SPLIT_BELOW_UNITS_PER_SM` row slices per SM (`stage_rows` output rows over all the
     /// stage's GEMVs: a small GEMV beside big ones needs no split, the big ones keep the SMs busy). A
     /// split word writes partials to the `which`-th partial buffer, else it writes `out`.
-    fn gemv(&mut self, op: Opcode, rows: usize, k: usize, out: u16, which: usize, stage_rows: usize) -> (Word, bool) {
+    fn gemv(
+        &mut self,
+        op: Opcode,
+        rows: usize,
+        k: usize,
+        out: u16,
+        which: usize,
+        stage_rows: usize,
+        weight: &str,
+    ) -> (Word, bool) {
         let groups = k.div_ceil(KGROUP) as u32;
         let slots = GEMV_BLOCKS_PER_SM * self.t.sms;
-        let unit_rows = self.t.gemv_unit_rows;
+        // fp8 weights are read a chunk (32 rows x one k-group) at a time: whole row groups a unit
+        let fp8 = self.specs.iter().any(|s| s.name == weight && s.dtype == Dt::F8E4M3);
+        let unit_rows = if fp8 {
+            self.t.gemv_unit_rows.div_ceil(CHUNK_ROWS as u32) * CHUNK_ROWS as u32
+        } else {
+            self.t.gemv_unit_rows
+        };
         let mut w = self.word(op, rows as u32, unit_rows);
         let row_units = w.row_units();
         let stage_units = (stage_rows as u32).div_ceil(unit_rows).max(row_units);
@@ -175,8 +191,9 @@ impl Builder<'_> {
         let stage_rows = projs.iter().map(|p| p.2).sum();
         let (mut stage, mut reduces) = (Vec::new(), Vec::new());
         for &(name, out, rows) in projs {
-            let (mut w, split) = self.gemv(Opcode::GemvNorm, rows, k, out, reduces.len(), stage_rows);
-            w.ops[slot::W0] = self.weight(&format!("{prefix}{name}.weight"))?;
+            let wname = format!("{prefix}{name}.weight");
+            let (mut w, split) = self.gemv(Opcode::GemvNorm, rows, k, out, reduces.len(), stage_rows, &wname);
+            w.ops[slot::W0] = self.weight(&wname)?;
             w.ops[slot::W1] = norm;
             w.ops[slot::IN0] = h;
             if split {
@@ -210,7 +227,7 @@ impl Builder<'_> {
     }
 }
 
-/// Split-K parts for a GEMV word of `row_units` 16-row slices over `groups` k-groups, beside `other`
+/// Split-K parts for a GEMV word of `row_units` row slices over `groups` k-groups, beside `other`
 /// unsplit units of the same stage (same input width, so `groups` groups each), on `slots` resident
 /// blocks. Blocks run a launch's units strided, so its makespan is about ceil(units / slots) rounds
 /// of the largest unit; in k-group rounds, with the other words' units counted as that many units of
@@ -338,7 +355,15 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                         st.ops[slot::ST0] = rec;
                         st.ops[slot::ST1] = ring;
                         b.stage(vec![st]);
-                        let (mut o, split) = b.gemv(Opcode::GemvResidual, hd, cfg.gdn_value_dim(), h, 0, hd);
+                        let (mut o, split) = b.gemv(
+                            Opcode::GemvResidual,
+                            hd,
+                            cfg.gdn_value_dim(),
+                            h,
+                            0,
+                            hd,
+                            &format!("{la}out_proj.weight"),
+                        );
                         o.ops[slot::W0] = out_proj;
                         o.ops[slot::IN0] = core;
                         b.residual_stage(o, split, h);
@@ -361,7 +386,15 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                         r.ops[slot::OUT0] = core;
                         r.ops[slot::ST0] = rec;
                         b.stage(vec![r]);
-                        let (mut o, split) = b.gemv(Opcode::GemvGatedNormResidual, hd, cfg.gdn_value_dim(), h, 0, hd);
+                        let (mut o, split) = b.gemv(
+                            Opcode::GemvGatedNormResidual,
+                            hd,
+                            cfg.gdn_value_dim(),
+                            h,
+                            0,
+                            hd,
+                            &format!("{la}out_proj.weight"),
+                        );
                         o.ops[slot::W0] = out_proj;
                         o.ops[slot::W1] = norm_w;
                         o.ops[slot::IN0] = core;
@@ -418,22 +451,25 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                 rg.ops[slot::IN2] = ctrl;
                 rg.ops[slot::OUT0] = attn_out;
                 b.stage(vec![rg]);
-                let (mut o, split) = b.gemv(Opcode::GemvResidual, hd, cfg.attn_q_dim(), h, 0, hd);
-                o.ops[slot::W0] = b.weight(&format!("{sa}o_proj.weight"))?;
+                let o_name = format!("{sa}o_proj.weight");
+                let (mut o, split) = b.gemv(Opcode::GemvResidual, hd, cfg.attn_q_dim(), h, 0, hd, &o_name);
+                o.ops[slot::W0] = b.weight(&o_name)?;
                 o.ops[slot::IN0] = attn_out;
                 b.residual_stage(o, split, h);
                 ai += 1;
             }
         }
         // The FFN: post-attention norm folded into gate/up, SwiGLU epilogue, down with the residual.
-        let (mut gu, _) = b.gemv(Opcode::GemvGateUp, cfg.intermediate, hd, act, 0, cfg.intermediate);
-        gu.ops[slot::W0] = b.weight(&format!("{lp}mlp.gate_proj.weight"))?;
+        let gate = format!("{lp}mlp.gate_proj.weight");
+        let (mut gu, _) = b.gemv(Opcode::GemvGateUp, cfg.intermediate, hd, act, 0, cfg.intermediate, &gate);
+        gu.ops[slot::W0] = b.weight(&gate)?;
         gu.ops[slot::W1] = b.weight(&format!("{lp}mlp.up_proj.weight"))?;
         gu.ops[slot::W2] = b.weight(&format!("{lp}post_attention_layernorm.weight"))?;
         gu.ops[slot::IN0] = h;
         b.stage(vec![gu]);
-        let (mut dn, split) = b.gemv(Opcode::GemvResidual, hd, cfg.intermediate, h, 0, hd);
-        dn.ops[slot::W0] = b.weight(&format!("{lp}mlp.down_proj.weight"))?;
+        let down = format!("{lp}mlp.down_proj.weight");
+        let (mut dn, split) = b.gemv(Opcode::GemvResidual, hd, cfg.intermediate, h, 0, hd, &down);
+        dn.ops[slot::W0] = b.weight(&down)?;
         dn.ops[slot::IN0] = act;
         b.residual_stage(dn, split, h);
     }

@@ -11,12 +11,15 @@ use super::{slot, Opcode, Program, Word, FLAG_PARTIAL};
 pub const ATTN_HEAD_DIM: usize = 256;
 pub const GDN_HEAD_DIM: usize = 128;
 
+/// The release's max_position_embeddings: no sequence is longer (checked before anything is allocated).
+pub const MAX_POSITIONS: usize = 262_144;
 /// Elements of the reduction axis per k-group. ORDER: a GEMV row's dot product is the sequential sum,
 /// over k-groups, of each group's partial. Split-K units own whole k-groups and store one partial per
 /// group, so a fixed-order reduce of the partials gives the same bits as the unsplit product.
-/// The release's max_position_embeddings: no sequence is longer (checked before anything is allocated).
-pub const MAX_POSITIONS: usize = 262_144;
 pub const KGROUP: usize = 1024;
+/// Rows of an fp8 GEMV unit come in whole groups of this many (the GPU reads a chunk of 32 rows x one
+/// k-group at a time: `exec::gpu::layout`); fp8 weights have a multiple of 32 rows.
+pub const CHUNK_ROWS: usize = 32;
 
 /// KV positions per attention partition. ORDER: softmax statistics and the weighted sum of values are
 /// taken per partition (positions in order), then merged over partitions in order. A fixed size (not a

@@ -377,7 +377,7 @@ impl std::str::FromStr for GdnLowering {
 }
 
 /// GEMV output rows per unit unless a target says otherwise.
-pub const DEFAULT_GEMV_UNIT_ROWS: u32 = 16;
+pub const DEFAULT_GEMV_UNIT_ROWS: u32 = 32;
 fn default_gemv_unit_rows() -> u32 {
     DEFAULT_GEMV_UNIT_ROWS
 }

@@ -2,7 +2,7 @@
 //! the shapes an opcode needs, its arguments, and its layer against its weights' names. The rules that
 //! relate words (waits, overlaps, coverage) are `validate.rs`'s.
 
-use super::access::{GDN_HEAD_DIM, KGROUP};
+use super::access::{CHUNK_ROWS, GDN_HEAD_DIM, KGROUP};
 use super::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, NO_COUNTER};
 use crate::bail;
 use crate::error::Result;
@@ -192,6 +192,22 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
                 "{at}: shape: split-K over {} k-parts with arg0 = {} groups (the input has {groups})",
                 w.k_parts,
                 w.arg0
+            );
+        }
+    }
+    if matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp)
+        && w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1)
+    {
+        // the GPU reads fp8 weights a chunk of 32 rows x one k-group at a time (exec::gpu::layout)
+        let wt = &p.buffers[w.ops[slot::W0] as usize];
+        let c = CHUNK_ROWS as u32;
+        if w.rows % c != 0 || w.unit_rows as u32 % c != 0 || wt.cols % 128 != 0 {
+            bail!(
+                "{at}: shape: an fp8 GEMV needs rows ({}) and unit_rows ({}) in multiples of {c} and a weight width ({}) \
+                 in multiples of 128",
+                w.rows,
+                w.unit_rows,
+                wt.cols
             );
         }
     }

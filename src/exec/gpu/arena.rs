@@ -135,8 +135,9 @@ pub fn build(
     let layout = Layout {
         places,
         prog: take(words.len()),
-        // (zeroed before every launch) counters, next units, the error word and its step, step_done
-        mk: take(4 * (prog.n_counters as usize + prog.words.len() + 3)),
+        // (zeroed before every launch) counters, next units (two sets), the error word and its step,
+        // step_done
+        mk: take(4 * (prog.n_counters as usize + 2 * prog.words.len() + 3)),
         mk_stride: take(4 * prog.words.len()),
         mk_tokens: take(4 * max_ctx),
         tl_base: take(4 * prog.words.len()),
@@ -163,7 +164,9 @@ pub fn build(
         let p = layout.places[*i];
         match hw {
             HostWeight::Fp8 { bytes, scales } => {
-                put(p.off, bytes)?;
+                // the GEMV's chunk layout (layout.rs), one weight at a time on the host
+                let b = &prog.buffers[*i];
+                put(p.off, &super::layout::to_chunks(bytes, b.rows as usize, b.cols as usize)?)?;
                 put(p.scale_off.unwrap_or(p.off), &lef32(scales))?;
             }
             HostWeight::Bf16(bytes) => put(p.off, bytes)?,

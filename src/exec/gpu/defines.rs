@@ -24,15 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 9] = [
-    Known {
-        name: "MEGA_BLOCKS_PER_SM",
-        default: 3,
-        min: 1,
-        max: 4,
-        flag: false,
-        what: "megakernel blocks per SM (launch bounds; the host launches as many)",
-    },
+pub const KNOWN: [Known; 7] = [
     Known {
         name: "GEMV_MIN_BLOCKS",
         default: 2,
@@ -48,14 +40,6 @@ pub const KNOWN: [Known; 9] = [
         max: 4,
         flag: false,
         what: "GDN out_proj's launch bounds alone (default: GEMV_MIN_BLOCKS)",
-    },
-    Known {
-        name: "GEMV_FP8_GROUPS",
-        default: 1,
-        min: 1,
-        max: 4,
-        flag: false,
-        what: "fp8 k-groups whose loads a lane issues at once (megakernel dot_rows)",
     },
     Known {
         name: "ATTN_UNROLL",
@@ -181,16 +165,16 @@ mod tests {
 
     #[test]
     fn known_names_in_range_pass_and_the_rest_is_refused() {
-        let ok = d(&["ATTN_UNROLL=8", "MK_BREAK_GEMV", "MEGA_BLOCKS_PER_SM=2"]).unwrap();
+        let ok = d(&["ATTN_UNROLL=8", "MK_BREAK_GEMV", "GEMV_MIN_BLOCKS=3"]).unwrap();
         assert_eq!(ok.get("ATTN_UNROLL"), 8);
         assert_eq!(ok.get("PV_UNROLL"), 8, "PV_UNROLL follows ATTN_UNROLL");
-        assert_eq!(ok.get("GNR_MIN_BLOCKS"), 2);
-        assert_eq!(ok.flags(), ["-DATTN_UNROLL=8", "-DMEGA_BLOCKS_PER_SM=2", "-DMK_BREAK_GEMV=1"]);
+        assert_eq!(ok.get("GNR_MIN_BLOCKS"), 3, "GNR_MIN_BLOCKS follows GEMV_MIN_BLOCKS");
+        assert_eq!(ok.flags(), ["-DATTN_UNROLL=8", "-DGEMV_MIN_BLOCKS=3", "-DMK_BREAK_GEMV=1"]);
         assert!(d(&["MK_BREAK_GEMV=0"]).unwrap().flags().is_empty());
         for (bad, says) in [
             ("GEMV_RING=1", "unknown name GEMV_RING"),
             ("ATTN_UNROLL=0", "out of range"),
-            ("MEGA_BLOCKS_PER_SM=9", "out of range"),
+            ("GEMV_MIN_BLOCKS=9", "out of range"),
             ("GEMV_MIN_BLOCKS=0x2", "decimal"),
             ("GNR_MIN_BLOCKS=GEMV_MIN_BLOCKS", "decimal"),
         ] {

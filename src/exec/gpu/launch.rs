@@ -7,8 +7,7 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
-use super::abi::{DevCtx, THREADS};
-use super::defines::Defines;
+use super::abi::{DevCtx, MK_RING_HDR, MK_RING_MAX_SLOTS, MK_RING_SLOT_BYTES, THREADS};
 use super::{cu, GpuExec};
 use crate::error::{Error, Result};
 use crate::isa::access::{ATTN_HEAD_DIM, ATTN_PART, GDN_HEAD_DIM};
@@ -42,8 +41,9 @@ pub fn check_smem(name: &str, per_sm: u32, per_block: u32) -> Result<()> {
 /// Dynamic shared memory of a word's unit (both paths): what its op keeps in shared memory.
 pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let k = |s: usize| w.op(s).map(|b| p.buffers[b].cols as usize).unwrap_or(0);
-    // x in bf16 (16-byte aligned), then the block sums (WARPS floats; prepared_input in common.cuh).
-    let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8;
+    // x in bf16 (16-byte aligned), then the block sums (WARPS floats; prepared_input in common.cuh),
+    // then the fp8 tile sums (2 x 8 tiles x 32 rows of floats: tile_red in gemv.cuh)
+    let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8 + 2 * 8 * 32 * 4;
     let group = w.arg1 as usize;
     (match w.opcode {
         op if is_gemv(op) => gemv(k(slot::IN0)),
@@ -62,17 +62,30 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     }) as u32
 }
 
-/// The megakernel's dynamic shared memory: every word's needs (one launch runs them all), checked to
-/// fit MEGA_BLOCKS_PER_SM blocks on an SM.
-pub fn mega_smem_bytes(p: &Program, defines: &Defines) -> Result<u32> {
-    let per_sm = defines.get("MEGA_BLOCKS_PER_SM").max(1);
-    let need = p.words.iter().map(|w| smem_bytes(p, w)).max().unwrap_or(0);
-    if per_sm * (need + 1024 + STATIC_SMEM_ROOM) > SMEM_PER_SM {
+/// The megakernel's shape (one block per SM): its dynamic shared memory (the weight ring's header and
+/// slots, then every word's needs: one launch runs them all) and the ring's slots: as many as fit, at
+/// most MK_RING_MAX_SLOTS, and fewer than the step's fp8 GEMV words (ring.cuh: a loader is then never a
+/// whole step behind another on the same ticket set).
+pub fn mega_shape(p: &Program) -> Result<(u32, u32)> {
+    let need = p.words.iter().map(|w| smem_bytes(p, w)).max().unwrap_or(0).div_ceil(16) * 16;
+    let room = SMEM_PER_BLOCK.saturating_sub(STATIC_SMEM_ROOM + MK_RING_HDR + need);
+    let ring_words = p.words.iter().filter(|w| is_ring_word(p, w)).count() as u32;
+    let slots = (room / MK_RING_SLOT_BYTES).min(MK_RING_MAX_SLOTS).min(ring_words.saturating_sub(1).max(2));
+    if slots < 2 {
+        crate::bail!("gpu: the megakernel needs {need} bytes of shared memory a block for its words; no room is left for its weight ring");
+    }
+    if (1..=2).contains(&ring_words) {
         crate::bail!(
-            "gpu: the megakernel needs {need} bytes of shared memory a block; {per_sm} blocks do not fit an SM"
+            "gpu: the megakernel's weight ring needs at least 3 fp8 GEMV words a step; the program has {ring_words}"
         );
     }
-    Ok(need)
+    Ok((MK_RING_HDR + slots * MK_RING_SLOT_BYTES + need, slots))
+}
+
+/// Whether a word's weights stream through the megakernel's ring: an fp8 GEMV (`ring_word` in ring.cuh).
+pub fn is_ring_word(p: &Program, w: &Word) -> bool {
+    matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp)
+        && w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1)
 }
 
 /// Blocks of a GEMV launch of `units` units: every resident block (at most one per unit), each taking
@@ -208,7 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn the_megakernel_smem_fits_its_blocks_or_is_refused() {
+    fn the_megakernel_ring_fills_the_shared_memory_its_words_leave() {
         let p = crate::compiler::compile(
             &crate::model::config::ModelConfig::preset("qwen3.5-27b").unwrap(),
             "qwen3.5-27b",
@@ -217,15 +230,15 @@ mod tests {
         .unwrap();
         let need = p.words.iter().map(|w| smem_bytes(&p, w)).max().unwrap();
         // down_proj's x of 17,408 bf16 is the largest
-        assert_eq!(need as usize, 17_408 * 2 + 32);
-        let d = |n: u32| Defines::new([("MEGA_BLOCKS_PER_SM".to_string(), n)].into()).unwrap();
-        for per_sm in 1..=4 {
-            assert_eq!(mega_smem_bytes(&p, &d(per_sm)).unwrap(), need, "{per_sm}");
-        }
+        assert_eq!(need as usize, 17_408 * 2 + 32 + 2 * 8 * 32 * 4);
+        let (smem, slots) = mega_shape(&p).unwrap();
+        assert_eq!(slots, 5);
+        assert_eq!(smem, 1024 + 5 * 32768 + need);
+        assert!(smem + STATIC_SMEM_ROOM <= SMEM_PER_BLOCK);
         let mut big = p.clone();
-        let down = big.words.iter().position(|w| w.opcode == Opcode::GemvResidual && w.k_parts > 1).unwrap();
+        let down = big.words.iter().position(|w| w.opcode == Opcode::GemvResidual).unwrap();
         let x = big.words[down].op(slot::IN0).unwrap();
-        big.buffers[x].cols = 40_000;
-        assert!(mega_smem_bytes(&big, &d(3)).unwrap_err().to_string().contains("do not fit an SM"));
+        big.buffers[x].cols = 100_000;
+        assert!(mega_shape(&big).unwrap_err().to_string().contains("no room is left for its weight ring"));
     }
 }

@@ -16,8 +16,8 @@
 
 use crate::error::Result;
 
-/// Rows of a chunk (two 16-row mma tiles).
-pub const CHUNK_ROWS: usize = 32;
+/// Rows of a chunk (two 16-row mma tiles; the program's fp8 unit rows come in multiples of it).
+pub use crate::isa::access::CHUNK_ROWS;
 /// A warp tile's bytes: 16 rows x 128 k-bytes.
 pub const TILE_BYTES: usize = 2048;
 
@@ -63,19 +63,30 @@ pub fn position(k: usize, p: usize) -> (usize, usize) {
 }
 
 /// A row-major n x k weight in the chunk layout (16-byte pieces moved whole: `offset` of a piece's
-/// first byte, the rest follow in order).
+/// first byte, the rest follow in order). Row groups of 32 are contiguous in both layouts, so the
+/// threads of the machine take whole row groups (the 27B's 24 GB of fp8 weights at load).
 pub fn to_chunks(src: &[u8], n: usize, k: usize) -> Result<Vec<u8>> {
     check(n, k)?;
     if src.len() != n * k {
         crate::bail!("gemv layout: {} bytes for a {n} x {k} weight", src.len());
     }
     let mut out = vec![0u8; n * k];
-    for row in 0..n {
-        for col in (0..k).step_by(16) {
-            let at = offset(k, row, col);
-            out[at..at + 16].copy_from_slice(&src[row * k + col..row * k + col + 16]);
+    let group = CHUNK_ROWS * k;
+    let threads = if n * k >= 1 << 22 { std::thread::available_parallelism().map_or(1, |t| t.get()) } else { 1 };
+    let per = (n / CHUNK_ROWS).div_ceil(threads) * group;
+    std::thread::scope(|s| {
+        for (dst, srcs) in out.chunks_mut(per).zip(src.chunks(per)) {
+            s.spawn(move || {
+                for (row, line) in srcs.chunks(k).enumerate() {
+                    for col in (0..k).step_by(16) {
+                        // offsets within this thread's row groups: they start at a row group
+                        let at = offset(k, row, col);
+                        dst[at..at + 16].copy_from_slice(&line[col..col + 16]);
+                    }
+                }
+            });
         }
-    }
+    });
     Ok(out)
 }
 

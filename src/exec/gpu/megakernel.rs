@@ -116,8 +116,9 @@ impl GpuExec {
         self.write_token(token)?;
         let pos0 = self.pos as u32; // the host's mirror of the control block's position
         let (n_words, n_counters) = (self.prog.words.len(), self.prog.n_counters as usize);
-        // counters, tickets, the error word and its step, the finished-step count
-        let n_ctl = n_counters + n_words + 3;
+        // counters, tickets (two sets: the ring loaders', by the step's parity), the error word and its
+        // step, the finished-step count
+        let n_ctl = n_counters + 2 * n_words + 3;
         self.zero(self.layout.mk, self.layout.mk + 4 * n_ctl, "zero the megakernel counters")?;
         let (b, mk) = (self.base, self.base + self.layout.mk as u64);
         let ctl = MkCtl {
@@ -131,15 +132,14 @@ impl GpuExec {
             step_done: mk + 4 * (n_ctl as u64 - 1),
             tokens: b + self.layout.mk_tokens as u64,
             n_steps,
+            ring_slots: self.ring_slots,
         };
-        // MEGA_BLOCKS_PER_SM blocks per SM (its launch bounds); the cooperative launch fails, instead of
-        // hanging, if they cannot all be resident.
-        let per_sm = self.defines.get("MEGA_BLOCKS_PER_SM").max(1);
-        let smem = self.mega_smem;
+        // One block per SM: THREADS consumer threads and the weight ring's loader warp (ring.cuh); the
+        // cooperative launch fails, instead of hanging, if they cannot all be resident.
         let cfg = LaunchConfig {
-            grid_dim: (self.gpu.sms * per_sm, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: smem,
+            grid_dim: (self.gpu.sms, 1, 1),
+            block_dim: (THREADS + 32, 1, 1),
+            shared_mem_bytes: self.mega_smem,
         };
         let prog_ptr = b + self.layout.prog as u64;
         let stream = self.gpu.stream.clone();
@@ -162,6 +162,12 @@ impl GpuExec {
         let pos = u32::from_le_bytes(pos);
         let e = u32::from_le_bytes([err[0], err[1], err[2], err[3]]);
         let step = u32::from_le_bytes([err[4], err[5], err[6], err[7]]);
+        if e as usize == n_words + 2 {
+            crate::bail!(
+                "megakernel: a wait of the weight ring in step {step} of the launch ran past {} s (a hang, stopped)",
+                MEGA_WAIT_TIMEOUT_NS / 1_000_000_000
+            );
+        }
         if e as usize == n_words + 1 {
             crate::bail!(
                 "megakernel: the join before step {step} of the launch waited more than {} s (a hang, stopped)",
