@@ -1,6 +1,6 @@
 // The GEMV's arithmetic, shared by the discrete kernels and the megakernel. fp8 weights: the chunk
 // layout (src/exec/gpu/layout.rs) on tensor cores, a chunk (32 rows x one k-group) at a time
-// (`fp8_group`); bf16 weights: the warp's row dot products (`dot_rows`). The unit driver `gemv_rows`
+// (`fp8_tiles`, `fp8_row_group`); bf16 weights: the warp's row dot products (`dot_rows`). The unit driver `gemv_rows`
 // and the split-K reduce. Owns: every GEMV sum's order (the CPU reference's `Linear::row_dot`: a row is
 // the sequential sum of its k-group partials, a k-group's partial the sequential sum of its 128-wide
 // tiles). Refuses: float atomics.
@@ -61,22 +61,19 @@ struct GlobalChunks {
   __device__ __forceinline__ void done() {}
 };
 
-// The partials of row group rg (rows 32 rg ..) of fp8 weight `wid` over k-group kg, times the prepared
-// input xs (x * 2^64, bf16, shared memory): `sink(row, p)` on lane l of warp 0 for row 32 rg + l.
-// Warp w takes the group's 128-wide tile w (the chunk layout's warp tiles (h, t) of both 16-row halves
-// h: 2 x 4 loads of 16 bytes a lane, all issued before any arithmetic), widens e4m3 exactly to bf16 and
-// runs 2 x 8 mma.sync m16n8k16 (x in B's columns, permuted as the layout permutes the weights), then
-// applies the 128 x 128 block scale (times 2^56) to the tile's fp32 sum once; the tile sums meet in
-// shared memory `red` (2 x 8 x 32 floats, double-buffered by `par`: one barrier a group).
-// ORDER: within a tile the tensor core's (two accumulators, d + e); the group partial = 0 + tile 0 +
-// tile 1 + .. in tile order (the CPU's `group_partial`). The same instructions on the same bytes in both
-// paths, from global memory or the ring: the same bits whichever block runs it.
-template <typename Src, typename Sink>
-__device__ __forceinline__ void fp8_group(const DevCtx& c, Src& src, unsigned short wid, unsigned rg, unsigned kg, const unsigned short* xs, float* red, unsigned par, Sink sink) {
+// The tile sums of row group rg (rows 32 rg ..) of fp8 weight `wid` over k-group kg, times the prepared
+// input xs (x * 2^64, bf16, shared memory), into shared memory red[t][32] (t: the group's 128-wide
+// tiles; no barrier: the caller joins once per row group, fp8_row_group). Warp w takes tile w (the
+// chunk layout's warp tiles (h, t) of both 16-row halves h: 2 x 4 loads of 16 bytes a lane, all issued
+// before any arithmetic), widens e4m3 exactly to bf16 and runs 2 x 8 mma.sync m16n8k16 (x in B's
+// columns, permuted as the layout permutes the weights), then applies the 128 x 128 block scale (times
+// 2^56) to the tile's fp32 sum once. ORDER within a tile: the tensor core's (two accumulators, d + e).
+// The same instructions on the same bytes in both paths, from global memory or the ring.
+template <typename Src>
+__device__ __forceinline__ void fp8_tiles(const DevCtx& c, Src& src, unsigned short wid, unsigned rg, unsigned kg, const unsigned short* xs, float* red) {
   const unsigned K = c.cols[wid], kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
-  float* rp = red + par * 256;
   const uint4* grp = src.group(c, wid, rg, kg);
   uint4 wv[2][4];
   const unsigned kt = k0 + warp * 128, t = (kt % kc) / 128;
@@ -113,17 +110,43 @@ __device__ __forceinline__ void fp8_group(const DevCtx& c, Src& src, unsigned sh
       }
       // D's column 0 (every column holds the same input): rows g (d[0]) and g + 8 (d[2]) on lanes cq = 0
       if (cq == 0) {
-        rp[warp * 32 + h * 16 + g] = sc * (d[0] + e[0]);
-        rp[warp * 32 + h * 16 + g + 8] = sc * (d[2] + e[2]);
+        red[warp * 32 + h * 16 + g] = sc * (d[0] + e[0]);
+        red[warp * 32 + h * 16 + g + 8] = sc * (d[2] + e[2]);
       }
     }
   }
+}
+
+// Row group rg of NW fp8 weights wid[0..NW) (gate and up: 2) over k-groups [g0, g1): every group's tiles
+// (fp8_tiles, k-groups in order, weight by weight: the order the ring's loader copies them,
+// ring_unit_groups), one join, then the group partials, then `done(i, row, total)` on lanes of warp 0
+// (row 32 rg + lane; with `partial`, each group partial goes to out[g][rows] instead).
+// ORDER: a group partial = 0 + tile 0 + tile 1 + .. in tile order (the CPU's `group_partial`); a row =
+// 0 + partial g0 + partial g0 + 1 + .. in group order (`row_dot`). red: fp8_red_floats(NW, groups).
+template <int NW, typename Src, typename Done>
+__device__ void fp8_row_group(const DevCtx& c, Src& src, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Done done) {
+  const unsigned K = c.cols[wid[0]], ng = g1 - g0;
+  float* sums = red + NW * ng * 256;  // the group partials [NW ng][32]
+#pragma unroll
+  for (int i = 0; i < NW; ++i)
+    for (unsigned g = g0; g < g1; ++g) fp8_tiles(c, src, wid[i], rg, g, xs, red + (i * ng + g - g0) * 256);
   BLOCK_SYNC();
-  if (warp == 0) {
-    float p = 0.f;
-    for (unsigned i = 0; i < nt; ++i) p += rp[i * 32 + lane];
-    sink(rg * 32 + lane, p);
+  for (unsigned p = threadIdx.x; p < NW * ng * 32; p += THREADS) {
+    const unsigned j = p / 32, r = p % 32, g = g0 + j % ng, nt = (min(K, (g + 1) * KGROUP) - g * KGROUP) / 128;
+    float s = 0.f;
+    for (unsigned t = 0; t < nt; ++t) s += red[j * 256 + t * 32 + r];
+    if (partial) out[(size_t)g * rows + rg * 32 + r] = s;
+    else sums[p] = s;
   }
+  if (partial) return;
+  BLOCK_SYNC();
+  if (threadIdx.x < 32)
+#pragma unroll
+    for (int i = 0; i < NW; ++i) {
+      float total = 0.f;
+      for (unsigned gi = 0; gi < ng; ++gi) total += sums[(i * ng + gi) * 32 + threadIdx.x];
+      done(i, rg * 32 + threadIdx.x, total);
+    }
 }
 
 // acc += the 8 bf16 weights of v times bf16 xs[0..8), in element order.
@@ -207,7 +230,8 @@ __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigne
 }
 
 // The shared memory after a GEMV's prepared input of K bf16 (16-byte aligned) and the block sums (8
-// floats): fp8_group's tile sums (2 x 8 x 32 floats; launch.rs sizes it).
+// floats): fp8_row_group's tile sums and group partials (NW x groups x (8 + 1) x 32 floats; launch.rs
+// sizes it).
 __device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (float*)(smem + ((K * 2 + 15) / 16) * 16 + 32); }
 
 // For each row of the span: the per-group sums, either stored as split-K partials [g][rows]
@@ -225,16 +249,11 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
   const unsigned short* xs = prep();
   if (is_fp8(c, wid)) {
-    float* red = tile_red(smem, K);
-    unsigned par = 0;
+    // whole row groups (the compiler's fp8 unit rows are multiples of 32); a barrier between them
     for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
-      float total = 0.f;
-      for (unsigned g = s.g0; g < s.g1; ++g, par ^= 1u)
-        fp8_group(c, src, wid, rg, g, xs, red, par, [&](unsigned r, float p) {
-          if (partial) out[(size_t)g * w.rows + r] = p;
-          else total = (g == s.g0 ? 0.f : total) + p;  // ORDER: k-groups in order, from 0 (row_dot's y = 0; y += ..)
-        });
-      if (!partial && threadIdx.x < 32) epilogue(rg * 32 + lane, total);
+      if (rg * 32 != s.r0) BLOCK_SYNC();
+      fp8_row_group<1>(c, src, &wid, rg, s.g0, s.g1, xs, tile_red(smem, K), partial, out, w.rows,
+                       [&](int, unsigned r, float v) { epilogue(r, v); });
     }
     return;
   }

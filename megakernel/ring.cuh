@@ -72,7 +72,8 @@ struct RingState {
 };
 
 // A bounded wait on a ring barrier's phase: false (and `err` set, the first hang kept) after
-// timeout_ns, or at once when another block stopped (err already set) or the consumers left (stop).
+// timeout_ns or when another block stopped (err already set); false with no error when the consumers
+// left the launch (`stop`: the device-side stop, or an error of theirs).
 __device__ __forceinline__ bool ring_wait(unsigned long long* b, unsigned parity, unsigned* err, unsigned code, unsigned long long timeout_ns, volatile unsigned* stop) {
   unsigned long long t0 = 0;
   for (unsigned i = 0;; ++i) {
@@ -81,8 +82,9 @@ __device__ __forceinline__ bool ring_wait(unsigned long long* b, unsigned parity
                  : "=r"(ok) : "r"(smem_addr(b)), "r"(parity) : "memory");
     if (ok) return true;
     if ((i & 63) == 0) {
+      if (stop && *stop) return false;  // the consumers left (the device-side stop): not an error
       if (i == 0) t0 = global_ns();
-      else if (global_ns() - t0 > timeout_ns || *(volatile unsigned*)err != 0 || (stop && *stop)) {
+      else if (global_ns() - t0 > timeout_ns || *(volatile unsigned*)err != 0) {
         atomicCAS(err, 0u, code);
         return false;
       }
@@ -90,7 +92,7 @@ __device__ __forceinline__ bool ring_wait(unsigned long long* b, unsigned parity
   }
 }
 
-// The megakernel's weight source for fp8_group: the consumers' position in the ring (every consumer
+// The megakernel's weight source for fp8_tiles: the consumers' position in the ring (every consumer
 // thread keeps the same copy). group(): the next slot's bytes once landed; done(): this warp took them.
 struct RingChunks {
   static constexpr bool SHARED = true;

@@ -10,7 +10,7 @@ use cudarc::driver::{CudaFunction, LaunchConfig};
 use super::abi::{DevCtx, MK_RING_HDR, MK_RING_MAX_SLOTS, MK_RING_SLOT_BYTES, THREADS};
 use super::{cu, GpuExec};
 use crate::error::{Error, Result};
-use crate::isa::access::{ATTN_HEAD_DIM, ATTN_PART, GDN_HEAD_DIM};
+use crate::isa::access::{ATTN_HEAD_DIM, ATTN_PART, GDN_HEAD_DIM, KGROUP};
 use crate::isa::{slot, Opcode, Program, Word};
 
 /// Shared memory on an H200 SM (228 KiB), of which one block may take 227 KiB; 1 KiB per resident
@@ -42,8 +42,10 @@ pub fn check_smem(name: &str, per_sm: u32, per_block: u32) -> Result<()> {
 pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let k = |s: usize| w.op(s).map(|b| p.buffers[b].cols as usize).unwrap_or(0);
     // x in bf16 (16-byte aligned), then the block sums (WARPS floats; prepared_input in common.cuh),
-    // then the fp8 tile sums (2 x 8 tiles x 32 rows of floats: tile_red in gemv.cuh)
-    let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8 + 2 * 8 * 32 * 4;
+    // then the fp8 tile sums and group partials of a row group (weights x k-groups x (8 + 1) x 32
+    // floats: fp8_row_group in gemv.cuh; gate and up are two weights)
+    let weights = if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
+    let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8 + weights * k.div_ceil(KGROUP) * 9 * 32 * 4;
     let group = w.arg1 as usize;
     (match w.opcode {
         op if is_gemv(op) => gemv(k(slot::IN0)),
@@ -230,7 +232,7 @@ mod tests {
         .unwrap();
         let need = p.words.iter().map(|w| smem_bytes(&p, w)).max().unwrap();
         // down_proj's x of 17,408 bf16 is the largest
-        assert_eq!(need as usize, 17_408 * 2 + 32 + 2 * 8 * 32 * 4);
+        assert_eq!(need as usize, 17_408 * 2 + 32 + 17 * 9 * 32 * 4);
         let (smem, slots) = mega_shape(&p).unwrap();
         assert_eq!(slots, 5);
         assert_eq!(smem, 1024 + 5 * 32768 + need);
