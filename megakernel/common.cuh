@@ -146,14 +146,15 @@ __device__ __forceinline__ float chunk_squares(uint4 v, float ss) {
   }
   return ss;
 }
-// A 16-byte chunk of bf16 x normed: bf((x * rstd) * (1 + w)) for its 8 weights w.
-__device__ __forceinline__ uint4 chunk_normed(uint4 v, float4 wa, float4 wb, float rstd) {
+// A 16-byte chunk of bf16 x normed: bf((x * rstd) * (1 + w) * s) for its 8 weights w (s: 1, or 2^64
+// for an fp8 GEMV's input: exactly bf(..) * 2^64 wherever that is a normal bf16).
+__device__ __forceinline__ uint4 chunk_normed(uint4 v, float4 wa, float4 wb, float rstd, float s) {
   unsigned vw[4] = {v.x, v.y, v.z, v.w}, o[4];
   float ww[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
-    unsigned lo = f2bf((lo_bf(vw[q]) * rstd) * (1.0f + ww[2 * q]));
-    unsigned hi = f2bf((hi_bf(vw[q]) * rstd) * (1.0f + ww[2 * q + 1]));
+    unsigned lo = f2bf((lo_bf(vw[q]) * rstd) * (1.0f + ww[2 * q]) * s);
+    unsigned hi = f2bf((hi_bf(vw[q]) * rstd) * (1.0f + ww[2 * q + 1]) * s);
     o[q] = lo | (hi << 16);
   }
   return make_uint4(o[0], o[1], o[2], o[3]);
@@ -168,7 +169,7 @@ __device__ __forceinline__ uint4 chunk_normed(uint4 v, float4 wa, float4 wb, flo
 // (ONE_TRIP: the discrete GEMV kernels; the megakernel keeps the loop, its register budget is tight.)
 #define NORM_CHUNKS 3
 template <bool ONE_TRIP>
-__device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned n, float eps, unsigned short* out, float* red) {
+__device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned n, float eps, unsigned short* out, float* red, float s) {
   float ss = 0.f;
   if (ONE_TRIP && n % 8 == 0 && n <= NORM_CHUNKS * 8 * THREADS) {
     uint4 xv[NORM_CHUNKS];
@@ -190,19 +191,19 @@ __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned 
 #pragma unroll
     for (int j = 0; j < NORM_CHUNKS; ++j) {
       unsigned i = 8 * (threadIdx.x + j * THREADS);
-      if (i < n) *(uint4*)(out + i) = chunk_normed(xv[j], wa[j], wb[j], rstd);
+      if (i < n) *(uint4*)(out + i) = chunk_normed(xv[j], wa[j], wb[j], rstd, s);
     }
   } else if (n % 8 == 0) {
     for (unsigned i = 8 * threadIdx.x; i < n; i += 8 * THREADS) ss = chunk_squares(*(const uint4*)(x + i), ss);
     ss = block_sum(ss, red);
     float rstd = 1.0f / sqrtf(ss * (1.0f / (float)n) + eps);
     for (unsigned i = 8 * threadIdx.x; i < n; i += 8 * THREADS)
-      *(uint4*)(out + i) = chunk_normed(*(const uint4*)(x + i), *(const float4*)(w + i), *(const float4*)(w + i + 4), rstd);
+      *(uint4*)(out + i) = chunk_normed(*(const uint4*)(x + i), *(const float4*)(w + i), *(const float4*)(w + i + 4), rstd, s);
   } else {
     for (unsigned i = threadIdx.x; i < n; i += THREADS) { float v = bf2f(x[i]); ss += v * v; }
     ss = block_sum(ss, red);
     float rstd = 1.0f / sqrtf(ss * (1.0f / (float)n) + eps);
-    for (unsigned i = threadIdx.x; i < n; i += THREADS) out[i] = f2bf((bf2f(x[i]) * rstd) * (1.0f + w[i]));
+    for (unsigned i = threadIdx.x; i < n; i += THREADS) out[i] = f2bf((bf2f(x[i]) * rstd) * (1.0f + w[i]) * s);
   }
   BLOCK_SYNC();
 }
@@ -210,17 +211,14 @@ __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned 
 // Whether a weight is fp8 (storage codes 1 and 3; 2 is bf16).
 __device__ __forceinline__ bool is_fp8(const DevCtx& c, unsigned short wid) { return c.wbytes[wid] != 2; }
 
-// The fp8 GEMV's input as the tensor cores take it: x times 2^64 in bf16 (exact: a power of two; the
-// widened weights carry 2^-120, the products' 2^-56 comes off with the block scale). In place over the
-// prepared input xs[0..K) in shared memory, then a barrier.
-__device__ __forceinline__ void scale_x64(unsigned short* xs, unsigned K) {
-  for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = f2bf(bf2f(xs[i]) * 0x1p64f);
-  BLOCK_SYNC();
-}
+// The fp8 GEMV's input as the tensor cores take it: x times 2^64 in bf16 (exact wherever x * 2^64 is a
+// normal bf16: a power of two; the widened weights carry 2^-120, the products' 2^-56 comes off with the
+// block scale), folded into the preparation's last rounding. 1 for bf16 weights.
+__device__ __forceinline__ float input_scale(const DevCtx& c, unsigned short wid) { return is_fp8(c, wid) ? 0x1p64f : 1.0f; }
 
 // A GEMV's prepared input in shared memory: x = IN0 (bf16, K = its width) as bf16 at smem[0..K), either
 // RMS-normed with the norm weight in slot `norm` or copied as is (norm unused); times 2^64 for an fp8
-// weight in W0 (`scale_x64`). Recomputed only when
+// weight in W0 (`input_scale`). Recomputed only when
 // `fresh` (a block's first unit of the word): otherwise shared memory still holds it. The floats after
 // it (16-byte aligned) are the caller's (the block sums: WARPS floats).
 template <bool ONE_TRIP>
@@ -229,16 +227,16 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
   unsigned short* xs = (unsigned short*)smem;
   if (!fresh) return xs;
   const unsigned short* x = B<unsigned short>(c, w.ops[SLOT_IN0]);
+  const float s = input_scale(c, w.ops[SLOT_W0]);
   if (w.ops[norm_slot] != OPERAND_NONE) {
-    block_rmsnorm<ONE_TRIP>(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16));
+    block_rmsnorm<ONE_TRIP>(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16), s);
   } else {
-    if (K % 8 == 0)
+    if (K % 8 == 0 && s == 1.0f)
       for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = *(const uint4*)(x + i);
     else
-      for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = x[i];
+      for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = f2bf(bf2f(x[i]) * s);
     BLOCK_SYNC();
   }
-  if (is_fp8(c, w.ops[SLOT_W0])) scale_x64(xs, K);
   return xs;
 }
 

@@ -74,9 +74,11 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, Src& src, unsigned sh
   const unsigned K = c.cols[wid], kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
+  const unsigned kt = k0 + warp * 128, t = (kt % kc) / 128;
+  // the tile's block scale first: its load's latency hides behind the wait for the weights
+  const float sc0 = warp < nt ? c.scales[wid][(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
   const uint4* grp = src.group(c, wid, rg, kg);
   uint4 wv[2][4];
-  const unsigned kt = k0 + warp * 128, t = (kt % kc) / 128;
   if (warp < nt) {
     const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + lane;  // (32 kc bytes a chunk: 2 kc uint4)
 #pragma unroll
@@ -86,7 +88,7 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, Src& src, unsigned sh
   }
   src.done();
   if (warp < nt) {
-    const float sc = c.scales[wid][(size_t)(rg / 4) * (K / 128) + kt / 128] * 0x1p56f;
+    const float sc = sc0 * 0x1p56f;
     const uint4 xa = lds16(xs + kt + 16 * cq), xb = lds16(xs + kt + 16 * cq + 8);
     const uint4 xc = lds16(xs + kt + 64 + 16 * cq), xd = lds16(xs + kt + 72 + 16 * cq);
 #ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: the two halves of x's 16-byte pieces swapped (every fp8 GEMV wrong)

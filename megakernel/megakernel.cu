@@ -19,27 +19,28 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 
 
-// (bf16 GEMV words read their weights from global memory: GlobalChunks is never asked for a group)
+// (bf16 GEMV words read their weights from global memory: GlobalChunks is never asked for a group.
+// __noinline__ and the kernel's 224 registers: ptxas spills about the same either way, the call is smaller.)
 __device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, RingChunks& ring) {
   const bool ringed = ring_word(c, w);
   GlobalChunks global;
   switch (w.opcode) {
     case OP_EMBED: op_embed(c, w, u, smem, fresh); break;
     case OP_GEMV_NORM:
-      if (ringed) op_gemv_norm<false>(c, w, u, smem, fresh, ring);
-      else op_gemv_norm<false>(c, w, u, smem, fresh, global);
+      if (ringed) op_gemv_norm<true>(c, w, u, smem, fresh, ring);
+      else op_gemv_norm<true>(c, w, u, smem, fresh, global);
       break;
     case OP_GEMV_GATE_UP:
-      if (ringed) op_gemv_gate_up<false>(c, w, u, smem, fresh, ring);
-      else op_gemv_gate_up<false>(c, w, u, smem, fresh, global);
+      if (ringed) op_gemv_gate_up<true>(c, w, u, smem, fresh, ring);
+      else op_gemv_gate_up<true>(c, w, u, smem, fresh, global);
       break;
     case OP_GEMV_GATED_NORM_RESIDUAL:
-      if (ringed) op_gemv_gated_norm_residual<false>(c, w, u, smem, fresh, ring);
-      else op_gemv_gated_norm_residual<false>(c, w, u, smem, fresh, global);
+      if (ringed) op_gemv_gated_norm_residual<true>(c, w, u, smem, fresh, ring);
+      else op_gemv_gated_norm_residual<true>(c, w, u, smem, fresh, global);
       break;
     case OP_GEMV_RESIDUAL:
-      if (ringed) op_gemv_residual<false>(c, w, u, smem, fresh, ring);
-      else op_gemv_residual<false>(c, w, u, smem, fresh, global);
+      if (ringed) op_gemv_residual<true>(c, w, u, smem, fresh, ring);
+      else op_gemv_residual<true>(c, w, u, smem, fresh, global);
       break;
     case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem, fresh); break;
     case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem, fresh); break;
@@ -49,7 +50,7 @@ __device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u
     case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem, fresh); break;
     case OP_ATTN_PV: op_attn_pv(c, w, u, smem, fresh); break;
     case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem, fresh); break;
-    case OP_LM_HEAD: op_lm_head<false>(c, w, u, smem, fresh, global); break;
+    case OP_LM_HEAD: op_lm_head<true>(c, w, u, smem, fresh, global); break;
     case OP_ARGMAX: op_argmax(c, w, u, smem, fresh); break;
     case OP_END_STEP: op_end_step(c, w, u, smem, fresh); break;
     case OP_GDN_STEP: op_gdn_step(c, w, u, smem, fresh); break;
@@ -175,7 +176,7 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS + 32, 1) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
+extern "C" __global__ void __maxnreg__(224) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
   extern __shared__ __align__(16) char smem[];
   RingState r;
   r.full = (unsigned long long*)smem;

@@ -5,8 +5,8 @@
 // One 128-wide head's gated RMSNorm by one warp (the one arithmetic of GemvGatedNormResidual's input and
 // GdnStep): lane l holds the bf16 pairs at 2 l (cw[0], zw[0]) and 64 + 2 l (cw[1], zw[1]) of the head's
 // values and gates, wn the norm weight at 2 l, 2 l + 1, 64 + 2 l, 65 + 2 l. ORDER of the sum of squares:
-// the lane's four elements in that order, then the butterfly. Writes the pairs to dst[lane], dst[32 + lane].
-__device__ __forceinline__ void gated_head(const DevCtx& c, const unsigned* cw, const unsigned* zw, const float* wn, unsigned* dst) {
+// the lane's four elements in that order, then the butterfly. Writes the pairs to dst[lane], dst[32 + lane] (times s: 2^64 for an fp8 GEMV).
+__device__ __forceinline__ void gated_head(const DevCtx& c, const unsigned* cw, const unsigned* zw, const float* wn, unsigned* dst, float s = 1.0f) {
   const unsigned d = 128, lane = threadIdx.x & 31;
   float x[4] = {lo_bf(cw[0]), hi_bf(cw[0]), lo_bf(cw[1]), hi_bf(cw[1])};
   float zz[4] = {lo_bf(zw[0]), hi_bf(zw[0]), lo_bf(zw[1]), hi_bf(zw[1])};
@@ -17,7 +17,7 @@ __device__ __forceinline__ void gated_head(const DevCtx& c, const unsigned* cw, 
   float rstd = 1.0f / sqrtf(ss * (1.0f / (float)d) + c.eps);
   unsigned o[4];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) o[e] = f2bf(bf(wn[e] * bf(x[e] * rstd)) * silu(zz[e]));
+  for (int e = 0; e < 4; ++e) o[e] = f2bf(bf(wn[e] * bf(x[e] * rstd)) * silu(zz[e]) * s);
   dst[lane] = o[0] | (o[1] << 16);
   dst[32 + lane] = o[2] | (o[3] << 16);
 }
@@ -39,7 +39,8 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
     if (!fresh) return xs;
     unsigned heads = K / d, warp = threadIdx.x >> 5;
     float wn[4] = {nw[2 * lane], nw[2 * lane + 1], nw[64 + 2 * lane], nw[65 + 2 * lane]};
-    auto head = [&](unsigned hh, const unsigned* cw, const unsigned* zw) { gated_head(c, cw, zw, wn, (unsigned*)(xs + hh * d)); };
+    const float s = input_scale(c, w.ops[SLOT_W0]);
+    auto head = [&](unsigned hh, const unsigned* cw, const unsigned* zw) { gated_head(c, cw, zw, wn, (unsigned*)(xs + hh * d), s); };
     auto load = [&](const unsigned short* src, unsigned hh, unsigned* v) {
       const unsigned* p = (const unsigned*)(src + hh * d);
       v[0] = p[lane];
@@ -65,7 +66,6 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
       }
     }
     BLOCK_SYNC();  // fresh is the same for the whole block
-    if (is_fp8(c, w.ops[SLOT_W0])) scale_x64(xs, K);
     return xs;
   }
 }
