@@ -216,6 +216,15 @@ __device__ __forceinline__ bool is_fp8(const DevCtx& c, unsigned short wid) { re
 // block scale), folded into the preparation's last rounding. 1 for bf16 weights.
 __device__ __forceinline__ float input_scale(const DevCtx& c, unsigned short wid) { return is_fp8(c, wid) ? 0x1p64f : 1.0f; }
 
+// 8 bf16 times s (a power of two: exact wherever the result is a normal bf16; s = 1 leaves them).
+__device__ __forceinline__ uint4 scaled8(uint4 v, float s) {
+  if (s == 1.0f) return v;
+  unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) w[q] = (unsigned)f2bf(lo_bf(w[q]) * s) | ((unsigned)f2bf(hi_bf(w[q]) * s) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // A GEMV's prepared input in shared memory: x = IN0 (bf16, K = its width) as bf16 at smem[0..K), either
 // RMS-normed with the norm weight in slot `norm` or copied as is (norm unused); times 2^64 for an fp8
 // weight in W0 (`input_scale`). Recomputed only when
@@ -231,8 +240,8 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
   if (w.ops[norm_slot] != OPERAND_NONE) {
     block_rmsnorm<ONE_TRIP>(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16), s);
   } else {
-    if (K % 8 == 0 && s == 1.0f)
-      for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = *(const uint4*)(x + i);
+    if (K % 8 == 0)
+      for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = scaled8(*(const uint4*)(x + i), s);
     else
       for (unsigned i = threadIdx.x; i < K; i += THREADS) xs[i] = f2bf(bf2f(x[i]) * s);
     BLOCK_SYNC();

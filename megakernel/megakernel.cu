@@ -20,7 +20,8 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 
 
 // (bf16 GEMV words read their weights from global memory: GlobalChunks is never asked for a group.
-// __noinline__ and the kernel's 224 registers: ptxas spills about the same either way, the call is smaller.)
+// __noinline__: ptxas spills about the same either way at the kernel's 168 registers (9 warps: a sub-partition
+// holds 3 of them, 16,384 registers; __maxnreg__(224) compiled and its cooperative launch was refused).)
 __device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, RingChunks& ring) {
   const bool ringed = ring_word(c, w);
   GlobalChunks global;
@@ -176,7 +177,7 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
   }
 }
 
-extern "C" __global__ void __maxnreg__(224) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
+extern "C" __global__ void __launch_bounds__(THREADS + 32, 1) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
   extern __shared__ __align__(16) char smem[];
   RingState r;
   r.full = (unsigned long long*)smem;
