@@ -67,16 +67,22 @@ struct GlobalChunks {
 // chunk layout's warp tiles (h, t) of both 16-row halves h: 2 x 4 loads of 16 bytes a lane, all issued
 // before any arithmetic), widens e4m3 exactly to bf16 and runs 2 x 8 mma.sync m16n8k16 (x in B's
 // columns, permuted as the layout permutes the weights), then applies the 128 x 128 block scale (times
-// 2^56) to the tile's fp32 sum once. ORDER within a tile: the tensor core's (two accumulators, d + e).
-// The same instructions on the same bytes in both paths, from global memory or the ring.
+// 2^56: sc0, fp8_tile_scale, loaded a group ahead by the caller: a scale comes from memory, past the
+// L2 by the time its weights stream by) to the tile's fp32 sum once. ORDER within a tile: the tensor
+// core's (two accumulators, d + e). The same instructions on the same bytes in both paths, from global
+// memory or the ring.
+// This warp's block scale of tile `warp` of k-group kg of row group rg (0 past the group's tiles).
+__device__ __forceinline__ float fp8_tile_scale(const DevCtx& c, unsigned short wid, unsigned rg, unsigned kg) {
+  const unsigned K = c.cols[wid], kt = kg * KGROUP + (threadIdx.x >> 5) * 128;
+  return kt < min(K, (kg + 1) * KGROUP) ? c.scales[wid][(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
+}
+
 template <typename Src>
-__device__ __forceinline__ void fp8_tiles(const DevCtx& c, Src& src, unsigned short wid, unsigned rg, unsigned kg, const unsigned short* xs, float* red) {
+__device__ __forceinline__ void fp8_tiles(const DevCtx& c, Src& src, unsigned short wid, unsigned rg, unsigned kg, float sc0, const unsigned short* xs, float* red) {
   const unsigned K = c.cols[wid], kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
   const unsigned kt = k0 + warp * 128, t = (kt % kc) / 128;
-  // the tile's block scale first: its load's latency hides behind the wait for the weights
-  const float sc0 = warp < nt ? c.scales[wid][(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
   const uint4* grp = src.group(c, wid, rg, kg);
   uint4 wv[2][4];
   if (warp < nt) {
@@ -129,9 +135,16 @@ template <int NW, typename Src, typename Done>
 __device__ void fp8_row_group(const DevCtx& c, Src& src, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Done done) {
   const unsigned K = c.cols[wid[0]], ng = g1 - g0;
   float* sums = red + NW * ng * 256;  // the group partials [NW ng][32]
+  float sc = fp8_tile_scale(c, wid[0], rg, g0);
 #pragma unroll
   for (int i = 0; i < NW; ++i)
-    for (unsigned g = g0; g < g1; ++g) fp8_tiles(c, src, wid[i], rg, g, xs, red + (i * ng + g - g0) * 256);
+    for (unsigned g = g0; g < g1; ++g) {
+      // the next group's scale (the next weight's first) in flight while this group computes
+      const bool last = g + 1 == g1;
+      const float next = last ? (i + 1 < NW ? fp8_tile_scale(c, wid[i + 1 < NW ? i + 1 : i], rg, g0) : 0.f) : fp8_tile_scale(c, wid[i], rg, g + 1);
+      fp8_tiles(c, src, wid[i], rg, g, sc, xs, red + (i * ng + g - g0) * 256);
+      sc = next;
+    }
   BLOCK_SYNC();
   for (unsigned p = threadIdx.x; p < NW * ng * 32; p += THREADS) {
     const unsigned j = p / 32, r = p % 32, g = g0 + j % ng, nt = (min(K, (g + 1) * KGROUP) - g * KGROUP) / 128;

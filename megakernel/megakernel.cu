@@ -1,5 +1,5 @@
 // The megakernel: one cooperatively launched persistent kernel (one block per SM: THREADS consumer
-// threads and the weight ring's loader warp, ring.cuh) that executes the whole program of one step, or
+// threads, the weight ring's loader warp and the signaler warp, ring.cuh) that executes the whole program of one step, or
 // of n_steps steps (the in-kernel token loop: EndStep advances the control block on the device, a grid
 // join separates steps). Blocks walk the words in program order; the units of a word are handed out
 // dynamically (an integer atomic per word; the fp8 GEMV words' by the loader, through the ring), so which
@@ -83,7 +83,7 @@ __device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, u
 }
 
 // The consumers' walk over the words of every step (THREADS threads; `smem` after the ring).
-__device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, char* smem, RingChunks& ring) {
+__device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, char* smem, RingChunks& ring, const SignalQ& sq) {
   __shared__ unsigned unit_s[2], ok_s, stop_s, ready_s;
   unsigned par = 0;
   const unsigned G = gridDim.x;
@@ -146,8 +146,7 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
           unsigned next = ringed ? 0u : atomicAdd(&k.next[wi], 1u);
           // EndStep (one unit) just moved the token into the control block: keep it for the host.
           if (w.opcode == OP_END_STEP) k.tokens[s] = B<unsigned>(c, w.ops[SLOT_IN0])[1];
-          __threadfence();
-          atomicAdd(&k.counters[w.signal], 1u);
+          signal_unit(sq, w.signal);  // the signaler warp fences and adds
           if (!ringed) unit_s[par] = next - first_ticket;
           unsigned long long t_done = stamp ? global_ns() : 0;
           if (stamp) {
@@ -171,13 +170,16 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
       if (ringed) ring.done();  // the end marker's slot, by every consumer warp
     }
     if (threadIdx.x == 0) {
+      // the step's units signalled first: the next step's join must not pass a block whose counters
+      // are still queued (their words' waits in the next step count them)
+      while (ld_acquire_cta(sq.tail) != *sq.head) __nanosleep(32);
       __threadfence();
       atomicAdd(k.step_done, 1u);
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS + 32, 1) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
+extern "C" __global__ void __launch_bounds__(THREADS + 64, 1) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
   extern __shared__ __align__(16) char smem[];
   RingState r;
   r.full = (unsigned long long*)smem;
@@ -185,6 +187,11 @@ extern "C" __global__ void __launch_bounds__(THREADS + 32, 1) megakernel(const W
   r.hdr = (volatile unsigned*)(r.empty + MK_RING_MAX_SLOTS);
   r.stop = r.hdr + MK_RING_MAX_SLOTS;
   r.slots = (unsigned char*)smem + MK_RING_HDR;
+  SignalQ sq;
+  sq.head = r.stop + 1;
+  sq.tail = r.stop + 2;
+  sq.done = r.stop + 3;
+  sq.q = (unsigned*)(r.stop + 4);  // (SIGQ words: the header room is MK_RING_HDR bytes)
   r.n_slots = k.ring_slots;
   if (threadIdx.x == 0) {
     for (unsigned i = 0; i < r.n_slots; ++i) {
@@ -192,14 +199,19 @@ extern "C" __global__ void __launch_bounds__(THREADS + 32, 1) megakernel(const W
       mbar_init(&r.empty[i], WARPS);
     }
     *r.stop = 0;
+    *sq.head = *sq.tail = *sq.done = 0;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();  // (every thread of the block, the loader's warp too: the last barrier it joins)
   if (threadIdx.x >= THREADS) {
     if (threadIdx.x == THREADS) ring_loader(prog, n_words, c, k, r);
+    if (threadIdx.x == THREADS + 32) signaler(k, sq);
     return;
   }
   RingChunks ring{r, 0, 0, k.error, n_words + 2, k.timeout_ns};
-  consume(prog, n_words, c, k, smem + MK_RING_HDR + (size_t)r.n_slots * MK_RING_SLOT_BYTES, ring);
-  if (threadIdx.x == 0) *r.stop = 1;  // a loader still waiting for a slot stops
+  consume(prog, n_words, c, k, smem + MK_RING_HDR + (size_t)r.n_slots * MK_RING_SLOT_BYTES, ring, sq);
+  if (threadIdx.x == 0) {
+    *r.stop = 1;  // a loader still waiting for a slot stops
+    st_release_cta(sq.done, 1);  // the signaler drains the queue and stops
+  }
 }

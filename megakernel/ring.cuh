@@ -127,6 +127,51 @@ __device__ __forceinline__ bool ring_word(const DevCtx& c, const Word& w) {
           w.opcode == OP_GEMV_GATE_UP) && is_fp8(c, w.ops[SLOT_W0]);
 }
 
+// ---- The megakernel's signaler (one more warp, one thread) ----
+// A unit's completion (its counter's atomic, after a gpu-scope fence so that what the unit wrote is
+// visible first) leaves the consumers' path: consumer thread 0, after the barrier that ends the unit,
+// queues the counter (a release store of the queue's head at CTA scope); the signaler takes it (an
+// acquire load), fences (cumulative: it covers every write the barrier ordered before the release) and
+// adds. The fence's wait for the unit's stores (about a microsecond) no longer holds up the warp whose
+// next k-group frees a ring slot. Counters are integers: the order of the additions changes no bit.
+#define SIGQ 64
+struct SignalQ {
+  volatile unsigned* head;  // written by consumer thread 0
+  volatile unsigned* tail;  // written by the signaler
+  volatile unsigned* done;  // the consumers left the launch (their last signal queued first)
+  unsigned* q;              // [SIGQ] counter indices
+};
+__device__ __forceinline__ void st_release_cta(volatile unsigned* p, unsigned v) {
+  asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"(smem_addr((const void*)p)), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire_cta(volatile unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"(smem_addr((const void*)p)) : "memory");
+  return v;
+}
+// Consumer thread 0, after the barrier that ends a unit: queue counter `ctr` (waits while the queue is full).
+__device__ __forceinline__ void signal_unit(const SignalQ& sq, unsigned ctr) {
+  const unsigned h = *sq.head;
+  while (h - ld_acquire_cta(sq.tail) >= SIGQ) __nanosleep(32);
+  sq.q[h % SIGQ] = ctr;
+  st_release_cta(sq.head, h + 1);
+}
+// The signaler: every queued counter, in order, until the consumers are done and the queue is empty.
+__device__ void signaler(const MkCtl& k, SignalQ sq) {
+  unsigned t = 0;
+  for (;;) {
+    const unsigned h = ld_acquire_cta(sq.head);
+    if (h == t) {
+      if (*sq.done && ld_acquire_cta(sq.head) == t) return;
+      __nanosleep(32);
+      continue;
+    }
+    __threadfence();
+    for (; t != h; ++t) atomicAdd(&k.counters[sq.q[t % SIGQ]], 1u);
+    st_release_cta(sq.tail, t);
+  }
+}
+
 // The k-groups of unit u of ring word w, in the order its op reads them (gemv_rows, op_gemv_gate_up):
 // per row m of the word (for_rows), per row group, per weight (gate then up), per k-group in order.
 template <typename F>

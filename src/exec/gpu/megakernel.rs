@@ -134,11 +134,11 @@ impl GpuExec {
             n_steps,
             ring_slots: self.ring_slots,
         };
-        // One block per SM: THREADS consumer threads and the weight ring's loader warp (ring.cuh); the
-        // cooperative launch fails, instead of hanging, if they cannot all be resident.
+        // One block per SM: THREADS consumer threads, the weight ring's loader warp and the signaler
+        // warp (ring.cuh); the cooperative launch fails, instead of hanging, if they cannot all be resident.
         let cfg = LaunchConfig {
             grid_dim: (self.gpu.sms, 1, 1),
-            block_dim: (THREADS + 32, 1, 1),
+            block_dim: (THREADS + 64, 1, 1),
             shared_mem_bytes: self.mega_smem,
         };
         let prog_ptr = b + self.layout.prog as u64;
