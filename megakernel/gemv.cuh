@@ -54,8 +54,8 @@ __device__ __forceinline__ unsigned chunk_k(unsigned K) {
 // loads (the ring frees the slot).
 struct GlobalChunks {
   static constexpr bool SHARED = false;
-  __device__ __forceinline__ const uint4* group(const DevCtx& c, unsigned short wid, unsigned rg, unsigned kg) {
-    const unsigned K = c.cols[wid], kc = chunk_k(K);
+  __device__ __forceinline__ const uint4* group(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg) {
+    const unsigned kc = chunk_k(K);
     return (const uint4*)((const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + kg * KGROUP / kc) * 32 * kc);
   }
   __device__ __forceinline__ void done() {}
@@ -72,18 +72,18 @@ struct GlobalChunks {
 // core's (two accumulators, d + e). The same instructions on the same bytes in both paths, from global
 // memory or the ring.
 // This warp's block scale of tile `warp` of k-group kg of row group rg (0 past the group's tiles).
-__device__ __forceinline__ float fp8_tile_scale(const DevCtx& c, unsigned short wid, unsigned rg, unsigned kg) {
-  const unsigned K = c.cols[wid], kt = kg * KGROUP + (threadIdx.x >> 5) * 128;
-  return kt < min(K, (kg + 1) * KGROUP) ? c.scales[wid][(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
+__device__ __forceinline__ float fp8_tile_scale(const float* S, unsigned K, unsigned rg, unsigned kg) {
+  const unsigned kt = kg * KGROUP + (threadIdx.x >> 5) * 128;
+  return kt < min(K, (kg + 1) * KGROUP) ? S[(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
 }
 
 template <typename Src>
-__device__ __forceinline__ void fp8_tiles(const DevCtx& c, Src& src, unsigned short wid, unsigned rg, unsigned kg, float sc0, const unsigned short* xs, float* red) {
-  const unsigned K = c.cols[wid], kc = chunk_k(K), T = kc / 128;
+__device__ __forceinline__ void fp8_tiles(const DevCtx& c, Src& src, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, const unsigned short* xs, float* red) {
+  const unsigned kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
   const unsigned kt = k0 + warp * 128, t = (kt % kc) / 128;
-  const uint4* grp = src.group(c, wid, rg, kg);
+  const uint4* grp = src.group(c, wid, K, rg, kg);
   uint4 wv[2][4];
   if (warp < nt) {
     const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + lane;  // (32 kc bytes a chunk: 2 kc uint4)
@@ -135,14 +135,17 @@ template <int NW, typename Src, typename Done>
 __device__ void fp8_row_group(const DevCtx& c, Src& src, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Done done) {
   const unsigned K = c.cols[wid[0]], ng = g1 - g0;
   float* sums = red + NW * ng * 256;  // the group partials [NW ng][32]
-  float sc = fp8_tile_scale(c, wid[0], rg, g0);
+  const float* S[NW];  // the weights' block scales (their pointers read once a row group)
+#pragma unroll
+  for (int i = 0; i < NW; ++i) S[i] = c.scales[wid[i]];
+  float sc = fp8_tile_scale(S[0], K, rg, g0);
 #pragma unroll
   for (int i = 0; i < NW; ++i)
     for (unsigned g = g0; g < g1; ++g) {
       // the next group's scale (the next weight's first) in flight while this group computes
       const bool last = g + 1 == g1;
-      const float next = last ? (i + 1 < NW ? fp8_tile_scale(c, wid[i + 1 < NW ? i + 1 : i], rg, g0) : 0.f) : fp8_tile_scale(c, wid[i], rg, g + 1);
-      fp8_tiles(c, src, wid[i], rg, g, sc, xs, red + (i * ng + g - g0) * 256);
+      const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
+      fp8_tiles(c, src, wid[i], K, rg, g, sc, xs, red + (i * ng + g - g0) * 256);
       sc = next;
     }
   BLOCK_SYNC();
@@ -250,13 +253,14 @@ __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigne
 __device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (float*)(smem + ((K * 2 + 15) / 16) * 16 + 32); }
 
 // For each row of the span: the per-group sums, either stored as split-K partials [g][rows]
-// (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value)` (one lane a row).
+// (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value, pre(row))` (one lane a
+// row; fp8: `pre`, what the epilogue reads, is loaded before the row group's weights stream by).
 // `prep()` prepares the input (every thread calls it once) and returns it; fp8 weights read it times
 // 2^64 (the preps scale it: `prepared_input`, `gated_norm_input`). fp8: whole row groups of 32 (the
 // compiler's unit rows are multiples of 32, fp8 row counts too: layout.rs), their k-groups in order
 // from `src` (the megakernel's ring loader hands them out in this order: ring_unit_groups in ring.cuh).
-template <typename Src, typename Prep, typename Epi>
-__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, char* smem, Src& src, Prep prep, Epi epilogue) {
+template <typename Src, typename Prep, typename Pre, typename Epi>
+__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, char* smem, Src& src, Prep prep, Pre pre, Epi epilogue) {
   unsigned K = c.cols[wid];
   GemvSpan s = gemv_span(w, u, K);
   unsigned lane = threadIdx.x & 31;
@@ -267,8 +271,10 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     // whole row groups (the compiler's fp8 unit rows are multiples of 32); a barrier between them
     for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
       if (rg * 32 != s.r0) BLOCK_SYNC();
+      // what the epilogue reads (the residual row), loaded before the row group streams by
+      const float pv = !partial && threadIdx.x < 32 ? pre(rg * 32 + threadIdx.x) : 0.f;
       fp8_row_group<1>(c, src, &wid, rg, s.g0, s.g1, xs, tile_red(smem, K), partial, out, w.rows,
-                       [&](int, unsigned r, float v) { epilogue(r, v); });
+                       [&](int, unsigned r, float v) { epilogue(r, v, pv); });
     }
     return;
   }
@@ -285,7 +291,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     if (n == 2) dot_rows<2>(c, wids, rows, xs, s.g0, s.g1, part);
     else dot_rows<1>(c, wids, rows, xs, s.g0, s.g1, part);
     if (!partial && lane == 0)
-      for (int i = 0; i < n; ++i) epilogue(rows[i], total[i]);
+      for (int i = 0; i < n; ++i) epilogue(rows[i], total[i], pre(rows[i]));
   });
 }
 // The split-K reduce of one unit: y[r] = bf(sum_g partial[g][r]), or with the residual add

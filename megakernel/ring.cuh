@@ -107,7 +107,7 @@ struct RingChunks {
     if (!ring_wait(&r.full[slot], round & 1, err, code, timeout_ns, nullptr)) return RING_END;
     return r.hdr[slot];
   }
-  __device__ __forceinline__ const uint4* group(const DevCtx&, unsigned short, unsigned, unsigned) {
+  __device__ __forceinline__ const uint4* group(const DevCtx&, unsigned short, unsigned, unsigned, unsigned) {
     if (peek() == RING_END) atomicCAS(err, 0u, code);  // the loader and the op disagree on a unit's groups
     return (const uint4*)(r.slots + (size_t)slot * MK_RING_SLOT_BYTES);
   }
@@ -172,18 +172,17 @@ __device__ void signaler(const MkCtl& k, SignalQ sq) {
   }
 }
 
-// The k-groups of unit u of ring word w, in the order its op reads them (gemv_rows, op_gemv_gate_up):
-// per row m of the word (for_rows), per row group, per weight (gate then up), per k-group in order.
+// The k-groups of unit u of ring word w (K columns), in the order its op reads them (gemv_rows,
+// op_gemv_gate_up): per row m of the word (for_rows), per row group, per weight i (gate then up), per
+// k-group in order: f(i, rg, g).
 template <typename F>
-__device__ __forceinline__ void ring_unit_groups(const DevCtx& c, const Word& w, unsigned u, F f) {
-  const unsigned short wid0 = w.ops[SLOT_W0];
-  const unsigned K = c.cols[wid0];
+__device__ __forceinline__ void ring_unit_groups(const Word& w, unsigned K, unsigned u, F f) {
   const GemvSpan s = gemv_span(w, u, K);
   const unsigned nw = w.opcode == OP_GEMV_GATE_UP ? 2 : 1, rows = M_ROWS == 1 ? 1 : w.m_rows;
   for (unsigned m = 0; m < rows; ++m)
     for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg)
       for (unsigned i = 0; i < nw; ++i)
-        for (unsigned g = s.g0; g < s.g1; ++g) f(w.ops[i == 0 ? SLOT_W0 : SLOT_W1], rg, g);
+        for (unsigned g = s.g0; g < s.g1; ++g) f(i, rg, g);
 }
 
 // The loader (one thread): every ring word of the first n_words, step after step.
@@ -209,6 +208,10 @@ __device__ void ring_loader(const Word* prog, unsigned n_words, const DevCtx& c,
     for (unsigned wi = 0; wi < n_words; ++wi) {
       const Word w = prog[wi];
       if (!ring_word(c, w)) continue;
+      // the word's shape and weights, read once (not once a k-group)
+      const unsigned K = c.cols[w.ops[SLOT_W0]], kc = chunk_k(K);
+      const unsigned char* W[2] = {(const unsigned char*)c.bufs[w.ops[SLOT_W0]],
+                                   (const unsigned char*)c.bufs[w.opcode == OP_GEMV_GATE_UP ? w.ops[SLOT_W1] : w.ops[SLOT_W0]]};
       unsigned* tk = k.next + (s & 1) * n_words + wi;
       const unsigned base = (s >> 1) * (w.units + G * MK_RING_TICKETS);
       unsigned q[MK_RING_TICKETS];
@@ -221,10 +224,10 @@ __device__ void ring_loader(const Word* prog, unsigned n_words, const DevCtx& c,
         for (int i = 0; i + 1 < MK_RING_TICKETS; ++i) q[i] = q[i + 1];
         q[MK_RING_TICKETS - 1] = atomicAdd(tk, 1u) - base;
         bool first = true, ok = true;
-        ring_unit_groups(c, w, u, [&](unsigned short wid, unsigned rg, unsigned g) {
+        ring_unit_groups(w, K, u, [&](unsigned i, unsigned rg, unsigned g) {
           if (!ok) return;
-          const unsigned K = c.cols[wid], kc = chunk_k(K), k0 = g * KGROUP, width = min(K, k0 + KGROUP) - k0;
-          const unsigned char* src = (const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc;
+          const unsigned k0 = g * KGROUP, width = min(K, k0 + KGROUP) - k0;
+          const unsigned char* src = W[i] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc;
           ok = put(first ? RING_UNIT | u : 0u, src, 32 * width);
           first = false;
         });

@@ -73,5 +73,6 @@ template <bool STREAM, typename Src>
 __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, Src& src) {
   auto prep = [&] { return gated_norm_input<STREAM>(c, w, smem, fresh); };
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  gemv_rows(c, w, u, w.ops[SLOT_W0], smem, src, prep, [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
+  gemv_rows(c, w, u, w.ops[SLOT_W0], smem, src, prep, [&](unsigned r) { return bf2f(h[r]); },
+            [&](unsigned r, float v, float hr) { h[r] = f2bf(hr + bf(v)); });
 }

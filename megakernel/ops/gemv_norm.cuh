@@ -4,5 +4,5 @@ template <bool STREAM, typename Src>
 __device__ void op_gemv_norm(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, Src& src) {
   unsigned short* out = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   gemv_rows(c, w, u, w.ops[SLOT_W0], smem, src, [&] { return prepared_input<STREAM>(c, w, SLOT_W1, smem, fresh); },
-            [&](unsigned r, float v) { out[r] = f2bf(v); });
+            [](unsigned) { return 0.f; }, [&](unsigned r, float v, float) { out[r] = f2bf(v); });
 }

@@ -3,5 +3,5 @@ template <bool STREAM, typename Src>
 __device__ void op_gemv_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, Src& src) {
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   gemv_rows(c, w, u, w.ops[SLOT_W0], smem, src, [&] { return prepared_input<STREAM>(c, w, SLOT_W1, smem, fresh); },  // W1 unused: x as is
-            [&](unsigned r, float v) { h[r] = f2bf(bf2f(h[r]) + bf(v)); });
+            [&](unsigned r) { return bf2f(h[r]); }, [&](unsigned r, float v, float hr) { h[r] = f2bf(hr + bf(v)); });
 }
