@@ -58,9 +58,7 @@ static_assert(sizeof(Word) == 64, "instruction word is 64 bytes");
 #define SB_FULL 512
 #define SB_CANDS 66048
 #define SB_WORDS 70144
-#define MK_RING_SLOT_BYTES 32768
-#define MK_RING_MAX_SLOTS 6
-#define MK_RING_HDR 1024
+#define MEGA_BLOCKS_PER_SM 2
 struct DevCtx {
   void* const* bufs;
   const float* const* scales;
@@ -97,6 +95,5 @@ struct MkCtl {
   unsigned* step_done;
   unsigned* tokens;
   unsigned n_steps;
-  unsigned ring_slots;
 };
 static_assert(sizeof(MkCtl) == 80, "MkCtl as src/exec/gpu/abi.rs lays it out");

@@ -166,12 +166,10 @@ __device__ __forceinline__ uint4 chunk_normed(uint4 v, float4 wa, float4 wb, flo
 // else elements t, t + THREADS, ..), then block_sum. x, w and out are 16-byte aligned (arena, shared).
 // With n % 8 == 0 and n <= NORM_CHUNKS x 8 x THREADS a thread loads its x chunks and norm weights once,
 // all before the block sum (one round trip to memory instead of three).
-// (ONE_TRIP: the discrete GEMV kernels; the megakernel keeps the loop, its register budget is tight.)
 #define NORM_CHUNKS 3
-template <bool ONE_TRIP>
 __device__ void block_rmsnorm(const unsigned short* x, const float* w, unsigned n, float eps, unsigned short* out, float* red, float s) {
   float ss = 0.f;
-  if (ONE_TRIP && n % 8 == 0 && n <= NORM_CHUNKS * 8 * THREADS) {
+  if (n % 8 == 0 && n <= NORM_CHUNKS * 8 * THREADS) {
     uint4 xv[NORM_CHUNKS];
     float4 wa[NORM_CHUNKS], wb[NORM_CHUNKS];
 #pragma unroll
@@ -230,7 +228,6 @@ __device__ __forceinline__ uint4 scaled8(uint4 v, float s) {
 // weight in W0 (`input_scale`). Recomputed only when
 // `fresh` (a block's first unit of the word): otherwise shared memory still holds it. The floats after
 // it (16-byte aligned) are the caller's (the block sums: WARPS floats).
-template <bool ONE_TRIP>
 __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   unsigned short* xs = (unsigned short*)smem;
@@ -238,7 +235,7 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
   const unsigned short* x = B<unsigned short>(c, w.ops[SLOT_IN0]);
   const float s = input_scale(c, w.ops[SLOT_W0]);
   if (w.ops[norm_slot] != OPERAND_NONE) {
-    block_rmsnorm<ONE_TRIP>(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16), s);
+    block_rmsnorm(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16), s);
   } else {
     if (K % 8 == 0)
       for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = scaled8(*(const uint4*)(x + i), s);

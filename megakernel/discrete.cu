@@ -68,7 +68,6 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
     unsigned* tk = c.tickets + 2 * wi;                                                               \
     unsigned total = 0, last = 0xffffffffu, parity = 0;                                              \
     for (unsigned k = 0; k < nw; ++k) total += prog[wi + k].units;                                   \
-    GlobalChunks src; /* fp8 weights straight from the arena (the megakernel's come through its ring) */ \
     for (unsigned i = blockIdx.x; i < total;) {                                                      \
       unsigned nxt = 0;                                                                              \
       if (threadIdx.x == 0) nxt = gridDim.x + atomicAdd(tk, 1u);                                     \
@@ -78,7 +77,7 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
       __syncthreads();                                                                               \
-      for_rows(c, w, [&](const DevCtx& r, bool row) { op_##name<true>(r, w, u, smem, row || here != last, src); }); \
+      for_rows(c, w, [&](const DevCtx& r, bool row) { op_##name(r, w, u, smem, row || here != last); }); \
       last = here;                                                                                   \
       /* double-buffered: the slot written here was last read before the barrier above */            \
       if (threadIdx.x == 0) next_s[parity] = nxt;                                                    \

@@ -47,52 +47,27 @@ __device__ __forceinline__ unsigned chunk_k(unsigned K) {
   return K % 1024 == 0 ? 1024 : K % 512 == 0 ? 512 : K % 256 == 0 ? 256 : 128;
 }
 
-// Where an fp8 GEMV's weight bytes come from, a k-group of a row group at a time (the group's chunks
-// are contiguous in the chunk layout: 32 x its width bytes). GlobalChunks: read from the arena (the
-// discrete kernels). The megakernel's RingChunks (ring.cuh): a loader warp copied them into the next
-// slot of a shared-memory ring. `group` returns the group's first 16 bytes; `done` after the warp's
-// loads (the ring frees the slot).
-struct GlobalChunks {
-  static constexpr bool SHARED = false;
-  __device__ __forceinline__ const uint4* group(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg) {
-    const unsigned kc = chunk_k(K);
-    return (const uint4*)((const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + kg * KGROUP / kc) * 32 * kc);
-  }
-  __device__ __forceinline__ void done() {}
-};
-
-// The tile sums of row group rg (rows 32 rg ..) of fp8 weight `wid` over k-group kg, times the prepared
-// input xs (x * 2^64, bf16, shared memory), into shared memory red[t][32] (t: the group's 128-wide
-// tiles; no barrier: the caller joins once per row group, fp8_row_group). Warp w takes tile w (the
-// chunk layout's warp tiles (h, t) of both 16-row halves h: 2 x 4 loads of 16 bytes a lane, all issued
-// before any arithmetic), widens e4m3 exactly to bf16 and runs 2 x 8 mma.sync m16n8k16 (x in B's
-// columns, permuted as the layout permutes the weights), then applies the 128 x 128 block scale (times
-// 2^56: sc0, fp8_tile_scale, loaded a group ahead by the caller: a scale comes from memory, past the
-// L2 by the time its weights stream by) to the tile's fp32 sum once. ORDER within a tile: the tensor
-// core's (two accumulators, d + e). The same instructions on the same bytes in both paths, from global
-// memory or the ring.
 // This warp's block scale of tile `warp` of k-group kg of row group rg (0 past the group's tiles).
 __device__ __forceinline__ float fp8_tile_scale(const float* S, unsigned K, unsigned rg, unsigned kg) {
   const unsigned kt = kg * KGROUP + (threadIdx.x >> 5) * 128;
   return kt < min(K, (kg + 1) * KGROUP) ? S[(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
 }
 
-template <typename Src>
-__device__ __forceinline__ void fp8_tiles(const DevCtx& c, Src& src, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, const unsigned short* xs, float* red) {
+__device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, const unsigned short* xs, float* red) {
   const unsigned kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
   const unsigned kt = k0 + warp * 128, t = (kt % kc) / 128;
-  const uint4* grp = src.group(c, wid, K, rg, kg);
+  // the group's chunks are contiguous in the chunk layout (32 x its width bytes)
+  const uint4* grp = (const uint4*)((const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc);
   uint4 wv[2][4];
   if (warp < nt) {
     const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + lane;  // (32 kc bytes a chunk: 2 kc uint4)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) wv[h][i] = Src::SHARED ? lds16(tile + (h * T + t) * 128 + 32 * i) : ldw(tile + (h * T + t) * 128 + 32 * i);
+      for (int i = 0; i < 4; ++i) wv[h][i] = ldw(tile + (h * T + t) * 128 + 32 * i);
   }
-  src.done();
   if (warp < nt) {
     const float sc = sc0 * 0x1p56f;
     const uint4 xa = lds16(xs + kt + 16 * cq), xb = lds16(xs + kt + 16 * cq + 8);
@@ -126,13 +101,12 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, Src& src, unsigned sh
 }
 
 // Row group rg of NW fp8 weights wid[0..NW) (gate and up: 2) over k-groups [g0, g1): every group's tiles
-// (fp8_tiles, k-groups in order, weight by weight: the order the ring's loader copies them,
-// ring_unit_groups), one join, then the group partials, then `done(i, row, total)` on lanes of warp 0
+// (fp8_tiles, k-groups in order, weight by weight), one join, then the group partials, then `done(i, row, total)` on lanes of warp 0
 // (row 32 rg + lane; with `partial`, each group partial goes to out[g][rows] instead).
 // ORDER: a group partial = 0 + tile 0 + tile 1 + .. in tile order (the CPU's `group_partial`); a row =
 // 0 + partial g0 + partial g0 + 1 + .. in group order (`row_dot`). red: fp8_red_floats(NW, groups).
-template <int NW, typename Src, typename Done>
-__device__ void fp8_row_group(const DevCtx& c, Src& src, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Done done) {
+template <int NW, typename Done>
+__device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Done done) {
   const unsigned K = c.cols[wid[0]], ng = g1 - g0;
   float* sums = red + NW * ng * 256;  // the group partials [NW ng][32]
   const float* S[NW];  // the weights' block scales (their pointers read once a row group)
@@ -145,7 +119,7 @@ __device__ void fp8_row_group(const DevCtx& c, Src& src, const unsigned short* w
       // the next group's scale (the next weight's first) in flight while this group computes
       const bool last = g + 1 == g1;
       const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
-      fp8_tiles(c, src, wid[i], K, rg, g, sc, xs, red + (i * ng + g - g0) * 256);
+      fp8_tiles(c, wid[i], K, rg, g, sc, xs, red + (i * ng + g - g0) * 256);
       sc = next;
     }
   BLOCK_SYNC();
@@ -257,10 +231,9 @@ __device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (flo
 // row; fp8: `pre`, what the epilogue reads, is loaded before the row group's weights stream by).
 // `prep()` prepares the input (every thread calls it once) and returns it; fp8 weights read it times
 // 2^64 (the preps scale it: `prepared_input`, `gated_norm_input`). fp8: whole row groups of 32 (the
-// compiler's unit rows are multiples of 32, fp8 row counts too: layout.rs), their k-groups in order
-// from `src` (the megakernel's ring loader hands them out in this order: ring_unit_groups in ring.cuh).
-template <typename Src, typename Prep, typename Pre, typename Epi>
-__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, char* smem, Src& src, Prep prep, Pre pre, Epi epilogue) {
+// compiler's unit rows are multiples of 32, fp8 row counts too: layout.rs), their k-groups in order.
+template <typename Prep, typename Pre, typename Epi>
+__device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, char* smem, Prep prep, Pre pre, Epi epilogue) {
   unsigned K = c.cols[wid];
   GemvSpan s = gemv_span(w, u, K);
   unsigned lane = threadIdx.x & 31;
@@ -273,7 +246,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
       if (rg * 32 != s.r0) BLOCK_SYNC();
       // what the epilogue reads (the residual row), loaded before the row group streams by
       const float pv = !partial && threadIdx.x < 32 ? pre(rg * 32 + threadIdx.x) : 0.f;
-      fp8_row_group<1>(c, src, &wid, rg, s.g0, s.g1, xs, tile_red(smem, K), partial, out, w.rows,
+      fp8_row_group<1>(c, &wid, rg, s.g0, s.g1, xs, tile_red(smem, K), partial, out, w.rows,
                        [&](int, unsigned r, float v) { epilogue(r, v, pv); });
     }
     return;

@@ -1,8 +1,8 @@
-// The megakernel: one cooperatively launched persistent kernel (one block per SM: THREADS consumer
-// threads, the weight ring's loader warp and the signaler warp, ring.cuh) that executes the whole program of one step, or
-// of n_steps steps (the in-kernel token loop: EndStep advances the control block on the device, a grid
-// join separates steps). Blocks walk the words in program order; the units of a word are handed out
-// dynamically (an integer atomic per word; the fp8 GEMV words' by the loader, through the ring), so which
+// The megakernel: one cooperatively launched persistent kernel (MEGA_BLOCKS_PER_SM blocks per SM, the
+// generated header's: 2, at the GEMV kernels' 128 registers) that
+// executes the whole program of one step, or of n_steps steps (the in-kernel token loop: EndStep
+// advances the control block on the device, a grid join separates steps). Blocks walk the words in
+// program order; the units of a word are handed out dynamically (an integer atomic per word), so which
 // block runs a unit never changes its bits: a unit is a fixed piece of work and calls the same op_* as
 // the discrete path's k_* kernels. Before a unit runs, its word's counter must reach the word's target
 // (acquire load by one thread, bounded by a wall-clock limit: a hang becomes an error naming the first
@@ -19,30 +19,13 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 
 
-// (bf16 GEMV words read their weights from global memory: GlobalChunks is never asked for a group.
-// __noinline__: ptxas spills about the same either way at the kernel's 168 registers (9 warps: a sub-partition
-// holds 3 of them, 16,384 registers; __maxnreg__(224) compiled and its cooperative launch was refused).)
-__device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, RingChunks& ring) {
-  const bool ringed = ring_word(c, w);
-  GlobalChunks global;
+__device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   switch (w.opcode) {
     case OP_EMBED: op_embed(c, w, u, smem, fresh); break;
-    case OP_GEMV_NORM:
-      if (ringed) op_gemv_norm<true>(c, w, u, smem, fresh, ring);
-      else op_gemv_norm<true>(c, w, u, smem, fresh, global);
-      break;
-    case OP_GEMV_GATE_UP:
-      if (ringed) op_gemv_gate_up<true>(c, w, u, smem, fresh, ring);
-      else op_gemv_gate_up<true>(c, w, u, smem, fresh, global);
-      break;
-    case OP_GEMV_GATED_NORM_RESIDUAL:
-      if (ringed) op_gemv_gated_norm_residual<true>(c, w, u, smem, fresh, ring);
-      else op_gemv_gated_norm_residual<true>(c, w, u, smem, fresh, global);
-      break;
-    case OP_GEMV_RESIDUAL:
-      if (ringed) op_gemv_residual<true>(c, w, u, smem, fresh, ring);
-      else op_gemv_residual<true>(c, w, u, smem, fresh, global);
-      break;
+    case OP_GEMV_NORM: op_gemv_norm(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATE_UP: op_gemv_gate_up(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual(c, w, u, smem, fresh); break;
+    case OP_GEMV_RESIDUAL: op_gemv_residual(c, w, u, smem, fresh); break;
     case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem, fresh); break;
     case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem, fresh); break;
     case OP_GDN_CONV: op_gdn_conv(c, w, u, smem, fresh); break;
@@ -51,7 +34,7 @@ __device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u
     case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem, fresh); break;
     case OP_ATTN_PV: op_attn_pv(c, w, u, smem, fresh); break;
     case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem, fresh); break;
-    case OP_LM_HEAD: op_lm_head<true>(c, w, u, smem, fresh, global); break;
+    case OP_LM_HEAD: op_lm_head(c, w, u, smem, fresh); break;
     case OP_ARGMAX: op_argmax(c, w, u, smem, fresh); break;
     case OP_END_STEP: op_end_step(c, w, u, smem, fresh); break;
     case OP_GDN_STEP: op_gdn_step(c, w, u, smem, fresh); break;
@@ -82,8 +65,8 @@ __device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, u
   return ok;
 }
 
-// The consumers' walk over the words of every step (THREADS threads; `smem` after the ring).
-__device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, char* smem, RingChunks& ring, const SignalQ& sq) {
+extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
+  extern __shared__ __align__(16) char smem[];
   __shared__ unsigned unit_s[2], ok_s, stop_s, ready_s;
   unsigned par = 0;
   const unsigned G = gridDim.x;
@@ -102,29 +85,20 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
     unsigned prepared = 0xffffffffu;  // the word whose GEMV input shared memory holds ; none at a step's start
     for (unsigned wi = 0; wi < n_words; ++wi) {
       Word w = prog[wi];
-      const bool ringed = ring_word(c, w);
       const unsigned first_ticket = s * (w.units + G);
       // The counter is looked at until the block has once seen it at its target (it only
       // grows within a launch: later units of the word need no look), and the next unit's ticket is
-      // taken before the fence that publishes this unit (its round trip overlaps the fence's). A ring
-      // word's units come from the ring's headers instead (the loader took the tickets).
+      // taken before the fence that publishes this unit (its round trip overlaps the fence's).
       bool seen = w.wait == NO_COUNTER;
       unsigned long long t_ticket = 0;
       const bool stamp = k.stamps && s == 0 && threadIdx.x == 0;
-      unsigned u;
-      if (ringed) {
-        const unsigned h = ring.peek();
+      if (threadIdx.x == 0) {
+        unit_s[par] = atomicAdd(&k.next[wi], 1u) - first_ticket;
         if (stamp) t_ticket = global_ns();
-        u = h == RING_END ? w.units : h & 0xffffffu;
-      } else {
-        if (threadIdx.x == 0) {
-          unit_s[par] = atomicAdd(&k.next[wi], 1u) - first_ticket;
-          if (stamp) t_ticket = global_ns();
-        }
-        BLOCK_SYNC();
-        u = unit_s[par];
-        par ^= 1u;  // unit_s is double-buffered: the slot written next was read before the last barrier
       }
+      BLOCK_SYNC();
+      unsigned u = unit_s[par];
+      par ^= 1u;  // unit_s is double-buffered: the slot written next was read before the last barrier
       while (u < w.units) {
         unsigned long long t_ready = t_ticket;
         if (!seen) {
@@ -139,15 +113,16 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
           seen = true;
           // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
         }
-        for_rows(c, w, [&](const DevCtx& r, bool row) { dispatch(r, w, u, smem, row || wi != prepared, ring); });
+        for_rows(c, w, [&](const DevCtx& r, bool row) { dispatch(r, w, u, smem, row || wi != prepared); });
         prepared = wi;
         BLOCK_SYNC();
         if (threadIdx.x == 0) {
-          unsigned next = ringed ? 0u : atomicAdd(&k.next[wi], 1u);
+          unsigned next = atomicAdd(&k.next[wi], 1u);
           // EndStep (one unit) just moved the token into the control block: keep it for the host.
           if (w.opcode == OP_END_STEP) k.tokens[s] = B<unsigned>(c, w.ops[SLOT_IN0])[1];
-          signal_unit(sq, w.signal);  // the signaler warp fences and adds
-          if (!ringed) unit_s[par] = next - first_ticket;
+          __threadfence();
+          atomicAdd(&k.counters[w.signal], 1u);
+          unit_s[par] = next - first_ticket;
           unsigned long long t_done = stamp ? global_ns() : 0;
           if (stamp) {
             unsigned long long* e = k.stamps + 4 * (size_t)(k.unit_base[wi] + u);
@@ -158,60 +133,14 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
           }
           t_ticket = t_done;
         }
-        if (ringed) {
-          const unsigned h = ring.peek();  // (the op released its last slot: the next one is this word's)
-          u = h == RING_END ? w.units : h & 0xffffffu;
-        } else {
-          BLOCK_SYNC();
-          u = unit_s[par];
-          par ^= 1u;
-        }
+        BLOCK_SYNC();
+        u = unit_s[par];
+        par ^= 1u;
       }
-      if (ringed) ring.done();  // the end marker's slot, by every consumer warp
     }
     if (threadIdx.x == 0) {
-      // the step's units signalled first: the next step's join must not pass a block whose counters
-      // are still queued (their words' waits in the next step count them)
-      while (ld_acquire_cta(sq.tail) != *sq.head) __nanosleep(32);
       __threadfence();
       atomicAdd(k.step_done, 1u);
     }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS + 64, 1) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
-  extern __shared__ __align__(16) char smem[];
-  RingState r;
-  r.full = (unsigned long long*)smem;
-  r.empty = r.full + MK_RING_MAX_SLOTS;
-  r.hdr = (volatile unsigned*)(r.empty + MK_RING_MAX_SLOTS);
-  r.stop = r.hdr + MK_RING_MAX_SLOTS;
-  r.slots = (unsigned char*)smem + MK_RING_HDR;
-  SignalQ sq;
-  sq.head = r.stop + 1;
-  sq.tail = r.stop + 2;
-  sq.done = r.stop + 3;
-  sq.q = (unsigned*)(r.stop + 4);  // (SIGQ words: the header room is MK_RING_HDR bytes)
-  r.n_slots = k.ring_slots;
-  if (threadIdx.x == 0) {
-    for (unsigned i = 0; i < r.n_slots; ++i) {
-      mbar_init(&r.full[i], 1);
-      mbar_init(&r.empty[i], WARPS);
-    }
-    *r.stop = 0;
-    *sq.head = *sq.tail = *sq.done = 0;
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();  // (every thread of the block, the loader's warp too: the last barrier it joins)
-  if (threadIdx.x >= THREADS) {
-    if (threadIdx.x == THREADS) ring_loader(prog, n_words, c, k, r);
-    if (threadIdx.x == THREADS + 32) signaler(k, sq);
-    return;
-  }
-  RingChunks ring{r, 0, 0, k.error, n_words + 2, k.timeout_ns};
-  consume(prog, n_words, c, k, smem + MK_RING_HDR + (size_t)r.n_slots * MK_RING_SLOT_BYTES, ring, sq);
-  if (threadIdx.x == 0) {
-    *r.stop = 1;  // a loader still waiting for a slot stops
-    st_release_cta(sq.done, 1);  // the signaler drains the queue and stops
   }
 }

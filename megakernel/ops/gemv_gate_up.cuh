@@ -1,10 +1,9 @@
 // op_gemv_gate_up: act[r] = bf(bf(silu(bf(gate_r . n))) * bf(up_r . n)), n = rmsnorm(x) with W2.
 // fp8: a row group of 32 at a time, gate's k-groups then up's (fp8_row_group), the epilogue on warp 0's
 // lanes; bf16: a warp a row, gate and up together (dot_rows). Row sums: k-groups in order, from 0.
-template <bool STREAM, typename Src>
-__device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, Src& src) {
+__device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  const unsigned short* xs = prepared_input<STREAM>(c, w, SLOT_W2, smem, fresh);
+  const unsigned short* xs = prepared_input(c, w, SLOT_W2, smem, fresh);
   unsigned short* out = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;
@@ -13,7 +12,7 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
     for (unsigned rg = r0 / 32; rg * 32 < r1; ++rg) {
       if (rg * 32 != r0) BLOCK_SYNC();
       float acc = 0.f;  // gate's row total on warp 0's lanes, until up's arrives
-      fp8_row_group<2>(c, src, wids, rg, 0, groups, xs, tile_red(smem, K), false, nullptr, 0, [&](int i, unsigned r, float v) {
+      fp8_row_group<2>(c, wids, rg, 0, groups, xs, tile_red(smem, K), false, nullptr, 0, [&](int i, unsigned r, float v) {
         if (i == 0) acc = v;
         else out[r] = f2bf(bf(silu(bf(acc))) * bf(v));
       });

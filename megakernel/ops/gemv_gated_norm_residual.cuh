@@ -22,7 +22,6 @@ __device__ __forceinline__ void gated_head(const DevCtx& c, const unsigned* cw, 
   dst[32 + lane] = o[2] | (o[3] << 16);
 }
 // The prepared input (into shared memory, when `fresh`): the gated norm of every value head.
-template <bool ONE_TRIP>
 __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   const unsigned short* core = B<unsigned short>(c, w.ops[SLOT_IN0]);
@@ -31,9 +30,8 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
   unsigned d = c.gdn_dim, lane = threadIdx.x & 31;
   // Warp w normalises heads w, w + 8, ..; lane l takes the bf16 pairs at 2 l and 64 + 2 l of a head
   // (d = 128); ORDER of a head's sum of squares: the lane's four elements in that order, then the
-  // butterfly. With STREAM (the discrete kernels) every load of the warp's heads is issued before any
-  // arithmetic (one round trip to memory); else head by head. The same arithmetic either way (graph and
-  // megakernel bits agree). The host refuses a GDN head size other than 128 (GDN_HEAD_DIM).
+  // butterfly. With at most GATED_HEADS heads a warp every load of the warp's heads is issued before any
+  // arithmetic (one round trip to memory); else head by head. The same arithmetic either way. The host refuses a GDN head size other than 128 (GDN_HEAD_DIM).
   {
     unsigned short* xs = (unsigned short*)smem;
     if (!fresh) return xs;
@@ -46,7 +44,7 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
       v[0] = p[lane];
       v[1] = p[32 + lane];
     };
-    if (ONE_TRIP && heads <= GATED_HEADS * WARPS) {
+    if (heads <= GATED_HEADS * WARPS) {
       unsigned cw[GATED_HEADS][2], zw[GATED_HEADS][2];
 #pragma unroll
       for (int j = 0; j < GATED_HEADS; ++j)
@@ -69,10 +67,9 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
     return xs;
   }
 }
-template <bool STREAM, typename Src>
-__device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, Src& src) {
-  auto prep = [&] { return gated_norm_input<STREAM>(c, w, smem, fresh); };
+__device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
+  auto prep = [&] { return gated_norm_input(c, w, smem, fresh); };
   unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  gemv_rows(c, w, u, w.ops[SLOT_W0], smem, src, prep, [&](unsigned r) { return bf2f(h[r]); },
+  gemv_rows(c, w, u, w.ops[SLOT_W0], smem, prep, [&](unsigned r) { return bf2f(h[r]); },
             [&](unsigned r, float v, float hr) { h[r] = f2bf(hr + bf(v)); });
 }

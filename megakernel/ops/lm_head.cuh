@@ -18,10 +18,9 @@ __device__ __forceinline__ void topk_count(const DevCtx& c, const unsigned short
   }
 }
 
-template <bool STREAM, typename Src>  // (STREAM, Src unused: bf16 weights take dot_rows)
-__device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh, Src&) {
+__device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  unsigned short* xs = prepared_input<STREAM>(c, w, SLOT_W1, smem, fresh);
+  unsigned short* xs = prepared_input(c, w, SLOT_W1, smem, fresh);
   unsigned short* logits = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;

@@ -30,12 +30,10 @@ pub const SB_HI: usize = 256;
 pub const SB_FULL: usize = 512;
 pub const SB_CANDS: usize = SB_FULL + 65536;
 pub const SB_WORDS: usize = SB_CANDS + SAMPLE_CAP;
-/// The megakernel's weight ring (megakernel/ring.cuh): a slot holds one k-group of 32 rows of fp8
-/// (at most 32 KiB); at most this many slots; their barriers, headers and stop flag take the first KiB
-/// of its shared memory.
-pub const MK_RING_SLOT_BYTES: u32 = 32768;
-pub const MK_RING_MAX_SLOTS: u32 = 6;
-pub const MK_RING_HDR: u32 = 1024;
+/// Megakernel blocks per SM (its launch bounds; the host launches as many): 2, so that the fp8 GEMV
+/// has the discrete kernels' 128 registers (3 blocks of 80 registers measured 13.54 ms/token with the
+/// earlier GEMV; 2 of 128 with this one 12.19, results/issue25_c992b85).
+pub const MEGA_BLOCKS_PER_SM: u32 = 2;
 
 /// A `#[repr(C)]` struct with its C declaration beside it (field by field, the C type named), so the
 /// layout is written once; both sides assert its size.
@@ -103,8 +101,7 @@ c_struct! {
     MkCtl, 80 {
         /// [n_counters]
         counters: u64 = "unsigned*",
-        /// [2 n_words]: the next unit of each word to hand out (the ring words' loaders: two sets, by
-        /// the step's parity, ring.cuh).
+        /// [n_words]: the next unit of each word to hand out.
         next: u64 = "unsigned*",
         /// [0]: 0, or 1 + the first word whose wait ran past the time limit; [1]: its step.
         error: u64 = "unsigned*",
@@ -122,8 +119,6 @@ c_struct! {
         tokens: u64 = "unsigned*",
         /// Steps in this launch (>= 1; the timeline needs 1).
         n_steps: u32 = "unsigned",
-        /// Slots of the weight ring (2..=MK_RING_MAX_SLOTS: what the shared memory left by the ops holds).
-        ring_slots: u32 = "unsigned",
     }
 }
 
@@ -146,9 +141,7 @@ pub fn header() -> String {
         ("SB_FULL", SB_FULL),
         ("SB_CANDS", SB_CANDS),
         ("SB_WORDS", SB_WORDS),
-        ("MK_RING_SLOT_BYTES", MK_RING_SLOT_BYTES as usize),
-        ("MK_RING_MAX_SLOTS", MK_RING_MAX_SLOTS as usize),
-        ("MK_RING_HDR", MK_RING_HDR as usize),
+        ("MEGA_BLOCKS_PER_SM", MEGA_BLOCKS_PER_SM as usize),
     ] {
         s += &format!("#define {name} {v}\n");
     }
@@ -167,7 +160,7 @@ mod tests {
         assert!(h.contains("#define OP_END_STEP 16\n"));
         assert!(h.contains("#define KGROUP 1024\n#define ATTN_PART 256\n"));
         assert!(h.contains("struct DevCtx {\n  void* const* bufs;\n"));
-        assert!(h.contains("  unsigned ring_slots;\n};\nstatic_assert(sizeof(MkCtl) == 80"));
+        assert!(h.contains("  unsigned n_steps;\n};\nstatic_assert(sizeof(MkCtl) == 80"));
         // The sampler's regions do not overlap: 256 + 65,536 counts after the count word.
         assert!(SB_COUNT < SB_HI && SB_HI + 256 == SB_FULL && SB_FULL + 65536 == SB_CANDS);
         assert_eq!(SAMPLE_CAP.count_ones(), 1, "the bitonic sort pads to a power of two");

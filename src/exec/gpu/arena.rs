@@ -135,9 +135,8 @@ pub fn build(
     let layout = Layout {
         places,
         prog: take(words.len()),
-        // (zeroed before every launch) counters, next units (two sets), the error word and its step,
-        // step_done
-        mk: take(4 * (prog.n_counters as usize + 2 * prog.words.len() + 3)),
+        // (zeroed before every launch) counters, next units, the error word and its step, step_done
+        mk: take(4 * (prog.n_counters as usize + prog.words.len() + 3)),
         mk_stride: take(4 * prog.words.len()),
         mk_tokens: take(4 * max_ctx),
         tl_base: take(4 * prog.words.len()),

@@ -7,7 +7,7 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
-use super::abi::{DevCtx, MK_RING_HDR, MK_RING_MAX_SLOTS, MK_RING_SLOT_BYTES, THREADS};
+use super::abi::{DevCtx, MEGA_BLOCKS_PER_SM, THREADS};
 use super::{cu, GpuExec};
 use crate::error::{Error, Result};
 use crate::isa::access::{ATTN_HEAD_DIM, ATTN_PART, GDN_HEAD_DIM, KGROUP};
@@ -64,30 +64,16 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     }) as u32
 }
 
-/// The megakernel's shape (one block per SM): its dynamic shared memory (the weight ring's header and
-/// slots, then every word's needs: one launch runs them all) and the ring's slots: as many as fit, at
-/// most MK_RING_MAX_SLOTS, and fewer than the step's fp8 GEMV words (ring.cuh: a loader is then never a
-/// whole step behind another on the same ticket set).
-pub fn mega_shape(p: &Program) -> Result<(u32, u32)> {
-    let need = p.words.iter().map(|w| smem_bytes(p, w)).max().unwrap_or(0).div_ceil(16) * 16;
-    let room = SMEM_PER_BLOCK.saturating_sub(STATIC_SMEM_ROOM + MK_RING_HDR + need);
-    let ring_words = p.words.iter().filter(|w| is_ring_word(p, w)).count() as u32;
-    let slots = (room / MK_RING_SLOT_BYTES).min(MK_RING_MAX_SLOTS).min(ring_words.saturating_sub(1).max(2));
-    if slots < 2 {
-        crate::bail!("gpu: the megakernel needs {need} bytes of shared memory a block for its words; no room is left for its weight ring");
-    }
-    if (1..=2).contains(&ring_words) {
+/// The megakernel's dynamic shared memory: every word's needs (one launch runs them all), checked to
+/// fit MEGA_BLOCKS_PER_SM blocks on an SM.
+pub fn mega_smem_bytes(p: &Program) -> Result<u32> {
+    let need = p.words.iter().map(|w| smem_bytes(p, w)).max().unwrap_or(0);
+    if MEGA_BLOCKS_PER_SM * (need + 1024 + STATIC_SMEM_ROOM) > SMEM_PER_SM {
         crate::bail!(
-            "gpu: the megakernel's weight ring needs at least 3 fp8 GEMV words a step; the program has {ring_words}"
+            "gpu: the megakernel needs {need} bytes of shared memory a block; {MEGA_BLOCKS_PER_SM} blocks do not fit an SM"
         );
     }
-    Ok((MK_RING_HDR + slots * MK_RING_SLOT_BYTES + need, slots))
-}
-
-/// Whether a word's weights stream through the megakernel's ring: an fp8 GEMV (`ring_word` in ring.cuh).
-pub fn is_ring_word(p: &Program, w: &Word) -> bool {
-    matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp)
-        && w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1)
+    Ok(need)
 }
 
 /// Blocks of a GEMV launch of `units` units: every resident block (at most one per unit), each taking
@@ -223,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn the_megakernel_ring_fills_the_shared_memory_its_words_leave() {
+    fn the_megakernel_smem_fits_its_blocks_or_is_refused() {
         let p = crate::compiler::compile(
             &crate::model::config::ModelConfig::preset("qwen3.5-27b").unwrap(),
             "qwen3.5-27b",
@@ -231,16 +217,13 @@ mod tests {
         )
         .unwrap();
         let need = p.words.iter().map(|w| smem_bytes(&p, w)).max().unwrap();
-        // down_proj's x of 17,408 bf16 is the largest
+        // down_proj's x of 17,408 bf16 is the largest, with its row group's tile sums
         assert_eq!(need as usize, 17_408 * 2 + 32 + 17 * 9 * 32 * 4);
-        let (smem, slots) = mega_shape(&p).unwrap();
-        assert_eq!(slots, 5);
-        assert_eq!(smem, 1024 + 5 * 32768 + need);
-        assert!(smem + STATIC_SMEM_ROOM <= SMEM_PER_BLOCK);
+        assert_eq!(mega_smem_bytes(&p).unwrap(), need);
         let mut big = p.clone();
         let down = big.words.iter().position(|w| w.opcode == Opcode::GemvResidual).unwrap();
         let x = big.words[down].op(slot::IN0).unwrap();
-        big.buffers[x].cols = 100_000;
-        assert!(mega_shape(&big).unwrap_err().to_string().contains("no room is left for its weight ring"));
+        big.buffers[x].cols = 60_000;
+        assert!(mega_smem_bytes(&big).unwrap_err().to_string().contains("do not fit an SM"));
     }
 }

@@ -7,7 +7,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::abi::{DevCtx, MkCtl, THREADS};
+use super::abi::{DevCtx, MkCtl, MEGA_BLOCKS_PER_SM, THREADS};
 use super::{cu, GpuExec};
 use crate::error::{Error, Result};
 
@@ -116,9 +116,8 @@ impl GpuExec {
         self.write_token(token)?;
         let pos0 = self.pos as u32; // the host's mirror of the control block's position
         let (n_words, n_counters) = (self.prog.words.len(), self.prog.n_counters as usize);
-        // counters, tickets (two sets: the ring loaders', by the step's parity), the error word and its
-        // step, the finished-step count
-        let n_ctl = n_counters + 2 * n_words + 3;
+        // counters, tickets, the error word and its step, the finished-step count
+        let n_ctl = n_counters + n_words + 3;
         self.zero(self.layout.mk, self.layout.mk + 4 * n_ctl, "zero the megakernel counters")?;
         let (b, mk) = (self.base, self.base + self.layout.mk as u64);
         let ctl = MkCtl {
@@ -132,13 +131,12 @@ impl GpuExec {
             step_done: mk + 4 * (n_ctl as u64 - 1),
             tokens: b + self.layout.mk_tokens as u64,
             n_steps,
-            ring_slots: self.ring_slots,
         };
-        // One block per SM: THREADS consumer threads, the weight ring's loader warp and the signaler
-        // warp (ring.cuh); the cooperative launch fails, instead of hanging, if they cannot all be resident.
+        // MEGA_BLOCKS_PER_SM blocks per SM (its launch bounds); the cooperative launch fails, instead of
+        // hanging, if they cannot all be resident.
         let cfg = LaunchConfig {
-            grid_dim: (self.gpu.sms, 1, 1),
-            block_dim: (THREADS + 64, 1, 1),
+            grid_dim: (self.gpu.sms * MEGA_BLOCKS_PER_SM, 1, 1),
+            block_dim: (THREADS, 1, 1),
             shared_mem_bytes: self.mega_smem,
         };
         let prog_ptr = b + self.layout.prog as u64;
@@ -162,12 +160,6 @@ impl GpuExec {
         let pos = u32::from_le_bytes(pos);
         let e = u32::from_le_bytes([err[0], err[1], err[2], err[3]]);
         let step = u32::from_le_bytes([err[4], err[5], err[6], err[7]]);
-        if e as usize == n_words + 2 {
-            crate::bail!(
-                "megakernel: a wait of the weight ring in step {step} of the launch ran past {} s (a hang, stopped)",
-                MEGA_WAIT_TIMEOUT_NS / 1_000_000_000
-            );
-        }
         if e as usize == n_words + 1 {
             crate::bail!(
                 "megakernel: the join before step {step} of the launch waited more than {} s (a hang, stopped)",

@@ -46,8 +46,6 @@ pub struct GpuExec {
     sample_collect: CudaFunction,
     mega: CudaFunction,
     mega_smem: u32,
-    /// The megakernel's weight-ring slots (`launch::mega_shape`).
-    ring_slots: u32,
     graph: Option<CudaGraph>,
     ctrl: usize,
     logits: usize,
@@ -109,7 +107,7 @@ impl GpuExec {
                 launch::smem_bytes(prog, w)
             );
         }
-        let (mega_smem, ring_slots) = launch::mega_shape(prog)?;
+        let mega_smem = launch::mega_smem_bytes(prog)?;
         let stream = gpu.stream.clone();
         let (arena, base, layout, ctx) = arena::build(&stream, prog, weights, defines.get("GRAPH_STAMPS") != 0)?;
         // M > 1: the row loop is compiled in (M = 1 programs compile the sources unchanged).
@@ -159,7 +157,6 @@ impl GpuExec {
             sample_collect: load("k_sample_collect", 0)?,
             mega: load("megakernel", mega_smem)?,
             mega_smem,
-            ring_slots,
             graph: None,
             ctrl: find("ctrl")?,
             logits: find("logits")?,
