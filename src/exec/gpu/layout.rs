@@ -131,6 +131,21 @@ mod tests {
         }
     }
 
+    /// A weight big enough for the threaded transform (the 27B's are): every byte lands where `offset`
+    /// says, whichever thread moved it.
+    #[test]
+    fn the_threaded_transform_moves_every_byte() {
+        let (n, k) = (2112, 2048); // 66 row groups over the machine's threads, 4.3 M bytes
+        assert!(n * k >= 1 << 22);
+        let src: Vec<u8> = (0..n * k).map(|i| (i * 31 + i / 4093) as u8).collect();
+        let out = to_chunks(&src, n, k).unwrap();
+        for row in 0..n {
+            for col in 0..k {
+                assert_eq!(out[offset(k, row, col)], src[row * k + col], "({row}, {col})");
+            }
+        }
+    }
+
     #[test]
     fn the_transform_moves_every_byte_and_refuses_bad_shapes() {
         let (n, k) = (64, 1280); // two row groups, k = 5 x 256
