@@ -20,8 +20,7 @@
                            // for M > 1 programs, so M = 1 programs compile exactly as before (no row loop)
 #endif
 #ifndef GNR_MIN_BLOCKS
-#define GNR_MIN_BLOCKS GEMV_MIN_BLOCKS  // GDN out_proj's launch bounds alone (its 320 units on the 27B fill
-                                        // 2 x 132 resident blocks 1.2 times: 3 per SM would take one round)
+#define GNR_MIN_BLOCKS GEMV_MIN_BLOCKS  // GDN out_proj's launch bounds alone (the split GDN lowering's)
 #endif
 #define PV_GROUPS 4    // attention PV: position groups a unit's warps split its positions into (pairs of warps)
 static_assert(WARPS == 2 * PV_GROUPS, "attention PV: two warps (128 dims each) per position group");
@@ -87,8 +86,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// The join of a block's THREADS threads (every kernel runs its ops on THREADS threads; the megakernel's
-// weight-ring loader, one more warp, never joins: ring.cuh).
+// The join of a block's THREADS threads (every kernel runs its ops on blocks of THREADS threads).
 #define BLOCK_SYNC() asm volatile("bar.sync 0, %0;" ::"n"(THREADS) : "memory")
 
 // ORDER: butterfly over lanes (xor 16, 8, 4, 2, 1); every lane ends with the same value.

@@ -53,6 +53,16 @@ __device__ __forceinline__ float fp8_tile_scale(const float* S, unsigned K, unsi
   return kt < min(K, (kg + 1) * KGROUP) ? S[(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
 }
 
+// The tile sums of row group rg (rows 32 rg ..) of fp8 weight `wid` (K columns) over k-group kg, times
+// the prepared input xs (x * 2^64, bf16, shared memory), into shared memory red[t][32] (t: the group's
+// 128-wide tiles; no barrier: the caller joins once the row group's groups are in, fp8_row_group). Warp w
+// takes tile w (the chunk layout's warp tiles (h, t) of both 16-row halves h: 2 x 4 loads of 16 bytes a
+// lane, all issued before any arithmetic), widens e4m3 exactly to bf16 and runs 2 x 8 mma.sync m16n8k16
+// (x in B's columns, permuted as the layout permutes the weights), then applies the 128 x 128 block scale
+// (times 2^56: sc0, fp8_tile_scale, loaded a group ahead by the caller) to the tile's fp32 sum once.
+// ORDER within a tile: the tensor core's (two accumulators, d + e). The same instructions on the same
+// bytes in both paths.
+static_assert(KGROUP / 128 == WARPS, "fp8_tiles: a warp per 128-wide tile of a k-group");
 __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, const unsigned short* xs, float* red) {
   const unsigned kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
@@ -101,10 +111,11 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
 }
 
 // Row group rg of NW fp8 weights wid[0..NW) (gate and up: 2) over k-groups [g0, g1): every group's tiles
-// (fp8_tiles, k-groups in order, weight by weight), one join, then the group partials, then `done(i, row, total)` on lanes of warp 0
-// (row 32 rg + lane; with `partial`, each group partial goes to out[g][rows] instead).
-// ORDER: a group partial = 0 + tile 0 + tile 1 + .. in tile order (the CPU's `group_partial`); a row =
-// 0 + partial g0 + partial g0 + 1 + .. in group order (`row_dot`). red: fp8_red_floats(NW, groups).
+// (fp8_tiles, k-groups in order, weight by weight), a join, the group partials, a join, then
+// `done(i, row, total)` on lanes of warp 0 (row 32 rg + lane; with `partial`, each group partial goes to
+// out[g][rows] instead). ORDER: a group partial = 0 + tile 0 + tile 1 + .. in tile order (the CPU's
+// `group_partial`); a row = 0 + partial g0 + partial g0 + 1 + .. in group order (`row_dot`). red: NW x
+// groups x 256 tile sums, then NW x groups x 32 partials (`tile_red`; launch.rs sizes it).
 template <int NW, typename Done>
 __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Done done) {
   const unsigned K = c.cols[wid[0]], ng = g1 - g0;

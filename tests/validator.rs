@@ -93,6 +93,12 @@ fn wrong_operand_kinds_and_shapes() {
     let i = find(&p, Opcode::GemvGateUp, 0);
     p.words[i].ops[slot::W1] = p.buffer_id("act").unwrap() as u16;
     rejects(&p, &[&format!("word {i} (GemvGateUp"), "operand w1 is act (Activation), needs a Weight buffer"]);
+    // up stored otherwise than gate (the kernels read both as gate's storage says)
+    let mut p = tiny();
+    let i = find(&p, Opcode::GemvGateUp, 0);
+    let up = p.words[i].ops[slot::W1] as usize;
+    p.buffers[up].elem_bytes = 2;
+    rejects(&p, &[&format!("word {i} (GemvGateUp"), "and up", "differ"]);
     let mut p = tiny();
     let i = find(&p, Opcode::GemvNorm, 0);
     p.words[i].units += 1;

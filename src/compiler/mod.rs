@@ -23,16 +23,17 @@ use crate::model::config::{LayerKind, ModelConfig};
 use crate::model::forward::ATTN_PART;
 use crate::model::tensors::{expected_tensors, Dt, TensorSpec};
 
-/// Output rows per GEMV unit by default (one tensor-core tile of rows; `Target::gemv_unit_rows`).
+/// Output rows per GEMV unit by default (one chunk row group: two tensor-core tiles of rows;
+/// `Target::gemv_unit_rows`).
 pub const GEMV_UNIT_ROWS: u32 = crate::isa::DEFAULT_GEMV_UNIT_ROWS;
 /// Split a GEMV's reduction axis when it has fewer row slices than this many per SM.
 pub const SPLIT_BELOW_UNITS_PER_SM: u32 = 4;
 /// Blocks per SM a GEMV launch keeps resident (the kernels' launch bounds, `GEMV_MIN_BLOCKS` in
-/// megakernel/common.cuh, 2 since the pipelined stream, results/stream_f8ddd5c): a launch's units run in
+/// megakernel/common.cuh, 2 since results/stream_f8ddd5c; the megakernel's 2 too): a launch's units run in
 /// rounds of this many per SM.
 pub const GEMV_BLOCKS_PER_SM: u32 = 2;
 /// What a split costs (its reduce stage: one more launch and a pass over the partials), in rounds of
-/// one 16-row k-group unit per resident block (estimated at 4 blocks per SM: a reduce launch measured
+/// one k-group unit per resident block (estimated at 4 blocks per SM and 16-row units: a reduce launch measured
 /// about 5 us on the 27B, a round of 16 KB units on 528 blocks is 1.9 us at 4.62 TB/s; not refitted
 /// for 2 blocks per SM, where a round is 264 units: the 27B's shapes came out the same).
 pub const SPLIT_COST_ROUNDS: u32 = 2;
@@ -233,9 +234,9 @@ impl Builder<'_> {
 /// of the largest unit; in k-group rounds, with the other words' units counted as that many units of
 /// this word's size: cost(k) = ceil((row_units k + other groups / ceil(groups / k)) / slots)
 /// x (ceil(groups / k) + `UNIT_OVERHEAD_ROUNDS`), plus `SPLIT_COST_ROUNDS` when k > 1. The cheapest k
-/// wins (ties: fewer parts). E.g. the 27B's down projection (320 slices, 17 groups, 528 slots): k = 1
-/// costs 18, k = 2 2 x 10 + 2, k = 3 2 x 7 + 2 (chosen), k = 17 11 x 2 + 2; the GDN out_proj (320
-/// slices, 6 groups): k = 1 costs 7, k = 3 2 x 3 + 2 (k = 1: no split, no reduce).
+/// wins (ties: fewer parts). E.g. the 27B's down projection (160 slices of 32 rows, 17 groups, 264
+/// slots): k = 1 costs 18, k = 2 2 x 10 + 2, k = 3 2 x 7 + 2 (chosen), k = 17 11 x 2 + 2; the GDN
+/// out_proj (160 slices, 6 groups): k = 1 costs 7, k = 3 2 x 3 + 2 (k = 1: no split, no reduce).
 pub fn split_parts(row_units: u32, other: u32, groups: u32, slots: u32) -> u32 {
     let cost = |k: u32| {
         let per_unit = groups.div_ceil(k);

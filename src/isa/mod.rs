@@ -396,7 +396,7 @@ pub enum UnitPolicy {
     /// results/unitsync_72e2775).
     #[default]
     Balanced,
-    /// The first shapes: 16-row units, split-K only below 4 row slices per SM, into at most
+    /// The first shapes: split-K only below 4 row slices per SM (of the target's unit rows), into at most
     /// ceil(4 x SMs / row slices) parts.
     Fixed,
 }

@@ -286,6 +286,22 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
             matrix(slot::W0, k)?;
             matrix(slot::W1, k)?;
             vector(slot::W2, k)?;
+            // gate and up are read alike (the kernels choose the fp8 or bf16 form by gate's storage)
+            if let (Some(g), Some(u)) = (buf(slot::W0), buf(slot::W1)) {
+                if g.elem_bytes != u.elem_bytes || g.rows != u.rows {
+                    bail!(
+                        "{at}: shape: gate {} ([{}, {}], {} bytes an element) and up {} ([{}, {}], {}) differ",
+                        g.name,
+                        g.rows,
+                        g.cols,
+                        g.elem_bytes,
+                        u.name,
+                        u.rows,
+                        u.cols,
+                        u.elem_bytes
+                    );
+                }
+            }
         }
         Opcode::LmHead => {
             matrix(slot::W0, k)?;

@@ -25,7 +25,8 @@ pub struct Place {
     pub bytes: usize,
     pub scale_off: Option<usize>,
     /// Bytes per element; for matrices a storage code: 1 fp8 with bf16-valued scales below 2^8, 2 bf16,
-    /// 3 fp8 with other scales (the `wbytes` table the kernels read; the same bits either way).
+    /// 3 fp8 with other scales (the `wbytes` table the kernels read; the kernels treat 1 and 3 alike
+    /// since the tensor-core GEMV, which scales each tile's fp32 sum).
     pub elem_bytes: u8,
 }
 
@@ -95,8 +96,8 @@ pub fn build(
                 HostWeight::Fp8 { bytes, scales } => {
                     let off = take(bytes.len());
                     let scale_off = Some(take(scales.len() * 4));
-                    // scales that are bf16 values below 2^8 (every real release, and mk synth) take the
-                    // kernels' bf16-pair dequant (code 1); others the fp32 product (code 3): same bits.
+                    // scales that are bf16 values below 2^8 (every real release, and mk synth): code 1;
+                    // others 3 (recorded; the kernels read both alike)
                     let bf16_ok = scales.iter().all(|x| crate::model::numerics::bf(*x) == *x && x.abs() < 256.0);
                     Place { off, bytes: bytes.len(), scale_off, elem_bytes: if bf16_ok { 1 } else { 3 } }
                 }
