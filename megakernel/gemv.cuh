@@ -41,6 +41,25 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// One 16 x 128 fp8 warp tile of the chunk layout times x on tensor cores: wv the lane's 4 loads of the
+// tile (lane (g, cq): [0] row g bytes 16 cq.. of the first 64, [1] the second 64, [2] / [3] row g + 8),
+// xw its 16 words of x (bf16 pairs times 2^64 at 16 cq .. and 64 + 16 cq .., permuted as the weights).
+// e4m3 widened exactly (times 2^-120); mma j (8, two accumulators interleaved) takes the lane's bytes
+// 4 j .. 4 j + 3 of both rows. d + e is the tile's fp32 sum (times 2^-56): D's rows g (d[0]) and g + 8
+// (d[2]) for B's column 2 cq (d[1], d[3]: column 2 cq + 1). ORDER: the tensor core's within each mma,
+// then d + e. The engine's GEMV (fp8_tiles) and the standalone ring (ring.cuh) both take it.
+__device__ __forceinline__ void fp8_tile_mma(const uint4 (&wv)[4], const unsigned (&xw)[16], float (&d)[4], float (&e)[4]) {
+  const unsigned r0[8] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w};
+  const unsigned r8[8] = {wv[2].x, wv[2].y, wv[2].z, wv[2].w, wv[3].x, wv[3].y, wv[3].z, wv[3].w};
+#pragma unroll
+  for (int j = 0; j < 8; j += 2) {
+    mma_bf16(d, e4m3x2_widen(r0[j], 0x9180), e4m3x2_widen(r8[j], 0x9180), e4m3x2_widen(r0[j], 0xB3A2),
+             e4m3x2_widen(r8[j], 0xB3A2), xw[2 * j], xw[2 * j + 1]);
+    mma_bf16(e, e4m3x2_widen(r0[j + 1], 0x9180), e4m3x2_widen(r8[j + 1], 0x9180), e4m3x2_widen(r0[j + 1], 0xB3A2),
+             e4m3x2_widen(r8[j + 1], 0xB3A2), xw[2 * j + 2], xw[2 * j + 3]);
+  }
+}
+
 // The k-bytes of one chunk of an fp8 weight of K columns (layout.rs `chunk_k`): 1,024, or the largest of
 // 512 / 256 / 128 dividing K.
 __device__ __forceinline__ unsigned chunk_k(unsigned K) {
@@ -89,18 +108,8 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
 #endif
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // lane (g, cq): wv[h][0] row g bytes 16 cq.. of the tile's first 64, [1] the second 64, [2] / [3] row g + 8
-      const unsigned r0[8] = {wv[h][0].x, wv[h][0].y, wv[h][0].z, wv[h][0].w, wv[h][1].x, wv[h][1].y, wv[h][1].z, wv[h][1].w};
-      const unsigned r8[8] = {wv[h][2].x, wv[h][2].y, wv[h][2].z, wv[h][2].w, wv[h][3].x, wv[h][3].y, wv[h][3].z, wv[h][3].w};
       float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
-      // mma j takes the lane's bytes 4 j .. 4 j + 3 of both rows with x[16 cq + 4 j ..] (permuted as the weights)
-#pragma unroll
-      for (int j = 0; j < 8; j += 2) {
-        mma_bf16(d, e4m3x2_widen(r0[j], 0x9180), e4m3x2_widen(r8[j], 0x9180), e4m3x2_widen(r0[j], 0xB3A2),
-                 e4m3x2_widen(r8[j], 0xB3A2), xw[2 * j], xw[2 * j + 1]);
-        mma_bf16(e, e4m3x2_widen(r0[j + 1], 0x9180), e4m3x2_widen(r8[j + 1], 0x9180), e4m3x2_widen(r0[j + 1], 0xB3A2),
-                 e4m3x2_widen(r8[j + 1], 0xB3A2), xw[2 * j + 2], xw[2 * j + 3]);
-      }
+      fp8_tile_mma(wv[h], xw, d, e);
       // D's column 0 (every column holds the same input): rows g (d[0]) and g + 8 (d[2]) on lanes cq = 0
       if (cq == 0) {
         red[warp * 32 + h * 16 + g] = sc * (d[0] + e[0]);

@@ -142,20 +142,9 @@ k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, 
       const unsigned row = rg * 32 + h * 16 + g, tile = kk * tiles + t;
       float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
       if (compute) {
-        // lane (g, cq): wv[0] row g bytes 16cq.. of the first 64, wv[1] the second 64, wv[2] / wv[3] row g + 8.
-        const unsigned r0[8] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w};
-        const unsigned r8[8] = {wv[2].x, wv[2].y, wv[2].z, wv[2].w, wv[3].x, wv[3].y, wv[3].z, wv[3].w};
         const unsigned xw[16] = {xv[0].x, xv[0].y, xv[0].z, xv[0].w, xv[1].x, xv[1].y, xv[1].z, xv[1].w,
                                  xv[2].x, xv[2].y, xv[2].z, xv[2].w, xv[3].x, xv[3].y, xv[3].z, xv[3].w};
-        // ORDER: the tensor core's within each mma; mma j (8 of them, two accumulators interleaved) takes
-        // the lane's bytes 4j..4j+3 of both rows with x[16 cq + 4j ..] (x permuted as the weights).
-#pragma unroll
-        for (int j = 0; j < 8; j += 2) {
-          mma_bf16(d, e4m3x2_widen(r0[j], 0x9180), e4m3x2_widen(r8[j], 0x9180), e4m3x2_widen(r0[j], 0xB3A2),
-                   e4m3x2_widen(r8[j], 0xB3A2), xw[2 * j], xw[2 * j + 1]);
-          mma_bf16(e, e4m3x2_widen(r0[j + 1], 0x9180), e4m3x2_widen(r8[j + 1], 0x9180), e4m3x2_widen(r0[j + 1], 0xB3A2),
-                   e4m3x2_widen(r8[j + 1], 0xB3A2), xw[2 * j + 2], xw[2 * j + 3]);
-        }
+        fp8_tile_mma(wv, xw, d, e);  // (gemv.cuh: the engine's GEMV runs the same tile arithmetic)
       } else {
         unsigned v = 0;
 #pragma unroll

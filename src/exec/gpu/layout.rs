@@ -146,6 +146,17 @@ mod tests {
         }
     }
 
+    /// The kernels' copy of `chunk_k` (megakernel/gemv.cuh) picks the same widths in the same order.
+    #[test]
+    fn the_kernels_chunk_width_is_this_one() {
+        let src = crate::exec::gpu::device::source();
+        assert!(src.contains("return K % 1024 == 0 ? 1024 : K % 512 == 0 ? 512 : K % 256 == 0 ? 256 : 128;"));
+        for k in [256, 512, 768, 1280, 5120, 6144, 17408, 384] {
+            let want = [1024, 512, 256].into_iter().find(|c| k % c == 0).unwrap_or(128);
+            assert_eq!(chunk_k(k), want, "{k}");
+        }
+    }
+
     #[test]
     fn the_transform_moves_every_byte_and_refuses_bad_shapes() {
         let (n, k) = (64, 1280); // two row groups, k = 5 x 256
