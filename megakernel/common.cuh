@@ -114,25 +114,6 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 
 template <typename T> __device__ __forceinline__ T* B(const DevCtx& c, unsigned short id) { return (T*)c.bufs[id]; }
 
-// M rows (M_ROWS > 1: a verification step over positions pos .. pos + M): an op runs once per row, rows
-// in order, row m on the row-m view of the buffers (bufs + m n_bufs: activations, scratch and the
-// control block, whose row m holds position pos + m and token m, start m rows in; weights, states and
-// KV caches are shared), so row m computes the bits a one-row step at position pos + m computes. A
-// barrier precedes every row: row m + 1 reads what row m wrote (the recurrent state, the conv ring) and
-// re-prepares the shared-memory input. EndStep runs once over every row. M_ROWS == 1: the op, once.
-template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, F f) {
-  if (M_ROWS == 1 || w.opcode == OP_END_STEP) {
-    f(c, false);
-    return;
-  }
-  for (unsigned m = 0; m < w.m_rows; ++m) {
-    BLOCK_SYNC();  // (also before row 0: the unit before, of the same word, may still read its input)
-    DevCtx r = c;
-    r.bufs = c.bufs + (size_t)m * c.n_bufs;
-    f(r, true);
-  }
-}
-
 // ss += the squares of a 16-byte chunk of bf16, in element order.
 __device__ __forceinline__ float chunk_squares(uint4 v, float ss) {
   unsigned vw[4] = {v.x, v.y, v.z, v.w};
@@ -221,19 +202,23 @@ __device__ __forceinline__ uint4 scaled8(uint4 v, float s) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// A GEMV's prepared input in shared memory: x = IN0 (bf16, K = its width) as bf16 at smem[0..K), either
+// Bytes of one prepared GEMV input of K bf16 in shared memory (16-byte aligned rows).
+__device__ __forceinline__ unsigned xrow_bytes(unsigned K) { return (K * 2 + 15) / 16 * 16; }
+
+// A GEMV's prepared input in shared memory: x = IN0 (bf16, K = its width) as bf16 in row slot m of nx
+// (smem + m xrow_bytes(K); an M-row GEMV prepares its M rows side by side, 1 otherwise), either
 // RMS-normed with the norm weight in slot `norm` or copied as is (norm unused); times 2^64 for an fp8
-// weight in W0 (`input_scale`). Recomputed only when
-// `fresh` (a block's first unit of the word): otherwise shared memory still holds it. The floats after
-// it (16-byte aligned) are the caller's (the block sums: WARPS floats).
-__device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh) {
+// weight in W0 (`input_scale`). Recomputed only when `fresh` (a block's first unit of the word):
+// otherwise shared memory still holds it. The 32 bytes after the nx rows are the block sums (WARPS
+// floats), then the caller's.
+__device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh, unsigned m = 0, unsigned nx = 1) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  unsigned short* xs = (unsigned short*)smem;
+  unsigned short* xs = (unsigned short*)(smem + m * xrow_bytes(K));
   if (!fresh) return xs;
   const unsigned short* x = B<unsigned short>(c, w.ops[SLOT_IN0]);
   const float s = input_scale(c, w.ops[SLOT_W0]);
   if (w.ops[norm_slot] != OPERAND_NONE) {
-    block_rmsnorm(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + ((K * 2 + 15) / 16) * 16), s);
+    block_rmsnorm(x, B<float>(c, w.ops[norm_slot]), K, c.eps, xs, (float*)(smem + nx * xrow_bytes(K)), s);
   } else {
     if (K % 8 == 0)
       for (unsigned i = 8 * threadIdx.x; i < K; i += 8 * THREADS) *(uint4*)(xs + i) = scaled8(*(const uint4*)(x + i), s);
@@ -244,3 +229,61 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
   return xs;
 }
 
+// Row view m of the context: activations, scratch and the control block start m rows in (bufs + m
+// n_bufs); weights, states and KV caches are shared.
+__device__ __forceinline__ DevCtx row_view(const DevCtx& c, unsigned m) {
+  DevCtx r = c;
+  r.bufs = c.bufs + (size_t)m * c.n_bufs;
+  return r;
+}
+
+// M-row steps: whether a GEMV word's M inputs are prepared in shared memory (normed inputs) rather than
+// read as they are from each row's activation.
+__device__ __forceinline__ bool mrow_x_in_smem(const Word& w) {
+  switch (w.opcode) {
+    case OP_GEMV_NORM:
+    case OP_GEMV_RESIDUAL: return w.ops[SLOT_W1] != OPERAND_NONE;
+    case OP_GEMV_GATE_UP: return w.ops[SLOT_W2] != OPERAND_NONE;
+    default: return true;  // the gated norm's, the lm_head's
+  }
+}
+// Whether a unit of word w runs the M rows of a verification step (M_ROWS > 1) in one pass over its
+// weights: the fp8 GEMVs and the lm_head, when their M prepared inputs fit MROW_X_BYTES (launch.rs
+// `mrow_gemv` decides the same for the shared memory it sizes). Every other word runs its rows one after
+// another (for_rows).
+__device__ __forceinline__ bool mrow_gemv(const DevCtx& c, const Word& w) {
+  if (M_ROWS == 1) return false;
+  switch (w.opcode) {
+    case OP_GEMV_NORM:
+    case OP_GEMV_GATE_UP:
+    case OP_GEMV_GATED_NORM_RESIDUAL:
+    case OP_GEMV_RESIDUAL:
+      if (!is_fp8(c, w.ops[SLOT_W0])) return false;
+      break;
+    case OP_LM_HEAD: break;
+    default: return false;
+  }
+  return !mrow_x_in_smem(w) || M_ROWS * xrow_bytes(c.cols[w.ops[SLOT_IN0]]) <= MROW_X_BYTES;
+}
+// An M-row fp8 GEMV's tile sums (WARPS x M_ROWS x 32 floats) after its prepared inputs and block sums.
+__device__ __forceinline__ float* mrow_red(char* smem, unsigned K, bool x_smem) {
+  return (float*)(smem + (x_smem ? M_ROWS * xrow_bytes(K) : 0) + 32);
+}
+
+// M rows (M_ROWS > 1: a verification step over positions pos .. pos + M): a GEMV word in one weight
+// pass (`mrow_gemv`: the op runs once and takes every row), any other op once per row, rows in order,
+// row m on the row-m view of the buffers (`row_view`: row m holds position pos + m and token m), so row
+// m computes the bits a one-row step at position pos + m computes. A barrier precedes every row: row
+// m + 1 reads what row m wrote (the recurrent state, the conv ring) and re-prepares the shared-memory
+// input. EndStep runs once over every row. M_ROWS == 1: the op, once. f(c, row): row is true inside the
+// row loop (each row re-prepares its input).
+template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, F f) {
+  if (M_ROWS == 1 || w.opcode == OP_END_STEP || mrow_gemv(c, w)) {
+    f(c, false);
+    return;
+  }
+  for (unsigned m = 0; m < w.m_rows; ++m) {
+    BLOCK_SYNC();  // (also before row 0: the unit before, of the same word, may still read its input)
+    f(row_view(c, m), true);
+  }
+}

@@ -72,17 +72,20 @@ __device__ __forceinline__ float fp8_tile_scale(const float* S, unsigned K, unsi
   return kt < min(K, (kg + 1) * KGROUP) ? S[(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
 }
 
-// The tile sums of row group rg (rows 32 rg ..) of fp8 weight `wid` (K columns) over k-group kg, times
-// the prepared input xs (x * 2^64, bf16, shared memory), into shared memory red[t][32] (t: the group's
-// 128-wide tiles; no barrier: the caller joins once the row group's groups are in, fp8_row_group). Warp w
-// takes tile w (the chunk layout's warp tiles (h, t) of both 16-row halves h: 2 x 4 loads of 16 bytes a
-// lane, all issued before any arithmetic), widens e4m3 exactly to bf16 and runs 2 x 8 mma.sync m16n8k16
-// (x in B's columns, permuted as the layout permutes the weights), then applies the 128 x 128 block scale
-// (times 2^56: sc0, fp8_tile_scale, loaded a group ahead by the caller) to the tile's fp32 sum once.
-// ORDER within a tile: the tensor core's (two accumulators, d + e). The same instructions on the same
-// bytes in both paths.
+// The tile sums of row group rg (rows 32 rg ..) of fp8 weight `wid` (K columns) over k-group kg, for
+// MR rows of input (a verification step's; 1 otherwise): `xload(m, k)` gives the 8 bf16 of row m's
+// prepared input (x * 2^64) at k. Into shared memory red[t][MR][32] (t: the group's 128-wide tiles; no
+// barrier: the caller joins, fp8_row_group / fp8_rows_m). Warp w takes tile w (the chunk layout's warp
+// tiles (h, t) of both 16-row halves h: 2 x 4 loads of 16 bytes a lane, all issued before any
+// arithmetic), widens e4m3 exactly to bf16 and runs 2 x 8 mma.sync m16n8k16 with row n's input in B's
+// column n (lane (g, cq) loads row min(g, MR - 1)'s; MR = 1: every column holds the one row), permuted
+// as the layout permutes the weights, then applies the 128 x 128 block scale (times 2^56: sc0,
+// fp8_tile_scale, loaded a group ahead by the caller) to the tile's fp32 sum once: D's column n is row
+// n's. ORDER within a tile: the tensor core's (two accumulators, d + e), the same for every column: a
+// row's bits do not depend on MR. The same instructions on the same bytes in both paths.
 static_assert(KGROUP / 128 == WARPS, "fp8_tiles: a warp per 128-wide tile of a k-group");
-__device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, const unsigned short* xs, float* red) {
+template <int MR, typename XLoad>
+__device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, XLoad xload, float* red) {
   const unsigned kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
@@ -99,8 +102,9 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
   }
   if (warp < nt) {
     const float sc = sc0 * 0x1p56f;
-    const uint4 xa = lds16(xs + kt + 16 * cq), xb = lds16(xs + kt + 16 * cq + 8);
-    const uint4 xc = lds16(xs + kt + 64 + 16 * cq), xd = lds16(xs + kt + 72 + 16 * cq);
+    const unsigned m = MR == 1 ? 0 : min(g, (unsigned)MR - 1);  // B's column g: row g's input
+    const uint4 xa = xload(m, kt + 16 * cq), xb = xload(m, kt + 16 * cq + 8);
+    const uint4 xc = xload(m, kt + 64 + 16 * cq), xd = xload(m, kt + 72 + 16 * cq);
 #ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: the two halves of x's 16-byte pieces swapped (every fp8 GEMV wrong)
     const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
 #else
@@ -110,10 +114,14 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
     for (int h = 0; h < 2; ++h) {
       float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
       fp8_tile_mma(wv[h], xw, d, e);
-      // D's column 0 (every column holds the same input): rows g (d[0]) and g + 8 (d[2]) on lanes cq = 0
-      if (cq == 0) {
-        red[warp * 32 + h * 16 + g] = sc * (d[0] + e[0]);
-        red[warp * 32 + h * 16 + g + 8] = sc * (d[2] + e[2]);
+      // D's columns 2 cq (d[0]: row g, d[2]: row g + 8) and 2 cq + 1 (d[1], d[3]): input rows n < MR
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const unsigned n = 2 * cq + j;
+        if (n < MR) {
+          red[(warp * MR + n) * 32 + h * 16 + g] = sc * (d[j] + e[j]);
+          red[(warp * MR + n) * 32 + h * 16 + g + 8] = sc * (d[2 + j] + e[2 + j]);
+        }
       }
     }
   }
@@ -139,7 +147,7 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
       // the next group's scale (the next weight's first) in flight while this group computes
       const bool last = g + 1 == g1;
       const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
-      fp8_tiles(c, wid[i], K, rg, g, sc, xs, red + (i * ng + g - g0) * 256);
+      fp8_tiles<1>(c, wid[i], K, rg, g, sc, [&](unsigned, unsigned k) { return lds16(xs + k); }, red + (i * ng + g - g0) * 256);
       sc = next;
     }
   BLOCK_SYNC();
@@ -161,6 +169,65 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
     }
 }
 
+// M_ROWS rows of a verification step (M_ROWS > 1), row group rg of NW fp8 weights over k-groups
+// [g0, g1), the weights read once for all rows: each group's tiles for every row (fp8_tiles<M_ROWS>), a
+// join, thread (m, r) (m = warp < M_ROWS) sums row m's group partial of row 32 rg + r, a join (the next
+// group reuses red: WARPS x M_ROWS x 32 floats). With `partial` the group partial goes to row m's
+// split-K buffer (id `out`, [g][rows]); else it is added to the row's running total and
+// `done(i, m, row, total)` runs for each weight i on thread (m, r) at the end. ORDER: fp8_row_group's
+// (a group partial = 0 + tile 0 + tile 1 + ..; a row = 0 + partial g0 + partial g0 + 1 + ..), so row m
+// has the bits of a one-row step.
+template <int NW, typename XLoad, typename Done>
+__device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, XLoad xload, float* red, bool partial, unsigned short out, unsigned rows, Done done) {
+  const unsigned K = c.cols[wid[0]], m = threadIdx.x >> 5, r = threadIdx.x & 31;
+  const float* S[NW];
+  float tot[NW];
+#pragma unroll
+  for (int i = 0; i < NW; ++i) {
+    S[i] = c.scales[wid[i]];
+    tot[i] = 0.f;
+  }
+  float sc = fp8_tile_scale(S[0], K, rg, g0);
+#pragma unroll
+  for (int i = 0; i < NW; ++i)
+    for (unsigned g = g0; g < g1; ++g) {
+      const bool last = g + 1 == g1;
+      const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
+      fp8_tiles<M_ROWS>(c, wid[i], K, rg, g, sc, xload, red);
+      sc = next;
+      BLOCK_SYNC();
+      if (m < M_ROWS) {
+        const unsigned nt = (min(K, (g + 1) * KGROUP) - g * KGROUP) / 128;
+        float s = 0.f;
+        for (unsigned t = 0; t < nt; ++t) s += red[(t * M_ROWS + m) * 32 + r];
+        if (partial) ((float*)c.bufs[m * c.n_bufs + out])[(size_t)g * rows + rg * 32 + r] = s;
+        else tot[i] += s;
+      }
+      BLOCK_SYNC();
+    }
+  if (!partial && m < M_ROWS)
+#pragma unroll
+    for (int i = 0; i < NW; ++i) done(i, m, rg * 32 + r, tot[i]);
+}
+
+// An M-row fp8 GEMV's input loader for fp8_tiles (row m's 8 bf16 at k, times 2^64): the prepared rows in
+// shared memory (xrow_bytes apart), or, for an input taken as is (`mrow_x_in_smem` false), straight
+// from row m's activation: loaded through L2 (another block of the megakernel wrote it), scaled as
+// prepared_input scales it (the same bits).
+struct MrowX {
+  const DevCtx& c;
+  const unsigned short* xs;
+  unsigned stride, in;
+  bool smem;
+  __device__ __forceinline__ uint4 operator()(unsigned m, unsigned k) const {
+    if (smem) return lds16(xs + m * stride + k);
+    const unsigned short* x = (const unsigned short*)c.bufs[m * c.n_bufs + in] + k;
+    uint4 v;
+    asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(x));
+    return scaled8(v, 0x1p64f);
+  }
+};
+
 // acc += the 8 bf16 weights of v times bf16 xs[0..8), in element order.
 __device__ __forceinline__ float chunk_bf16(uint4 v, const unsigned short* xs, float acc) {
   uint4 xa = *(const uint4*)xs;
@@ -179,13 +246,14 @@ __device__ __forceinline__ float chunk_bf16(uint4 v, const unsigned short* xs, f
   return acc;
 }
 
-// The warp's dot products of NR bf16 weight rows (wid[i], row[i]; of one width K) with bf16 shared xs,
-// k-group by k-group over groups [g0, g1): `part(i, g, value)` receives each (row, group) partial in
-// group order, on every lane. ORDER inside a group (fixed): lane l sums its 16-byte chunks
-// k = k0 + 8 l + 256 j for j = 0, 1, .. in order, elements in order within a chunk, fma in fp32; then
-// the warp butterfly. Every lane issues a group's loads for all NR rows before any arithmetic.
-template <int NR, typename Part>
-__device__ void dot_rows(const DevCtx& c, const unsigned short* wid, const unsigned* row, const unsigned short* xs, unsigned g0, unsigned g1, Part part) {
+// The warp's dot products of NR bf16 weight rows (wid[i], row[i]; of one width K) with MR bf16 shared
+// inputs (row m's at xs + m stride), k-group by k-group over groups [g0, g1): `part(i, m, g, value)`
+// receives each (row, input, group) partial in group order, on every lane. ORDER inside a group
+// (fixed, the same for every input): lane l sums its 16-byte chunks k = k0 + 8 l + 256 j for j = 0, 1,
+// .. in order, elements in order within a chunk, fma in fp32; then the warp butterfly. Every lane issues
+// a group's loads for all NR rows before any arithmetic; each weight load serves the MR inputs.
+template <int NR, int MR, typename Part>
+__device__ void dot_rows_m(const DevCtx& c, const unsigned short* wid, const unsigned* row, const unsigned short* xs, unsigned stride, unsigned g0, unsigned g1, Part part) {
   unsigned K = c.cols[wid[0]], lane = threadIdx.x & 31;
   const unsigned short* w[NR];
 #pragma unroll
@@ -201,16 +269,23 @@ __device__ void dot_rows(const DevCtx& c, const unsigned short* wid, const unsig
         v[i][j] = k < k1 ? ldw(w[i] + k) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-    for (int i = 0; i < NR; ++i) {
-      float acc = 0.f;
+    for (int i = 0; i < NR; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        unsigned k = g * KGROUP + lane * 8 + j * 256;
-        if (k < k1) acc = chunk_bf16(v[i][j], xs + k, acc);
+      for (int m = 0; m < MR; ++m) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          unsigned k = g * KGROUP + lane * 8 + j * 256;
+          if (k < k1) acc = chunk_bf16(v[i][j], xs + m * stride + k, acc);
+        }
+        part(i, m, g, warp_sum(acc));
       }
-      part(i, g, warp_sum(acc));
-    }
   }
+}
+// dot_rows_m for one input: `part(i, g, value)`.
+template <int NR, typename Part>
+__device__ __forceinline__ void dot_rows(const DevCtx& c, const unsigned short* wid, const unsigned* row, const unsigned short* xs, unsigned g0, unsigned g1, Part part) {
+  dot_rows_m<NR, 1>(c, wid, row, xs, 0, g0, g1, [&](int i, int, unsigned g, float v) { part(i, g, v); });
 }
 
 // The warp's rows of a unit: rows r0 + warp, r0 + warp + WARPS, .. below r1, two at a time (a lone last
@@ -244,30 +319,49 @@ __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigne
 // The shared memory after a GEMV's prepared input of K bf16 (16-byte aligned) and the block sums (8
 // floats): fp8_row_group's tile sums and group partials (NW x groups x (8 + 1) x 32 floats; launch.rs
 // sizes it).
-__device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (float*)(smem + ((K * 2 + 15) / 16) * 16 + 32); }
+__device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (float*)(smem + xrow_bytes(K) + 32); }
 
 // For each row of the span: the per-group sums, either stored as split-K partials [g][rows]
-// (FLAG_PARTIAL) or summed in group order and handed to `epilogue(row, value, pre(row))` (one lane a
-// row; fp8: `pre`, what the epilogue reads, is loaded before the row group's weights stream by).
-// `prep()` prepares the input (every thread calls it once) and returns it; fp8 weights read it times
+// (FLAG_PARTIAL) or summed in group order and handed to `epilogue(r, row, value, pre(r, row))` (r: the
+// row view the row belongs to; one thread a row; fp8: `pre`, what the epilogue reads, is loaded before
+// the row group's weights stream by). `prep(r, m, nx)` prepares row view r's input into row slot m of
+// nx (every thread calls it; it honours the op's `fresh`) and returns it; fp8 weights read it times
 // 2^64 (the preps scale it: `prepared_input`, `gated_norm_input`). fp8: whole row groups of 32 (the
 // compiler's unit rows are multiples of 32, fp8 row counts too: layout.rs), their k-groups in order.
+// An M-row step's fp8 word (`mrow_gemv`) takes all M rows here in one pass over its weights
+// (fp8_rows_m), its inputs prepared side by side or read as they are (`mrow_x_in_smem`).
 template <typename Prep, typename Pre, typename Epi>
 __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned short wid, char* smem, Prep prep, Pre pre, Epi epilogue) {
   unsigned K = c.cols[wid];
   GemvSpan s = gemv_span(w, u, K);
   unsigned lane = threadIdx.x & 31;
   bool partial = w.flags & FLAG_PARTIAL;
+  if constexpr (M_ROWS > 1) {
+    if (mrow_gemv(c, w)) {
+      const bool xsm = mrow_x_in_smem(w);
+      if (xsm)
+        for (unsigned m = 0; m < M_ROWS; ++m) prep(row_view(c, m), m, M_ROWS);
+      const MrowX xl{c, (const unsigned short*)smem, xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm};
+      float* red = mrow_red(smem, K, xsm);
+      const unsigned m = threadIdx.x >> 5;
+      for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
+        const float pv = !partial && m < M_ROWS ? pre(row_view(c, m), rg * 32 + lane) : 0.f;
+        fp8_rows_m<1>(c, &wid, rg, s.g0, s.g1, xl, red, partial, w.ops[SLOT_OUT0], w.rows,
+                      [&](int, unsigned mm, unsigned r, float v) { epilogue(row_view(c, mm), r, v, pv); });
+      }
+      return;
+    }
+  }
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
-  const unsigned short* xs = prep();
+  const unsigned short* xs = prep(c, 0, 1);
   if (is_fp8(c, wid)) {
     // whole row groups (the compiler's fp8 unit rows are multiples of 32); a barrier between them
     for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
       if (rg * 32 != s.r0) BLOCK_SYNC();
       // what the epilogue reads (the residual row), loaded before the row group streams by
-      const float pv = !partial && threadIdx.x < 32 ? pre(rg * 32 + threadIdx.x) : 0.f;
+      const float pv = !partial && threadIdx.x < 32 ? pre(c, rg * 32 + threadIdx.x) : 0.f;
       fp8_row_group<1>(c, &wid, rg, s.g0, s.g1, xs, tile_red(smem, K), partial, out, w.rows,
-                       [&](int, unsigned r, float v) { epilogue(r, v, pv); });
+                       [&](int, unsigned r, float v) { epilogue(c, r, v, pv); });
     }
     return;
   }
@@ -284,7 +378,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     if (n == 2) dot_rows<2>(c, wids, rows, xs, s.g0, s.g1, part);
     else dot_rows<1>(c, wids, rows, xs, s.g0, s.g1, part);
     if (!partial && lane == 0)
-      for (int i = 0; i < n; ++i) epilogue(rows[i], total[i], pre(rows[i]));
+      for (int i = 0; i < n; ++i) epilogue(c, rows[i], total[i], pre(c, rows[i]));
   });
 }
 // The split-K reduce of one unit: y[r] = bf(sum_g partial[g][r]), or with the residual add

@@ -229,6 +229,9 @@ enum GpuCmd {
         /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
         #[arg(long = "define")]
         defines: Vec<String>,
+        /// Compile as an M-row program (verification steps of M rows, 1-8) compiles.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+        m: u32,
     },
     /// The GPU sampler against the CPU's: for several (temperature, top-k, top-p) settings, every
     /// GPU-sampled token must equal `model::sample` on the step's logits with the same draw; a negative
@@ -475,10 +478,10 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gpu { cmd: GpuCmd::Sample { dir, steps, cache, defines } } => {
             mk::verify::gpu::sample(&dir, steps, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin, defines } } => {
+        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin, defines, m } } => {
             let t = std::time::Instant::now();
             let (bin, log) =
-                mk::exec::gpu::compile_check(&arch, resources, cubin.is_some(), &Defines::parse(&defines)?)?;
+                mk::exec::gpu::compile_check(&arch, resources, cubin.is_some(), &Defines::parse(&defines)?, m)?;
             let n = bin.len();
             if let Some(f) = cubin {
                 std::fs::write(&f, &bin).map_err(|e| mk::error::Error::new(format!("write {}: {e}", f.display())))?;

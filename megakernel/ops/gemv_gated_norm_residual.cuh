@@ -22,7 +22,8 @@ __device__ __forceinline__ void gated_head(const DevCtx& c, const unsigned* cw, 
   dst[32 + lane] = o[2] | (o[3] << 16);
 }
 // The prepared input (into shared memory, when `fresh`): the gated norm of every value head.
-__device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w, char* smem, bool fresh) {
+// (row slot m: an M-row GEMV's inputs side by side, xrow_bytes apart)
+__device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w, char* smem, bool fresh, unsigned m = 0) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   const unsigned short* core = B<unsigned short>(c, w.ops[SLOT_IN0]);
   const unsigned short* z = B<unsigned short>(c, w.ops[SLOT_IN1]);
@@ -33,7 +34,7 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
   // butterfly. With at most GATED_HEADS heads a warp every load of the warp's heads is issued before any
   // arithmetic (one round trip to memory); else head by head. The same arithmetic either way. The host refuses a GDN head size other than 128 (GDN_HEAD_DIM).
   {
-    unsigned short* xs = (unsigned short*)smem;
+    unsigned short* xs = (unsigned short*)(smem + m * xrow_bytes(K));
     if (!fresh) return xs;
     unsigned heads = K / d, warp = threadIdx.x >> 5;
     float wn[4] = {nw[2 * lane], nw[2 * lane + 1], nw[64 + 2 * lane], nw[65 + 2 * lane]};
@@ -68,8 +69,8 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
   }
 }
 __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
-  auto prep = [&] { return gated_norm_input(c, w, smem, fresh); };
-  unsigned short* h = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  gemv_rows(c, w, u, w.ops[SLOT_W0], smem, prep, [&](unsigned r) { return bf2f(h[r]); },
-            [&](unsigned r, float v, float hr) { h[r] = f2bf(hr + bf(v)); });
+  gemv_rows(c, w, u, w.ops[SLOT_W0], smem,
+            [&](const DevCtx& r, unsigned m, unsigned) { return gated_norm_input(r, w, smem, fresh, m); },
+            [&](const DevCtx& r, unsigned row) { return bf2f(B<unsigned short>(r, w.ops[SLOT_OUT0])[row]); },
+            [&](const DevCtx& r, unsigned row, float v, float hr) { B<unsigned short>(r, w.ops[SLOT_OUT0])[row] = f2bf(hr + bf(v)); });
 }

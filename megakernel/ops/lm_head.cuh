@@ -18,32 +18,56 @@ __device__ __forceinline__ void topk_count(const DevCtx& c, const unsigned short
   }
 }
 
-__device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
+// The unit's logits for MR inputs (row m's prepared at xs + m stride, on row view m): each weight row
+// read once for all of them (dot_rows_m), then row m's candidate by lane 0 of warp m, row m's top-k
+// counts by warp 1.
+template <int MR>
+__device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const unsigned short* xs, unsigned stride) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  unsigned short* xs = prepared_input(c, w, SLOT_W1, smem, fresh);
-  unsigned short* logits = B<unsigned short>(c, w.ops[SLOT_OUT0]);
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   unsigned groups = (K + KGROUP - 1) / KGROUP;
   unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W0]};
   warp_row_pairs(r0, r1, [&](const unsigned* rows, int n) {
-    float v[2] = {0.f, 0.f};
-    auto part = [&](int i, unsigned, float p) { v[i] += p; };  // ORDER: k-groups in order
-    if (n == 2) dot_rows<2>(c, wids, rows, xs, 0, groups, part);
-    else dot_rows<1>(c, wids, rows, xs, 0, groups, part);
+    float v[2][MR];
+#pragma unroll
+    for (int m = 0; m < MR; ++m) v[0][m] = v[1][m] = 0.f;
+    auto part = [&](int i, int m, unsigned, float p) { v[i][m] += p; };  // ORDER: k-groups in order
+    if (n == 2) dot_rows_m<2, MR>(c, wids, rows, xs, stride, 0, groups, part);
+    else dot_rows_m<1, MR>(c, wids, rows, xs, stride, 0, groups, part);
     if ((threadIdx.x & 31) == 0)
-      for (int i = 0; i < n; ++i) logits[rows[i]] = f2bf(v[i]);
+#pragma unroll
+      for (int m = 0; m < MR; ++m)
+        for (int i = 0; i < n; ++i) B<unsigned short>(row_view(c, m), w.ops[SLOT_OUT0])[rows[i]] = f2bf(v[i][m]);
   });
   BLOCK_SYNC();
-  if (threadIdx.x == 0) {
+  const unsigned m = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0 && m < MR) {
+    const DevCtx r = row_view(c, m);
+    const unsigned short* logits = B<unsigned short>(r, w.ops[SLOT_OUT0]);
     float best = bf2f(logits[r0]);
     unsigned id = r0;
-    for (unsigned r = r0 + 1; r < r1; ++r) {
-      float v = bf2f(logits[r]);
-      if (v > best || (best != best && v == v)) { best = v; id = r; }
+    for (unsigned q = r0 + 1; q < r1; ++q) {
+      float v = bf2f(logits[q]);
+      if (v > best || (best != best && v == v)) { best = v; id = q; }
     }
-    float* cand = B<float>(c, w.ops[SLOT_OUT1]);
+    float* cand = B<float>(r, w.ops[SLOT_OUT1]);
     cand[2 * u] = best;
     cand[2 * u + 1] = (float)id;
   }
-  if (threadIdx.x >= 32 && threadIdx.x < 64) topk_count(c, logits, r0, r1);
+  if (threadIdx.x >= 32 && threadIdx.x < 64)
+    for (unsigned mm = 0; mm < MR; ++mm) topk_count(c, B<unsigned short>(row_view(c, mm), w.ops[SLOT_OUT0]), r0, r1);
+}
+
+// op_lm_head: an M-row step's rows in one pass over the vocabulary when their inputs fit
+// (`mrow_gemv`), else (and at M = 1) one row.
+__device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
+  unsigned K = c.cols[w.ops[SLOT_IN0]];
+  if constexpr (M_ROWS > 1) {
+    if (mrow_gemv(c, w)) {
+      for (unsigned m = 0; m < M_ROWS; ++m) prepared_input(row_view(c, m), w, SLOT_W1, smem, fresh, m, M_ROWS);
+      lm_head_rows<M_ROWS>(c, w, u, (const unsigned short*)smem, xrow_bytes(K) / 2);
+      return;
+    }
+  }
+  lm_head_rows<1>(c, w, u, prepared_input(c, w, SLOT_W1, smem, fresh), 0);
 }

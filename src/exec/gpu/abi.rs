@@ -34,6 +34,11 @@ pub const SB_WORDS: usize = SB_CANDS + SAMPLE_CAP;
 /// has the discrete kernels' 128 registers (3 blocks of 80 registers measured 13.54 ms/token with the
 /// earlier GEMV; 2 of 128 with this one 12.19, results/issue25_c992b85).
 pub const MEGA_BLOCKS_PER_SM: u32 = 2;
+/// M-row steps (M > 1): the most shared memory a GEMV word's M prepared inputs may take for its unit to
+/// run the M rows in one weight pass (launch.rs `mrow_gemv`, gemv.cuh `mrow_gemv`); a word whose inputs
+/// do not fit runs its rows one after another. 96 KiB: the 27B's widest normed input (6,144) at M = 8,
+/// with the tile sums, inside the 113 KiB a block has at 2 blocks per SM.
+pub const MROW_X_BYTES: u32 = 96 * 1024;
 
 /// A `#[repr(C)]` struct with its C declaration beside it (field by field, the C type named), so the
 /// layout is written once; both sides assert its size.
@@ -142,6 +147,7 @@ pub fn header() -> String {
         ("SB_CANDS", SB_CANDS),
         ("SB_WORDS", SB_WORDS),
         ("MEGA_BLOCKS_PER_SM", MEGA_BLOCKS_PER_SM as usize),
+        ("MROW_X_BYTES", MROW_X_BYTES as usize),
     ] {
         s += &format!("#define {name} {v}\n");
     }

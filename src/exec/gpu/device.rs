@@ -169,8 +169,15 @@ impl Gpu {
 /// checking CUDA changes on a machine without a GPU (NVRTC from CUDA_HOME, e.g. the nvidia-cuda-nvrtc
 /// wheel unpacked). With `resources`, also ptxas's per-kernel report (registers, spills). Returns the
 /// CUBIN and NVRTC's log.
-/// With `cubin` (the caller keeps the CUBIN) the line table is compiled in (`-lineinfo`).
-pub fn compile_check(arch: &str, resources: bool, cubin: bool, defines: &Defines) -> Result<(Vec<u8>, String)> {
+/// With `cubin` (the caller keeps the CUBIN) the line table is compiled in (`-lineinfo`). `m_rows`: the
+/// sources as an M-row program compiles them (`rows_source`).
+pub fn compile_check(
+    arch: &str,
+    resources: bool,
+    cubin: bool,
+    defines: &Defines,
+    m_rows: u32,
+) -> Result<(Vec<u8>, String)> {
     let cuda_home = PathBuf::from(std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into()));
     preload_nvrtc(&cuda_home);
     if !unsafe { nsys::is_culib_present() } {
@@ -183,7 +190,16 @@ pub fn compile_check(arch: &str, resources: bool, cubin: bool, defines: &Defines
     if cubin {
         opts.push("-lineinfo".into()); // (nvdisasm -g maps the SASS to source lines)
     }
-    nvrtc_with_log(&source(), &opts)
+    nvrtc_with_log(&rows_source(m_rows), &opts)
+}
+
+/// The sources for a program of M rows: M > 1 compiles the row loop and the M-row GEMVs in (`#define
+/// M_ROWS`); M = 1 programs compile the sources unchanged.
+pub fn rows_source(m_rows: u32) -> String {
+    match m_rows {
+        1 => source(),
+        m => format!("#define M_ROWS {m}\n{}", source()),
+    }
 }
 
 /// One kernel's resources from ptxas's verbose report.

@@ -7,7 +7,7 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
-use super::abi::{DevCtx, MEGA_BLOCKS_PER_SM, THREADS};
+use super::abi::{DevCtx, MEGA_BLOCKS_PER_SM, MROW_X_BYTES, THREADS};
 use super::{cu, GpuExec};
 use crate::error::{Error, Result};
 use crate::isa::access::{ATTN_HEAD_DIM, ATTN_PART, GDN_HEAD_DIM, KGROUP};
@@ -38,6 +38,32 @@ pub fn check_smem(name: &str, per_sm: u32, per_block: u32) -> Result<()> {
     Ok(())
 }
 
+/// An M-row step's word (M > 1) that runs its M rows in one pass over its weights: the fp8 GEMVs and
+/// the lm_head whose M prepared inputs fit `MROW_X_BYTES` (megakernel/common.cuh `mrow_gemv` decides the
+/// same on the device). Some(whether its inputs are prepared in shared memory: normed ones; o_proj and
+/// down_proj read theirs as they are), None for a word that runs its rows one after another.
+pub fn mrow_gemv(p: &Program, w: &Word) -> Option<bool> {
+    let m = p.target.m_rows;
+    if m <= 1 {
+        return None;
+    }
+    let fp8 = || w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1);
+    let x_smem = match w.opcode {
+        Opcode::GemvNorm | Opcode::GemvResidual if fp8() => w.op(slot::W1).is_some(),
+        Opcode::GemvGateUp if fp8() => w.op(slot::W2).is_some(),
+        Opcode::GemvGatedNormResidual if fp8() => true,
+        Opcode::LmHead => true,
+        _ => return None,
+    };
+    let k = w.op(slot::IN0).map(|b| p.buffers[b].cols as u32).unwrap_or(0);
+    (!x_smem || m * xrow_bytes(k) <= MROW_X_BYTES).then_some(x_smem)
+}
+
+/// Bytes of one prepared GEMV input of `k` bf16 in shared memory (16-byte aligned rows; common.cuh's).
+fn xrow_bytes(k: u32) -> u32 {
+    (k * 2).div_ceil(16) * 16
+}
+
 /// Dynamic shared memory of a word's unit (both paths): what its op keeps in shared memory.
 pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let k = |s: usize| w.op(s).map(|b| p.buffers[b].cols as usize).unwrap_or(0);
@@ -47,6 +73,14 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let weights = if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
     let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8 + weights * k.div_ceil(KGROUP) * 9 * 32 * 4;
     let group = w.arg1 as usize;
+    if let Some(x_smem) = mrow_gemv(p, w) {
+        // M-row: the M prepared inputs (or none), the block sums, then one k-group's tile sums of every
+        // row (WARPS x M x 32 floats: fp8_rows_m; the lm_head has none)
+        let m = p.target.m_rows;
+        let x = if x_smem { m * xrow_bytes(k(slot::IN0) as u32) } else { 0 };
+        let red = if w.opcode == Opcode::LmHead { 0 } else { (THREADS / 32) * m * 32 * 4 };
+        return x + 32 + red;
+    }
     (match w.opcode {
         op if is_gemv(op) => gemv(k(slot::IN0)),
         // q, k, v, norms, two exchange rows, GdnStep's output, gates and norm weight (GDN_STEP_SMEM in
@@ -225,5 +259,31 @@ mod tests {
         let x = big.words[down].op(slot::IN0).unwrap();
         big.buffers[x].cols = 60_000;
         assert!(mega_smem_bytes(&big).unwrap_err().to_string().contains("do not fit an SM"));
+    }
+
+    #[test]
+    fn an_m_row_step_reads_the_27b_weights_once_and_fits_the_megakernel() {
+        let cfg = crate::model::config::ModelConfig::preset("qwen3.5-27b").unwrap();
+        let p = crate::compiler::compile(&cfg, "qwen3.5-27b", &crate::compiler::h200(8)).unwrap();
+        let fp8 = |w: &Word| w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1);
+        for w in &p.words {
+            let one_pass = mrow_gemv(&p, w);
+            match w.opcode {
+                // every fp8 GEMV and the lm_head in one weight pass; normed inputs in shared memory
+                Opcode::GemvResidual if fp8(w) => assert_eq!(one_pass, Some(false)),
+                Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvGatedNormResidual if fp8(w) => {
+                    assert_eq!(one_pass, Some(true), "{:?}", w.opcode)
+                }
+                Opcode::LmHead => assert_eq!(one_pass, Some(true)),
+                // GDN's bf16 a and b and every non-GEMV word: the row loop
+                _ => assert_eq!(one_pass, None, "{:?}", w.opcode),
+            }
+        }
+        // the widest: GDN out_proj's 8 gated-norm inputs of 6,144 and one k-group's tile sums of 8 rows
+        let need = mega_smem_bytes(&p).unwrap();
+        assert_eq!(need, 8 * 6_144 * 2 + 32 + 8 * 8 * 32 * 4);
+        // M = 1: no word is an M-row word
+        let one = crate::compiler::compile(&cfg, "qwen3.5-27b", &crate::compiler::h200(1)).unwrap();
+        assert!(one.words.iter().all(|w| mrow_gemv(&one, w).is_none()));
     }
 }

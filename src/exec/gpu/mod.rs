@@ -26,7 +26,7 @@ use crate::isa::access::{CTRL_LEN, CTRL_POS, CTRL_TOKEN};
 use crate::isa::weights::Weights;
 use crate::isa::{Opcode, Program};
 pub use defines::Defines;
-pub use device::{compile_check, ptxas_resources, source, Gpu};
+pub use device::{compile_check, ptxas_resources, rows_source, source, Gpu};
 
 pub(crate) fn cu<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what: &str) -> Result<T> {
     r.map_err(|e| Error::new(format!("{what}: {e:?}")))
@@ -110,11 +110,7 @@ impl GpuExec {
         let mega_smem = launch::mega_smem_bytes(prog)?;
         let stream = gpu.stream.clone();
         let (arena, base, layout, ctx) = arena::build(&stream, prog, weights, defines.get("GRAPH_STAMPS") != 0)?;
-        // M > 1: the row loop is compiled in (M = 1 programs compile the sources unchanged).
-        let src = match m_rows {
-            1 => source(),
-            m => format!("#define M_ROWS {m}\n{}", source()),
-        };
+        let src = rows_source(m_rows as u32);
         let (module, module_hash) = gpu.module(&src, cache, defines)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = cu(module.load_function(name), &format!("cuModuleGetFunction ({name})"))?;
