@@ -487,7 +487,8 @@ fn run(cli: Cli) -> Result<()> {
                 std::fs::write(&f, &bin).map_err(|e| mk::error::Error::new(format!("write {}: {e}", f.display())))?;
             }
             if resources {
-                // ptxas's per-kernel report as a table (the raw report is NVRTC's log)
+                // ptxas's per-kernel report as a table (the raw report is NVRTC's log); non-inlined
+                // device functions (the megakernel's ops) have no register count of their own: "-"
                 println!(
                     "{:32} {:>9} {:>12} {:>11} {:>11}",
                     "kernel", "registers", "spill stores", "spill loads", "static smem"
@@ -495,7 +496,11 @@ fn run(cli: Cli) -> Result<()> {
                 for k in mk::exec::gpu::ptxas_resources(&log) {
                     println!(
                         "{:32} {:>9} {:>12} {:>11} {:>11}",
-                        k.name, k.registers, k.spill_stores, k.spill_loads, k.static_smem
+                        k.name,
+                        if k.registers > 0 { k.registers.to_string() } else { "-".into() },
+                        k.spill_stores,
+                        k.spill_loads,
+                        k.static_smem
                     );
                 }
             }

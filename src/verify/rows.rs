@@ -99,6 +99,18 @@ fn compare(d: &mut GpuExec, want: &Want, n: usize, mega: bool, swap: Option<usiz
     Ok(None)
 }
 
+/// Each opcode's share of a step (microseconds, summed over its words; in first-appearance order).
+fn opcode_shares(p: &Program, raw: &[u64]) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = Vec::new();
+    for w in crate::experiment::timeline::per_word(p, &crate::experiment::timeline::decode(raw)) {
+        match v.iter_mut().find(|(o, _)| *o == w.opcode) {
+            Some(e) => e.1 += w.span_us,
+            None => v.push((w.opcode, w.span_us)),
+        }
+    }
+    v
+}
+
 /// Mean ms of `f` over `reps` calls after one warm-up.
 fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     f()?;
@@ -138,6 +150,10 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
         "M", "graph ms/step", "mega ms/step", "graph vs 1 row", "mega vs 1 row"
     )];
     table.push(format!("{:>3} {:>14.3} {:>14.3} {:>14.3} {:>14.3}", 1, ms1, mk1, 1.0, 1.0));
+    // where a step's time goes, per opcode (the megakernel's timeline: each word's share of the step)
+    d1.reset()?;
+    let (_, raw) = d1.step_mega_timeline(token(0, vocab))?;
+    let mut shares = vec![(1, opcode_shares(&p1, &raw))];
     let mut bad = 0;
     for (i, &m) in ms.iter().enumerate() {
         let p = program(&ck, m, max_ctx)?;
@@ -171,10 +187,32 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
         d.reset()?;
         let k = time(reps, || d.step_rows(&toks, true).map(|_| ()))?;
         table.push(format!("{:>3} {:>14.3} {:>14.3} {:>14.3} {:>14.3}", m, g, k, g / ms1, k / mk1));
+        d.reset()?;
+        let (_, raw) = d.step_rows_timeline(&toks)?;
+        shares.push((m, opcode_shares(&p, &raw)));
     }
     println!("timing ({reps} synchronised steps each from position 0, mean; \"vs 1 row\": the M-row step over the same path's one-row step):");
     for l in table {
         println!("  {l}");
+    }
+    println!("megakernel step by opcode (us: the words' shares of one step's span, their timeline):");
+    print!("  {:24}", "opcode");
+    for (m, _) in &shares {
+        print!(" {:>9}", format!("M = {m}"));
+    }
+    println!();
+    let mut ops: Vec<&String> = Vec::new();
+    for (op, _) in shares.iter().flat_map(|(_, sh)| sh) {
+        if !ops.contains(&op) {
+            ops.push(op);
+        }
+    }
+    for op in ops {
+        print!("  {op:24}");
+        for (_, sh) in &shares {
+            print!(" {:>9.0}", sh.iter().find(|(o, _)| o == op).map_or(0.0, |x| x.1));
+        }
+        println!();
     }
     if bad > 0 {
         bail!("gpu rows: {bad} comparisons failed");

@@ -212,29 +212,57 @@ pub struct KernelResources {
     pub static_smem: u32,
 }
 
-/// Parses ptxas's `-v` report into one row per kernel (entry functions only), in report order: the
-/// `Compiling entry function 'NAME'` line, then its spill line and its `Used N registers` line.
+/// Parses ptxas's `-v` report into one row per kernel, in report order: the `Compiling entry function
+/// 'NAME'` line, then its spill line and its `Used N registers` line; and one row per non-inlined device
+/// function (`Function properties for` a mangled name: the megakernel's ops; registers 0, ptxas reports
+/// none), its name demangled to the identifier.
 pub fn ptxas_resources(log: &str) -> Vec<KernelResources> {
     let num_before = |l: &str, unit: &str| -> Option<u32> {
         let i = l.find(unit)?;
         l[..i].split_whitespace().last()?.parse().ok()
     };
+    let row = |name: String| KernelResources { name, registers: 0, spill_stores: 0, spill_loads: 0, static_smem: 0 };
     let mut out: Vec<KernelResources> = Vec::new();
+    let mut cur: Option<usize> = None; // the row the next spill line belongs to
+    let mut kernel: Option<usize> = None; // the entry function being compiled
     for l in log.lines() {
         if let Some(rest) = l.split("Compiling entry function '").nth(1) {
-            let name = rest.split('\'').next().unwrap_or("").to_string();
-            out.push(KernelResources { name, registers: 0, spill_stores: 0, spill_loads: 0, static_smem: 0 });
-        } else if let Some(k) = out.last_mut() {
-            if l.contains("spill stores") {
+            out.push(row(rest.split('\'').next().unwrap_or("").to_string()));
+            kernel = Some(out.len() - 1);
+            cur = kernel;
+        } else if let Some(name) = l.split("Function properties for ").nth(1) {
+            let name = name.trim();
+            cur = match kernel {
+                Some(k) if out[k].name == name => Some(k),
+                _ => {
+                    out.push(row(demangle(name)));
+                    Some(out.len() - 1)
+                }
+            };
+        } else if l.contains("spill stores") {
+            if let Some(k) = cur.and_then(|i| out.get_mut(i)) {
                 k.spill_stores = num_before(l, "bytes spill stores").unwrap_or(0);
                 k.spill_loads = num_before(l, "bytes spill loads").unwrap_or(0);
-            } else if l.contains("Used") && l.contains("registers") {
+            }
+        } else if l.contains("Used") && l.contains("registers") {
+            if let Some(k) = kernel.and_then(|i| out.get_mut(i)) {
                 k.registers = num_before(l, "registers").unwrap_or(0);
                 k.static_smem = num_before(l, "bytes smem").unwrap_or(0);
             }
         }
     }
     out
+}
+
+/// A mangled C++ name's identifier (`_Z12mk_gemv_normRK6DevCtx..` -> `mk_gemv_norm`); other names as
+/// they are.
+fn demangle(name: &str) -> String {
+    let Some(rest) = name.strip_prefix("_Z") else { return name.to_string() };
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    match digits.parse::<usize>() {
+        Ok(n) if rest.len() >= digits.len() + n => rest[digits.len()..digits.len() + n].to_string(),
+        _ => name.to_string(),
+    }
 }
 
 fn cstr(v: &[c_char]) -> String {
@@ -421,9 +449,15 @@ mod tests {
                    ptxas info    : Compile time = 1.0 ms\n\
                    ptxas info    : Compiling entry function 'k_embed' for 'sm_90'\n\
                    ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
-                   ptxas info    : Used 20 registers, used 0 barriers\n";
+                   ptxas info    : Used 20 registers, used 0 barriers\n\
+                   ptxas info    : Function properties for _Z12mk_gemv_normRK6DevCtxRK4WordjPcb\n\
+                   ptxas         .     0 bytes stack frame, 48 bytes spill stores, 128 bytes spill loads\n";
         let r = ptxas_resources(log);
-        assert_eq!(r.len(), 2);
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            (r[2].name.as_str(), r[2].registers, r[2].spill_stores, r[2].spill_loads),
+            ("mk_gemv_norm", 0, 48, 128)
+        );
         assert_eq!(
             r[0],
             KernelResources {

@@ -79,7 +79,7 @@ impl GpuExec {
         Ok((t, self.read_timeline()?))
     }
 
-    fn read_timeline(&self) -> Result<Vec<u64>> {
+    pub(super) fn read_timeline(&self) -> Result<Vec<u64>> {
         let host = self.get(self.layout.tl, self.layout.tl + 32 * self.layout.total_units, "read the timeline")?;
         Ok(host.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect())
     }

@@ -496,11 +496,27 @@ impl GpuExec {
         if self.sampling && m > 1 {
             crate::bail!("gpu: sampling takes one row; an M = {m} step is greedy");
         }
-        let r = self.step_rows_unchecked(tokens, mega);
+        let r = self.step_rows_unchecked(tokens, mega, false);
         self.advance(r, m)
     }
 
-    fn step_rows_unchecked(&mut self, tokens: &[u32], mega: bool) -> Result<Vec<u32>> {
+    /// One megakernel M-row step that also returns its timeline (the megakernel's unit stamps).
+    pub fn step_rows_timeline(&mut self, tokens: &[u32]) -> Result<(Vec<u32>, Vec<u64>)> {
+        let m = self.prog.target.m_rows as usize;
+        if tokens.len() != m || self.sampling && m > 1 {
+            crate::bail!("gpu: a timed M = {m} step takes {m} tokens, greedy");
+        }
+        for &t in tokens {
+            self.check_token(t)?;
+        }
+        self.room(m, "rows")?;
+        self.zero(self.layout.tl, self.layout.tl + 32 * self.layout.total_units, "zero the timeline")?;
+        let r = self.step_rows_unchecked(tokens, true, true);
+        let t = self.advance(r, m)?;
+        Ok((t, self.read_timeline()?))
+    }
+
+    fn step_rows_unchecked(&mut self, tokens: &[u32], mega: bool, timeline: bool) -> Result<Vec<u32>> {
         let m = tokens.len();
         let mut ctrl = Vec::with_capacity(m * CTRL_LEN);
         for (r, &t) in tokens.iter().enumerate() {
@@ -508,7 +524,7 @@ impl GpuExec {
         }
         self.write(self.ctrl, &ctrl)?;
         if mega {
-            self.step_mega_unchecked(tokens[0], 1, false, self.prog.words.len() as u32)?;
+            self.step_mega_unchecked(tokens[0], 1, timeline, self.prog.words.len() as u32)?;
         } else {
             self.step_unchecked(tokens[0], false, |_, _| Ok(()))?;
         }
