@@ -19,48 +19,25 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 
 
-// Each op in a function of its own (noinline): ptxas allocates its registers apart from the other ops',
-// so a change to one op moves no spills into another (all inlined into one dispatch, a GEMV change
-// measured +2.4 % on the 27B's step through the GDN and attention ops it never touched).
-#define MK_OP(name) \
-  __device__ __noinline__ void mk_##name(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) { op_##name(c, w, u, smem, fresh); }
-MK_OP(embed)
-MK_OP(gemv_norm)
-MK_OP(gemv_gate_up)
-MK_OP(gemv_gated_norm_residual)
-MK_OP(gemv_residual)
-MK_OP(reduce_store)
-MK_OP(reduce_residual)
-MK_OP(gdn_conv)
-MK_OP(gdn_recur)
-MK_OP(attn_kv)
-MK_OP(attn_scores)
-MK_OP(attn_pv)
-MK_OP(attn_reduce_gate)
-MK_OP(lm_head)
-MK_OP(argmax)
-MK_OP(end_step)
-MK_OP(gdn_step)
-
 __device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   switch (w.opcode) {
-    case OP_EMBED: mk_embed(c, w, u, smem, fresh); break;
-    case OP_GEMV_NORM: mk_gemv_norm(c, w, u, smem, fresh); break;
-    case OP_GEMV_GATE_UP: mk_gemv_gate_up(c, w, u, smem, fresh); break;
-    case OP_GEMV_GATED_NORM_RESIDUAL: mk_gemv_gated_norm_residual(c, w, u, smem, fresh); break;
-    case OP_GEMV_RESIDUAL: mk_gemv_residual(c, w, u, smem, fresh); break;
-    case OP_REDUCE_STORE: mk_reduce_store(c, w, u, smem, fresh); break;
-    case OP_REDUCE_RESIDUAL: mk_reduce_residual(c, w, u, smem, fresh); break;
-    case OP_GDN_CONV: mk_gdn_conv(c, w, u, smem, fresh); break;
-    case OP_GDN_RECUR: mk_gdn_recur(c, w, u, smem, fresh); break;
-    case OP_ATTN_KV: mk_attn_kv(c, w, u, smem, fresh); break;
-    case OP_ATTN_SCORES: mk_attn_scores(c, w, u, smem, fresh); break;
-    case OP_ATTN_PV: mk_attn_pv(c, w, u, smem, fresh); break;
-    case OP_ATTN_REDUCE_GATE: mk_attn_reduce_gate(c, w, u, smem, fresh); break;
-    case OP_LM_HEAD: mk_lm_head(c, w, u, smem, fresh); break;
-    case OP_ARGMAX: mk_argmax(c, w, u, smem, fresh); break;
-    case OP_END_STEP: mk_end_step(c, w, u, smem, fresh); break;
-    case OP_GDN_STEP: mk_gdn_step(c, w, u, smem, fresh); break;
+    case OP_EMBED: op_embed(c, w, u, smem, fresh); break;
+    case OP_GEMV_NORM: op_gemv_norm(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATE_UP: op_gemv_gate_up(c, w, u, smem, fresh); break;
+    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual(c, w, u, smem, fresh); break;
+    case OP_GEMV_RESIDUAL: op_gemv_residual(c, w, u, smem, fresh); break;
+    case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem, fresh); break;
+    case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem, fresh); break;
+    case OP_GDN_CONV: op_gdn_conv(c, w, u, smem, fresh); break;
+    case OP_GDN_RECUR: op_gdn_recur(c, w, u, smem, fresh); break;
+    case OP_ATTN_KV: op_attn_kv(c, w, u, smem, fresh); break;
+    case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem, fresh); break;
+    case OP_ATTN_PV: op_attn_pv(c, w, u, smem, fresh); break;
+    case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem, fresh); break;
+    case OP_LM_HEAD: op_lm_head(c, w, u, smem, fresh); break;
+    case OP_ARGMAX: op_argmax(c, w, u, smem, fresh); break;
+    case OP_END_STEP: op_end_step(c, w, u, smem, fresh); break;
+    case OP_GDN_STEP: op_gdn_step(c, w, u, smem, fresh); break;
     default: break;
   }
 }
