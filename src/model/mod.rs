@@ -7,6 +7,7 @@ pub mod forward;
 pub mod numerics;
 pub mod ops;
 pub mod sample;
+pub mod speculate;
 pub mod stats;
 pub mod synth;
 pub mod tensors;
