@@ -79,6 +79,17 @@ pub fn check_input(cfg: &ModelConfig, pos: usize, max_context: usize, token: u32
 
 /// Runs one token through the model, advancing `state`; returns the bf16 logits (as f32).
 pub fn step(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace>) -> Result<Vec<f32>> {
+    Ok(step_hidden(w, state, token, trace)?.0)
+}
+
+/// `step`, also returning the final-normed hidden state (bf16 values): what the lm_head scores and the
+/// MTP drafter takes (`mtp`).
+pub fn step_hidden(
+    w: &Weights,
+    state: &mut State,
+    token: u32,
+    trace: Option<&mut Trace>,
+) -> Result<(Vec<f32>, Vec<f32>)> {
     let cfg = &w.cfg;
     check_input(cfg, state.pos, state.max_context, token)?;
     let eps = cfg.rms_eps as f32;
@@ -89,23 +100,18 @@ pub fn step(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace
     let (mut gi, mut ai) = (0, 0);
     let mut trace = trace;
     for layer in &w.layers {
-        ops::rms_norm_block(&h, &layer.input_norm, eps, &mut xn);
-        let mixed = match &layer.mixer {
+        decoder_layer(cfg, layer, &mut h, &mut xn, |xn| match &layer.mixer {
             Mixer::Gdn(g) => {
-                let o = gdn_layer(cfg, g, &xn, state.pos, &mut state.conv[gi], &mut state.recurrent[gi]);
+                let o = gdn_layer(cfg, g, xn, state.pos, &mut state.conv[gi], &mut state.recurrent[gi]);
                 gi += 1;
                 o
             }
             Mixer::Attn(a) => {
-                let o = attention_layer(cfg, a, &xn, state.pos, &mut state.k_cache[ai], &mut state.v_cache[ai]);
+                let o = attention_layer(cfg, a, xn, state.pos, &mut state.k_cache[ai], &mut state.v_cache[ai]);
                 ai += 1;
                 o
             }
-        };
-        residual_add(&mut h, &mixed);
-        ops::rms_norm_block(&h, &layer.post_norm, eps, &mut xn);
-        let act = mlp_gate_up(&layer.gate, &layer.up, &xn);
-        residual_add(&mut h, &layer.down.gemv(&act));
+        });
         if let Some(tr) = trace.as_deref_mut() {
             tr.hidden.push(h.clone());
         }
@@ -113,7 +119,25 @@ pub fn step(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace
     ops::rms_norm_block(&h, &w.final_norm, eps, &mut xn);
     let logits = w.lm_head.gemv(&xn);
     state.pos += 1;
-    Ok(logits)
+    Ok((logits, xn))
+}
+
+/// One decoder layer on the residual stream `h` (bf16 values, in place): input norm, the mixer
+/// (`mixer(normed x)`), residual add, post norm, SwiGLU MLP, residual add. `xn`: scratch of the hidden size.
+pub fn decoder_layer(
+    cfg: &ModelConfig,
+    layer: &LayerWeights,
+    h: &mut [f32],
+    xn: &mut [f32],
+    mixer: impl FnOnce(&[f32]) -> Vec<f32>,
+) {
+    let eps = cfg.rms_eps as f32;
+    ops::rms_norm_block(h, &layer.input_norm, eps, xn);
+    let mixed = mixer(xn);
+    residual_add(h, &mixed);
+    ops::rms_norm_block(h, &layer.post_norm, eps, xn);
+    let act = mlp_gate_up(&layer.gate, &layer.up, xn);
+    residual_add(h, &layer.down.gemv(&act));
 }
 
 /// `h = bf(h + x)`: the decoder layer's bf16 residual add.

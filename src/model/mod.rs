@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod forward;
+pub mod mtp;
 pub mod numerics;
 pub mod ops;
 pub mod sample;

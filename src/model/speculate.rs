@@ -55,10 +55,20 @@ fn pick(w: impl Iterator<Item = f64> + Clone, u: f32) -> Option<u32> {
 /// and draft[..i]), `q` the drafter's k distributions (draft[i] was drawn from q[i]), `uniform` a source
 /// of draws in [0, 1) (two at most per row, in order: the acceptance test, then the token at a
 /// rejection or the bonus). Returns the emitted tokens (1 ..= k + 1).
-pub fn accept_sampled(p: &[Vec<f32>], q: &[Vec<f32>], draft: &[u32], mut uniform: impl FnMut() -> f32) -> Result<Vec<u32>> {
+pub fn accept_sampled(
+    p: &[Vec<f32>],
+    q: &[Vec<f32>],
+    draft: &[u32],
+    mut uniform: impl FnMut() -> f32,
+) -> Result<Vec<u32>> {
     let k = draft.len();
     if q.len() != k || p.len() != k + 1 {
-        bail!("speculation: {k} draft tokens need {k} draft and {} target distributions, got {} and {}", k + 1, q.len(), p.len());
+        bail!(
+            "speculation: {k} draft tokens need {k} draft and {} target distributions, got {} and {}",
+            k + 1,
+            q.len(),
+            p.len()
+        );
     }
     let vocab = p[0].len();
     if p.iter().chain(q).any(|d| d.len() != vocab) || draft.iter().any(|&x| x as usize >= vocab) {

@@ -80,44 +80,7 @@ impl<'a> Weights<'a> {
             .layer_kinds
             .iter()
             .enumerate()
-            .map(|(i, kind)| {
-                let lp = format!("{p}layers.{i}.");
-                let mixer = match kind {
-                    LayerKind::Gdn => {
-                        let la = format!("{lp}linear_attn.");
-                        Mixer::Gdn(GdnWeights {
-                            in_proj_qkv: linear(&format!("{la}in_proj_qkv")),
-                            in_proj_z: linear(&format!("{la}in_proj_z")),
-                            in_proj_b: linear(&format!("{la}in_proj_b")),
-                            in_proj_a: linear(&format!("{la}in_proj_a")),
-                            conv1d: ck.f32_vec(&format!("{la}conv1d.weight")),
-                            a_log: ck.f32_vec(&format!("{la}A_log")),
-                            dt_bias: ck.f32_vec(&format!("{la}dt_bias")),
-                            norm: ck.f32_vec(&format!("{la}norm.weight")),
-                            out_proj: linear(&format!("{la}out_proj")),
-                        })
-                    }
-                    LayerKind::Attention => {
-                        let sa = format!("{lp}self_attn.");
-                        Mixer::Attn(AttnWeights {
-                            q_proj: linear(&format!("{sa}q_proj")),
-                            k_proj: linear(&format!("{sa}k_proj")),
-                            v_proj: linear(&format!("{sa}v_proj")),
-                            o_proj: linear(&format!("{sa}o_proj")),
-                            q_norm: ck.f32_vec(&format!("{sa}q_norm.weight")),
-                            k_norm: ck.f32_vec(&format!("{sa}k_norm.weight")),
-                        })
-                    }
-                };
-                LayerWeights {
-                    input_norm: ck.f32_vec(&format!("{lp}input_layernorm.weight")),
-                    post_norm: ck.f32_vec(&format!("{lp}post_attention_layernorm.weight")),
-                    mixer,
-                    gate: linear(&format!("{lp}mlp.gate_proj")),
-                    up: linear(&format!("{lp}mlp.up_proj")),
-                    down: linear(&format!("{lp}mlp.down_proj")),
-                }
-            })
+            .map(|(i, kind)| layer(ck, &format!("{p}layers.{i}."), *kind, &linear))
             .collect();
         Weights {
             embed: ck.bf16(&format!("{p}embed_tokens.weight")),
@@ -126,5 +89,50 @@ impl<'a> Weights<'a> {
             layers,
             cfg,
         }
+    }
+}
+
+/// The decoder layer whose tensors start with `lp` (e.g. `model.language_model.layers.3.`, or the MTP
+/// head's `mtp.layers.0.`), its mixer of `kind`, its linears made by `linear`.
+pub fn layer<'a>(
+    ck: &'a Checkpoint,
+    lp: &str,
+    kind: LayerKind,
+    linear: &impl Fn(&str) -> Linear<'a>,
+) -> LayerWeights<'a> {
+    let mixer = match kind {
+        LayerKind::Gdn => {
+            let la = format!("{lp}linear_attn.");
+            Mixer::Gdn(GdnWeights {
+                in_proj_qkv: linear(&format!("{la}in_proj_qkv")),
+                in_proj_z: linear(&format!("{la}in_proj_z")),
+                in_proj_b: linear(&format!("{la}in_proj_b")),
+                in_proj_a: linear(&format!("{la}in_proj_a")),
+                conv1d: ck.f32_vec(&format!("{la}conv1d.weight")),
+                a_log: ck.f32_vec(&format!("{la}A_log")),
+                dt_bias: ck.f32_vec(&format!("{la}dt_bias")),
+                norm: ck.f32_vec(&format!("{la}norm.weight")),
+                out_proj: linear(&format!("{la}out_proj")),
+            })
+        }
+        LayerKind::Attention => {
+            let sa = format!("{lp}self_attn.");
+            Mixer::Attn(AttnWeights {
+                q_proj: linear(&format!("{sa}q_proj")),
+                k_proj: linear(&format!("{sa}k_proj")),
+                v_proj: linear(&format!("{sa}v_proj")),
+                o_proj: linear(&format!("{sa}o_proj")),
+                q_norm: ck.f32_vec(&format!("{sa}q_norm.weight")),
+                k_norm: ck.f32_vec(&format!("{sa}k_norm.weight")),
+            })
+        }
+    };
+    LayerWeights {
+        input_norm: ck.f32_vec(&format!("{lp}input_layernorm.weight")),
+        post_norm: ck.f32_vec(&format!("{lp}post_attention_layernorm.weight")),
+        mixer,
+        gate: linear(&format!("{lp}mlp.gate_proj")),
+        up: linear(&format!("{lp}mlp.up_proj")),
+        down: linear(&format!("{lp}mlp.down_proj")),
     }
 }
