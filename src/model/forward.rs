@@ -64,6 +64,8 @@ impl State {
 pub struct Trace {
     /// Residual stream after each layer (bf16 values).
     pub hidden: Vec<Vec<f32>>,
+    /// Each GDN layer's projections (what replaying its conv and recurrence needs: `rollback`).
+    pub gdn: Vec<GdnInput>,
 }
 
 /// Checks a token and the context before a step.
@@ -102,7 +104,11 @@ pub fn step_hidden(
     for layer in &w.layers {
         decoder_layer(cfg, layer, &mut h, &mut xn, |xn| match &layer.mixer {
             Mixer::Gdn(g) => {
-                let o = gdn_layer(cfg, g, xn, state.pos, &mut state.conv[gi], &mut state.recurrent[gi]);
+                let inp = gdn_project(g, xn);
+                let o = gdn_mix(cfg, g, &inp, state.pos, &mut state.conv[gi], &mut state.recurrent[gi]);
+                if let Some(tr) = trace.as_deref_mut() {
+                    tr.gdn.push(inp);
+                }
                 gi += 1;
                 o
             }
@@ -160,28 +166,53 @@ pub fn mlp_gate_up(gate: &Linear, up: &Linear, x: &[f32]) -> Vec<f32> {
     g.iter().zip(&u).map(|(g, u)| swiglu(*g, *u)).collect()
 }
 
-/// One GDN layer for one token: projections, conv ring, gates, fp32 recurrence, gated norm, out_proj.
-pub fn gdn_layer(
+/// A GDN layer's projections of one token's normed input (bf16 values).
+#[derive(Clone)]
+pub struct GdnInput {
+    pub qkv: Vec<f32>,
+    pub z: Vec<f32>,
+    pub b: Vec<f32>,
+    pub a: Vec<f32>,
+}
+
+/// The GDN layer's four projections.
+pub fn gdn_project(g: &GdnWeights, x: &[f32]) -> GdnInput {
+    GdnInput { qkv: g.in_proj_qkv.gemv(x), z: g.in_proj_z.gemv(x), b: g.in_proj_b.gemv(x), a: g.in_proj_a.gemv(x) }
+}
+
+/// The GDN layer's state update for one token at `pos`: the conv ring and the fp32 recurrence of every
+/// value head; returns the heads' bf16 outputs (the core).
+pub fn gdn_recur(
     cfg: &ModelConfig,
     g: &GdnWeights,
-    x: &[f32],
+    inp: &GdnInput,
     pos: usize,
     ring: &mut [f32],
     s: &mut [f32],
 ) -> Vec<f32> {
-    let qkv = g.in_proj_qkv.gemv(x);
-    let z = g.in_proj_z.gemv(x);
-    let b = g.in_proj_b.gemv(x);
-    let a = g.in_proj_a.gemv(x);
-    let mut mixed = vec![0f32; qkv.len()];
-    conv_channels(&qkv, &g.conv1d, ring, pos, 0..qkv.len(), &mut mixed);
+    let mut mixed = vec![0f32; inp.qkv.len()];
+    conv_channels(&inp.qkv, &g.conv1d, ring, pos, 0..inp.qkv.len(), &mut mixed);
     let (dk, dv) = (cfg.gdn_k_dim, cfg.gdn_v_dim);
     let mut core = vec![0f32; cfg.gdn_value_dim()];
     for j in 0..cfg.gdn_v_heads {
-        let gates = GdnGates { b: b[j], a: a[j], a_log: g.a_log[j], dt_bias: g.dt_bias[j] };
+        let gates = GdnGates { b: inp.b[j], a: inp.a[j], a_log: g.a_log[j], dt_bias: g.dt_bias[j] };
         gdn_head(cfg, j, &mixed, gates, &mut s[j * dk * dv..(j + 1) * dk * dv], &mut core[j * dv..(j + 1) * dv]);
     }
-    g.out_proj.gemv(&gated_norm(cfg, &core, &z, &g.norm))
+    core
+}
+
+/// The rest of one GDN layer for one token after its projections: conv ring, gates, fp32 recurrence,
+/// gated norm, out_proj.
+pub fn gdn_mix(
+    cfg: &ModelConfig,
+    g: &GdnWeights,
+    inp: &GdnInput,
+    pos: usize,
+    ring: &mut [f32],
+    s: &mut [f32],
+) -> Vec<f32> {
+    let core = gdn_recur(cfg, g, inp, pos, ring, s);
+    g.out_proj.gemv(&gated_norm(cfg, &core, &inp.z, &g.norm))
 }
 
 /// `causal_conv1d_update` + SiLU for channels `cs` at position `pos`: the current input goes to ring

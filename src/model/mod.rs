@@ -7,6 +7,7 @@ pub mod forward;
 pub mod mtp;
 pub mod numerics;
 pub mod ops;
+pub mod rollback;
 pub mod sample;
 pub mod speculate;
 pub mod stats;
