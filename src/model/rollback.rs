@@ -22,9 +22,12 @@ pub struct Round {
     rows: Vec<Vec<GdnInput>>,
 }
 
+/// A row's logits and final-normed hidden state (`step_hidden`'s).
+pub type RowOut = (Vec<f32>, Vec<f32>);
+
 /// Feeds `tokens` (the round's rows) one after another from `state`; returns each row's logits and
 /// final-normed hidden state, and the round to `commit`. `state` ends after every row.
-pub fn verify(w: &Weights, state: &mut State, tokens: &[u32]) -> Result<(Vec<(Vec<f32>, Vec<f32>)>, Round)> {
+pub fn verify(w: &Weights, state: &mut State, tokens: &[u32]) -> Result<(Vec<RowOut>, Round)> {
     let mut round =
         Round { start: state.pos, conv: state.conv.clone(), recurrent: state.recurrent.clone(), rows: Vec::new() };
     let mut out = Vec::with_capacity(tokens.len());
