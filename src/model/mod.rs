@@ -9,6 +9,7 @@ pub mod numerics;
 pub mod ops;
 pub mod rollback;
 pub mod sample;
+pub mod spec_generate;
 pub mod speculate;
 pub mod stats;
 pub mod synth;
