@@ -183,6 +183,10 @@ enum Cmd {
         /// Seed of the sampling draws.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Speculative decoding with the MTP head: K drafts a round (1-7; greedy only, CPU reference;
+        /// prints the rounds' acceptance on stderr). Off when absent.
+        #[arg(long, value_name = "K")]
+        speculate: Option<usize>,
     },
     /// Text to token ids: one JSON string per stdin line, one JSON array of ids per stdout line.
     Tokenize,
@@ -518,12 +522,40 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Tokenize => mk::tokenizer::cli::tokenize_stdio()?,
         Cmd::Detokenize => mk::tokenizer::cli::detokenize_stdio()?,
         Cmd::ChatRender { file, ids } => mk::tokenizer::cli::chat_render_stdout(&file, ids)?,
-        Cmd::Generate { dir, prompt, steps, temperature, top_k, top_p, seed } => {
+        Cmd::Generate { dir, prompt, steps, temperature, top_k, top_p, seed, speculate } => {
             let params = mk::model::sample::SamplingParams { temperature, top_k, top_p };
             let ck = Checkpoint::open(&dir)?;
             ck.deep_check()?;
             let w = forward::Weights::from_checkpoint(&ck);
-            let out = forward::generate(&w, &prompt, steps, &params, seed)?;
+            let out = match speculate {
+                None => forward::generate(&w, &prompt, steps, &params, seed)?,
+                Some(k) => {
+                    if temperature != 0.0 {
+                        return Err(mk::error::Error::new(
+                            "generate: --speculate is greedy only (--temperature 0)".to_string(),
+                        ));
+                    }
+                    params.check()?;
+                    if prompt.len().saturating_add(steps) > mk::model::config::MAX_POSITIONS {
+                        return Err(mk::error::Error::new(format!(
+                            "generate: {} prompt tokens and {steps} steps pass the model's {} positions",
+                            prompt.len(),
+                            mk::model::config::MAX_POSITIONS
+                        )));
+                    }
+                    let m = mk::model::mtp::MtpWeights::from_checkpoint(&ck)?;
+                    let d = mk::model::spec_generate::Drafter::Mtp(&m);
+                    let (out, s) = mk::model::spec_generate::generate_speculative(&w, &d, &prompt, steps, k)?;
+                    eprintln!(
+                        "speculation: {} rounds, {} of {} drafts accepted ({:.2} tokens a round)",
+                        s.rounds,
+                        s.accepted,
+                        s.drafted,
+                        (s.accepted + s.rounds) as f64 / s.rounds.max(1) as f64
+                    );
+                    out
+                }
+            };
             println!("{}", out.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","));
         }
     }
