@@ -100,14 +100,61 @@ pub fn draft_step(
     Ok((w.lm_head.gemv(&xn), xn))
 }
 
+/// The drafter's working vocabulary (issue 27, item 2): the ids the pruned head scores, a static core
+/// plus every id the session has seen. The core's rule, since synthetic weights carry no frequencies:
+/// the first `core` ids. Byte-level BPE assigns ids in merge order, which follows pair frequency in the
+/// tokenizer's training text, so low ids are the frequent ones (a rule chosen, not a measurement;
+/// `../shared/spec/qwen3_5_27b.md` section 5: byte-level BPE, 247,587 merges).
+pub struct WorkingVocab {
+    member: Vec<bool>,
+    ids: Vec<u32>,
+}
+
+impl WorkingVocab {
+    pub fn new(vocab: usize, core: usize) -> WorkingVocab {
+        let core = core.min(vocab);
+        let mut member = vec![false; vocab];
+        member[..core].iter_mut().for_each(|m| *m = true);
+        WorkingVocab { member, ids: (0..core as u32).collect() }
+    }
+    /// Adds a seen id (ids off the vocabulary are refused).
+    pub fn add(&mut self, id: u32) -> Result<()> {
+        let Some(m) = self.member.get_mut(id as usize) else {
+            bail!("working vocabulary: id {id} is off the vocabulary of {}", self.member.len());
+        };
+        if !*m {
+            *m = true;
+            let at = self.ids.partition_point(|&x| x < id);
+            self.ids.insert(at, id);
+        }
+        Ok(())
+    }
+    /// The ids, ascending.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+}
+
+/// The pruned head's choice: the lm_head's rows of the working vocabulary only, each row's logit the
+/// full head's bits (`Linear::row_dot`, rounded once), the largest with the lowest id on ties (ids
+/// ascending: `argmax`'s rule). Reads ids x hidden weights instead of the vocabulary's.
+pub fn pruned_argmax(lm_head: &Linear, xn: &[f32], wv: &WorkingVocab) -> Result<u32> {
+    if wv.ids.is_empty() {
+        bail!("working vocabulary: empty");
+    }
+    let logits: Vec<f32> = wv.ids.iter().map(|&r| super::numerics::bf(lm_head.row_dot(xn, r as usize))).collect();
+    Ok(wv.ids[super::ops::argmax(&logits)])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::forward::{step_hidden, State};
     use crate::model::ops::argmax;
 
-    fn tiny() -> (tempdir::Dir, Checkpoint) {
-        let dir = tempdir::Dir::new("mtp");
+    /// A tiny synthetic checkpoint in a scratch folder of its own (`tag`: one per test, they run in parallel).
+    fn tiny(tag: &str) -> (tempdir::Dir, Checkpoint) {
+        let dir = tempdir::Dir::new(tag);
         let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
         crate::model::synth::write_checkpoint(&cfg, 3, dir.path()).unwrap();
         let ck = Checkpoint::open(dir.path()).unwrap();
@@ -137,7 +184,7 @@ mod tests {
 
     #[test]
     fn a_draft_chain_is_deterministic_and_its_inputs_matter() {
-        let (_d, ck) = tiny();
+        let (_d, ck) = tiny("mtp-chain");
         let w = Weights::from_checkpoint(&ck);
         let m = MtpWeights::from_checkpoint(&ck).unwrap();
         let cfg = &w.cfg;
@@ -175,8 +222,30 @@ mod tests {
     }
 
     #[test]
+    fn the_pruned_head_is_the_full_head_on_its_rows() {
+        let (_d, ck) = tiny("mtp-pruned");
+        let w = Weights::from_checkpoint(&ck);
+        let mut st = State::new(&w.cfg, 8);
+        let (logits, xn) = step_hidden(&w, &mut st, 77, None).unwrap();
+        let best = argmax(&logits) as u32;
+        // a working vocabulary holding the full head's choice picks it
+        let mut wv = WorkingVocab::new(w.cfg.vocab, 100);
+        wv.add(best).unwrap();
+        wv.add(best).unwrap(); // (twice: once kept)
+        assert_eq!(pruned_argmax(&w.lm_head, &xn, &wv).unwrap(), best);
+        // one without it picks the best of its rows, the full head's bits on them
+        let wv = WorkingVocab::new(w.cfg.vocab, 100);
+        let want = if best < 100 { best } else { argmax(&logits[..100]) as u32 };
+        assert_eq!(pruned_argmax(&w.lm_head, &xn, &wv).unwrap(), want);
+        assert_eq!(wv.ids().len(), 100);
+        let mut wv = WorkingVocab::new(w.cfg.vocab, 0);
+        assert!(pruned_argmax(&w.lm_head, &xn, &wv).is_err());
+        assert!(wv.add(w.cfg.vocab as u32).unwrap_err().to_string().contains("off the vocabulary"));
+    }
+
+    #[test]
     fn bad_input_is_refused() {
-        let (_d, ck) = tiny();
+        let (_d, ck) = tiny("mtp-bad");
         let w = Weights::from_checkpoint(&ck);
         let m = MtpWeights::from_checkpoint(&ck).unwrap();
         let mut ms = MtpState::new(&w.cfg, 4);
