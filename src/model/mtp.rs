@@ -1,6 +1,6 @@
 //! The MTP drafter's CPU reference (issue 27, item 1): the checkpoint's `mtp.*` head, which the oracle
 //! drops (transformers ignores `^mtp.*`), so this reference is ours, written from the production engines'
-//! code (`../shared/spec/qwen3_5_27b.md` section 4: vLLM `qwen3_5_mtp.py`, SGLang `qwen3_5_mtp.py`).
+//! code (vLLM `vllm/model_executor/models/qwen3_5_mtp.py`, SGLang `python/sglang/srt/models/qwen3_5_mtp.py`).
 //!
 //! One draft step at position p takes the token t(p + 1) and the target's hidden state at p (after the
 //! final norm: what the lm_head scores) and predicts t(p + 2):
@@ -104,7 +104,7 @@ pub fn draft_step(
 /// plus every id the session has seen. The core's rule, since synthetic weights carry no frequencies:
 /// the first `core` ids. Byte-level BPE assigns ids in merge order, which follows pair frequency in the
 /// tokenizer's training text, so low ids are the frequent ones (a rule chosen, not a measurement;
-/// `../shared/spec/qwen3_5_27b.md` section 5: byte-level BPE, 247,587 merges).
+/// the release's tokenizer: byte-level BPE, 247,587 merges).
 pub struct WorkingVocab {
     member: Vec<bool>,
     ids: Vec<u32>,

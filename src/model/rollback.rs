@@ -57,11 +57,15 @@ pub fn commit(w: &Weights, state: &mut State, round: &Round, n: usize, skip_conv
         w.layers.iter().filter_map(|l| if let Mixer::Gdn(g) = &l.mixer { Some(g) } else { None }).collect();
     for (r, row) in round.rows[..n].iter().enumerate() {
         for (l, (g, inp)) in gdn.iter().zip(row).enumerate() {
-            let mut ring = state.conv[l].clone();
-            gdn_recur(cfg, g, inp, round.start + r, &mut ring, &mut state.recurrent[l]);
-            if !skip_conv {
-                state.conv[l] = ring;
-            }
+            // (the negative control updates a scratch ring the state never sees)
+            let mut scratch;
+            let ring = if skip_conv {
+                scratch = state.conv[l].clone();
+                &mut scratch
+            } else {
+                &mut state.conv[l]
+            };
+            gdn_recur(cfg, g, inp, round.start + r, ring, &mut state.recurrent[l]);
         }
     }
     Ok(())

@@ -37,6 +37,19 @@ pub struct SpecStats {
     pub accepted: usize,
 }
 
+impl std::fmt::Display for SpecStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(
+            f,
+            "speculation: {} rounds, {} of {} drafts accepted ({:.2} tokens a round)",
+            self.rounds,
+            self.accepted,
+            self.drafted,
+            (self.accepted + self.rounds) as f64 / self.rounds.max(1) as f64
+        )
+    }
+}
+
 /// `steps` tokens after `prompt`, greedy, k drafts a round.
 pub fn generate_speculative(
     w: &Weights,
@@ -50,6 +63,13 @@ pub fn generate_speculative(
     }
     if prompt.is_empty() {
         bail!("speculation: an empty prompt");
+    }
+    if prompt.len().saturating_add(steps) > super::config::MAX_POSITIONS {
+        bail!(
+            "speculation: {} prompt tokens and {steps} steps pass the model's {} positions",
+            prompt.len(),
+            super::config::MAX_POSITIONS
+        );
     }
     let cfg = &w.cfg;
     // room for the prompt, the steps and one round's rows past the last kept token
