@@ -205,6 +205,14 @@ __device__ __forceinline__ uint4 scaled8(uint4 v, float s) {
 // Bytes of one prepared GEMV input of K bf16 in shared memory (16-byte aligned rows).
 __device__ __forceinline__ unsigned xrow_bytes(unsigned K) { return (K * 2 + 15) / 16 * 16; }
 
+// Row view m of the context: activations, scratch and the control block start m rows in (bufs + m
+// n_bufs); weights, states and KV caches are shared.
+__device__ __forceinline__ DevCtx row_view(const DevCtx& c, unsigned m) {
+  DevCtx r = c;
+  r.bufs = c.bufs + (size_t)m * c.n_bufs;
+  return r;
+}
+
 // A GEMV's prepared input in shared memory: x = IN0 (bf16, K = its width) as bf16 in row slot m of nx
 // (smem + m xrow_bytes(K); an M-row GEMV prepares its M rows side by side, 1 otherwise), either
 // RMS-normed with the norm weight in slot `norm` or copied as is (norm unused); times 2^64 for an fp8
@@ -229,12 +237,40 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
   return xs;
 }
 
-// Row view m of the context: activations, scratch and the control block start m rows in (bufs + m
-// n_bufs); weights, states and KV caches are shared.
-__device__ __forceinline__ DevCtx row_view(const DevCtx& c, unsigned m) {
-  DevCtx r = c;
-  r.bufs = c.bufs + (size_t)m * c.n_bufs;
-  return r;
+
+// The prepared inputs of nx rows (1, or an M-row GEMV's M_ROWS) side by side (prepared_input's), when
+// `fresh`. M rows with a norm (and K % 8 == 0) at once, warp m on row m (M_ROWS <= WARPS), in
+// block_rmsnorm's order: lane l stands for the block's threads l, 32 + l, .. (each its 16-byte chunks
+// in order), a butterfly per such 32-thread group, the group sums added in group order from 0, so row
+// m's bits are block_rmsnorm's; one barrier for all rows instead of a normalisation per row.
+__device__ unsigned short* prepared_rows(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh, unsigned nx) {
+  if (M_ROWS == 1 || nx == 1) return prepared_input(c, w, norm_slot, smem, fresh);
+  const unsigned K = c.cols[w.ops[SLOT_IN0]];
+  if (!fresh || w.ops[norm_slot] == OPERAND_NONE || K % 8 != 0) {
+    for (unsigned m = 0; m < nx; ++m) prepared_input(row_view(c, m), w, norm_slot, smem, fresh, m, nx);
+    return (unsigned short*)smem;
+  }
+  static_assert(M_ROWS <= WARPS, "prepared_rows: a warp per row");
+  const unsigned m = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (m < nx) {
+    const DevCtx r = row_view(c, m);
+    const unsigned short* x = B<unsigned short>(r, w.ops[SLOT_IN0]);
+    const float* nw = B<float>(r, w.ops[norm_slot]);
+    const float s = input_scale(c, w.ops[SLOT_W0]);
+    float total = 0.f;  // ORDER: block_sum's (thread groups in order from 0)
+#pragma unroll
+    for (unsigned j = 0; j < WARPS; ++j) {
+      float ss = 0.f;
+      for (unsigned i = 8 * (32 * j + lane); i < K; i += 8 * THREADS) ss = chunk_squares(*(const uint4*)(x + i), ss);
+      total += warp_sum(ss);
+    }
+    const float rstd = 1.0f / sqrtf(total * (1.0f / (float)K) + c.eps);
+    unsigned short* out = (unsigned short*)(smem + m * xrow_bytes(K));
+    for (unsigned i = 8 * lane; i < K; i += 8 * 32)
+      *(uint4*)(out + i) = chunk_normed(*(const uint4*)(x + i), *(const float4*)(nw + i), *(const float4*)(nw + i + 4), rstd, s);
+  }
+  BLOCK_SYNC();
+  return (unsigned short*)smem;
 }
 
 // M-row steps: whether a GEMV word's M inputs are prepared in shared memory (normed inputs) rather than
@@ -270,15 +306,22 @@ __device__ __forceinline__ float* mrow_red(char* smem, unsigned K, bool x_smem) 
   return (float*)(smem + (x_smem ? M_ROWS * xrow_bytes(K) : 0) + 32);
 }
 
-// M rows (M_ROWS > 1: a verification step over positions pos .. pos + M): a GEMV word in one weight
-// pass (`mrow_gemv`: the op runs once and takes every row), any other op once per row, rows in order,
+// M rows (M_ROWS > 1: a verification step over positions pos .. pos + M): a word whose op takes every
+// row itself (`mrow_word`: the op runs once), any other op once per row, rows in order,
 // row m on the row-m view of the buffers (`row_view`: row m holds position pos + m and token m), so row
 // m computes the bits a one-row step at position pos + m computes. A barrier precedes every row: row
 // m + 1 reads what row m wrote (the recurrent state, the conv ring) and re-prepares the shared-memory
 // input. EndStep runs once over every row. M_ROWS == 1: the op, once. f(c, row): row is true inside the
 // row loop (each row re-prepares its input).
+// Whether word w's unit takes the M rows of a step itself (M_ROWS > 1): the M-row GEMVs (`mrow_gemv`),
+// the split-K reduces (rows independent: one loop over (row, output) pairs) and GdnRecur (its state
+// column in registers across the rows, gdn_head).
+__device__ __forceinline__ bool mrow_word(const DevCtx& c, const Word& w) {
+  return M_ROWS > 1 && (mrow_gemv(c, w) || w.opcode == OP_REDUCE_STORE || w.opcode == OP_REDUCE_RESIDUAL || w.opcode == OP_GDN_RECUR);
+}
+
 template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, F f) {
-  if (M_ROWS == 1 || w.opcode == OP_END_STEP || mrow_gemv(c, w)) {
+  if (M_ROWS == 1 || w.opcode == OP_END_STEP || mrow_word(c, w)) {
     f(c, false);
     return;
   }

@@ -324,8 +324,8 @@ __device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (flo
 // For each row of the span: the per-group sums, either stored as split-K partials [g][rows]
 // (FLAG_PARTIAL) or summed in group order and handed to `epilogue(r, row, value, pre(r, row))` (r: the
 // row view the row belongs to; one thread a row; fp8: `pre`, what the epilogue reads, is loaded before
-// the row group's weights stream by). `prep(r, m, nx)` prepares row view r's input into row slot m of
-// nx (every thread calls it; it honours the op's `fresh`) and returns it; fp8 weights read it times
+// the row group's weights stream by). `prep(nx)` prepares the inputs of nx rows (1, or M_ROWS) side by
+// side (every thread calls it; it honours the op's `fresh`) and returns them; fp8 weights read it times
 // 2^64 (the preps scale it: `prepared_input`, `gated_norm_input`). fp8: whole row groups of 32 (the
 // compiler's unit rows are multiples of 32, fp8 row counts too: layout.rs), their k-groups in order.
 // An M-row step's fp8 word (`mrow_gemv`) takes all M rows here in one pass over its weights
@@ -339,8 +339,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
       const bool xsm = mrow_x_in_smem(w);
-      if (xsm)
-        for (unsigned m = 0; m < M_ROWS; ++m) prep(row_view(c, m), m, M_ROWS);
+      if (xsm) prep(M_ROWS);
       const MrowX xl{c, (const unsigned short*)smem, xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm};
       float* red = mrow_red(smem, K, xsm);
       const unsigned m = threadIdx.x >> 5;
@@ -353,7 +352,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     }
   }
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
-  const unsigned short* xs = prep(c, 0, 1);
+  const unsigned short* xs = prep(1);
   if (is_fp8(c, wid)) {
     // whole row groups (the compiler's fp8 unit rows are multiples of 32); a barrier between them
     for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
@@ -382,12 +381,15 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   });
 }
 // The split-K reduce of one unit: y[r] = bf(sum_g partial[g][r]), or with the residual add
-// h[r] = bf(h[r] + bf(sum)). ORDER: groups in index order (the same as the CPU's row dot product).
+// h[r] = bf(h[r] + bf(sum)). ORDER: groups in index order (the same as the CPU's row dot product). An
+// M-row step's M rows in one loop over (row, output) pairs, row m on row view m.
 __device__ void reduce_rows(const DevCtx& c, const Word& w, unsigned u, bool residual) {
-  const float* p = B<float>(c, w.ops[SLOT_IN0]);
-  unsigned short* y = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
-  for (unsigned r = r0 + threadIdx.x; r < r1; r += THREADS) {
+  unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows), n = r1 - r0;
+  for (unsigned q = threadIdx.x; q < M_ROWS * n; q += THREADS) {
+    const unsigned r = r0 + (M_ROWS == 1 ? q : q % n);
+    const DevCtx rv = M_ROWS == 1 ? c : row_view(c, q / n);
+    const float* p = B<float>(rv, w.ops[SLOT_IN0]);
+    unsigned short* y = B<unsigned short>(rv, w.ops[SLOT_OUT0]);
     float s = 0.f;
     for (unsigned g = 0; g < w.arg0; ++g) s += p[(size_t)g * w.rows + r];
     y[r] = residual ? f2bf(bf2f(y[r]) + bf(s)) : f2bf(s);

@@ -5,14 +5,17 @@
 // A thread loads its half of a state column into registers first (its loads
 // all in flight, issued before the norms so their latency overlaps them), then works from registers and
 // stores it back once.
-// The head's body, shared by op_gdn_recur and op_gdn_step (GdnStep): `mixed(qs, ks, vs)` fills shared
-// q, k and v of head j (f32 of the bf16 conv outputs; called by every thread after the state loads are
-// issued, followed by a block barrier), `out(v, o)` takes output element v (one thread each). Every
-// thread reaches the end (no early return: the caller may join the block after it).
+// The head's body, shared by op_gdn_recur and op_gdn_step (GdnStep), for MR rows (an M-row step's
+// GdnRecur: the rows one after another on row views, the state column kept in registers between them
+// and stored once after the last: the values a row loop would store and load back, so the bits of M
+// one-row steps): `mixed(m, qs, ks, vs)` fills shared q, k and v of head j for row m (f32 of the bf16
+// conv outputs; called by every thread, for row 0 after the state loads are issued, followed by a block
+// barrier), `out(m, v, o)` takes row m's output element v (one thread each). Every thread reaches the
+// end (no early return: the caller may join the block after it).
 // Shared memory: GDN_STEP_SMEM floats.
 // q, k, v, the two norms, two exchange rows; GdnStep's output, gates and norm weight
 #define GDN_STEP_SMEM (7 * 128 + 2)
-template <typename Mixed, typename Out>
+template <int MR, typename Mixed, typename Out>
 __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out) {
   const unsigned d = 128;
   float* qs = (float*)smem;
@@ -30,11 +33,13 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
   float col[64];
 #pragma unroll
   for (unsigned k = 0; k < d / 2; ++k) col[k] = S[(k0 + k) * d + v];
+  for (unsigned m = 0; m < MR; ++m) {
   // The head's gate inputs, loaded with the state (one round trip for all), then q, k and v.
-  const unsigned short b_raw = B<unsigned short>(c, w.ops[SLOT_IN1])[j];
-  const unsigned short a_raw = B<unsigned short>(c, w.ops[SLOT_IN2])[j];
+  const DevCtx rv = MR == 1 ? c : row_view(c, m);
+  const unsigned short b_raw = B<unsigned short>(rv, w.ops[SLOT_IN1])[j];
+  const unsigned short a_raw = B<unsigned short>(rv, w.ops[SLOT_IN2])[j];
   const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
-  mixed(qs, ks, vs);
+  mixed(m, qs, ks, vs);
   BLOCK_SYNC();
   if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
     // 32 elements at a time into registers (16-byte shared loads issued together), then the chain
@@ -89,7 +94,8 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
 #pragma unroll
     for (unsigned k = 0; k < d / 2; ++k) {
       float sn = col[k] * decay + ks[k] * delta;
-      S[k * d + v] = sn;
+      if (m + 1 == MR) S[k * d + v] = sn;
+      col[k] = sn;
       o += sn * qs[k];
     }
     xch[v] = o;  // (half 1 read the kv partial before the last barrier)
@@ -100,11 +106,15 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
 #pragma unroll
     for (unsigned k = 0; k < d / 2; ++k) {
       float sn = col[k] * decay + ks[k0 + k] * delta;
-      S[(k0 + k) * d + v] = sn;
+      if (m + 1 == MR) S[(k0 + k) * d + v] = sn;
+      col[k] = sn;
       o += sn * qs[k0 + k];
     }
-    out(v, f2bf(o));
+    out(m, v, f2bf(o));
   }
+  if (m + 1 < MR) BLOCK_SYNC();  // the next row refills q, k, v and the exchange rows
+  }
+
 }
 
 __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
@@ -112,14 +122,16 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
   unsigned j = u, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d;
   const unsigned short* mixed = B<unsigned short>(c, w.ops[SLOT_IN0]);
   unsigned short* core = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  gdn_head(
+  // M-row steps: every row in one unit (for_rows leaves GdnRecur's rows to it)
+  gdn_head<M_ROWS>(
       c, w, j, smem,
-      [&](float* qs, float* ks, float* vs) {
+      [&](unsigned m, float* qs, float* ks, float* vs) {
+        const unsigned short* mx = M_ROWS == 1 ? mixed : B<unsigned short>(row_view(c, m), w.ops[SLOT_IN0]);
         if (threadIdx.x < d) {
-          qs[threadIdx.x] = bf2f(mixed[qk * d + threadIdx.x]);
-          ks[threadIdx.x] = bf2f(mixed[key_dim + qk * d + threadIdx.x]);
-          vs[threadIdx.x] = bf2f(mixed[2 * key_dim + j * d + threadIdx.x]);
+          qs[threadIdx.x] = bf2f(mx[qk * d + threadIdx.x]);
+          ks[threadIdx.x] = bf2f(mx[key_dim + qk * d + threadIdx.x]);
+          vs[threadIdx.x] = bf2f(mx[2 * key_dim + j * d + threadIdx.x]);
         }
       },
-      [&](unsigned v, unsigned short o) { core[j * d + v] = o; });
+      [&](unsigned m, unsigned v, unsigned short o) { (M_ROWS == 1 ? core : B<unsigned short>(row_view(c, m), w.ops[SLOT_OUT0]))[j * d + v] = o; });
 }

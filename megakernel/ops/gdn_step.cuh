@@ -18,9 +18,9 @@ __device__ void op_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* sm
   unsigned* zs = (unsigned*)((float*)smem + 5 * d + 2 + d / 2);
   float* wns = (float*)smem + 6 * d + 2;
   const unsigned lane = threadIdx.x & 31;
-  gdn_head(
+  gdn_head<1>(
       c, w, j, smem,
-      [&](float* qs, float* ks, float* vs) {
+      [&](unsigned, float* qs, float* ks, float* vs) {
         static_assert(THREADS >= 192 && THREADS <= 384, "GdnStep: two conv channels of the head's 384 per thread at most");
         const unsigned t = threadIdx.x;
         const unsigned zv = t < d / 2 ? ((const unsigned*)(B<unsigned short>(c, w.ops[SLOT_IN4]) + j * d))[t] : 0u;
@@ -54,7 +54,7 @@ __device__ void op_gdn_step(const DevCtx& c, const Word& w, unsigned u, char* sm
         if (t < d / 2) zs[t] = zv;
         if (t < d) wns[t] = nv;
       },
-      [&](unsigned v, unsigned short o) { os[v] = o; });
+      [&](unsigned, unsigned v, unsigned short o) { os[v] = o; });
   BLOCK_SYNC();
   if (threadIdx.x < 32) {
     const unsigned* ow = (const unsigned*)os;

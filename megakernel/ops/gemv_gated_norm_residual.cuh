@@ -21,24 +21,27 @@ __device__ __forceinline__ void gated_head(const DevCtx& c, const unsigned* cw, 
   dst[lane] = o[0] | (o[1] << 16);
   dst[32 + lane] = o[2] | (o[3] << 16);
 }
-// The prepared input (into shared memory, when `fresh`): the gated norm of every value head.
-// (row slot m: an M-row GEMV's inputs side by side, xrow_bytes apart)
-__device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w, char* smem, bool fresh, unsigned m = 0) {
+// The prepared input (into shared memory, when `fresh`): the gated norm of every value head, for nx rows
+// (1, or an M-row GEMV's M_ROWS: row m's in slot m, xrow_bytes apart; the rows one after another with
+// no barrier between them, each row's loads before its arithmetic).
+__device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w, char* smem, bool fresh, unsigned nx = 1) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-  const unsigned short* core = B<unsigned short>(c, w.ops[SLOT_IN0]);
-  const unsigned short* z = B<unsigned short>(c, w.ops[SLOT_IN1]);
   const float* nw = B<float>(c, w.ops[SLOT_W1]);
   unsigned d = c.gdn_dim, lane = threadIdx.x & 31;
   // Warp w normalises heads w, w + 8, ..; lane l takes the bf16 pairs at 2 l and 64 + 2 l of a head
   // (d = 128); ORDER of a head's sum of squares: the lane's four elements in that order, then the
   // butterfly. With at most GATED_HEADS heads a warp every load of the warp's heads is issued before any
   // arithmetic (one round trip to memory); else head by head. The same arithmetic either way. The host refuses a GDN head size other than 128 (GDN_HEAD_DIM).
-  {
+  unsigned short* xs0 = (unsigned short*)smem;
+  if (!fresh) return xs0;
+  unsigned heads = K / d, warp = threadIdx.x >> 5;
+  float wn[4] = {nw[2 * lane], nw[2 * lane + 1], nw[64 + 2 * lane], nw[65 + 2 * lane]};
+  const float s = input_scale(c, w.ops[SLOT_W0]);
+  for (unsigned m = 0; m < (M_ROWS == 1 ? 1 : nx); ++m) {
+    const DevCtx r = row_view(c, m);
+    const unsigned short* core = B<unsigned short>(r, w.ops[SLOT_IN0]);
+    const unsigned short* z = B<unsigned short>(r, w.ops[SLOT_IN1]);
     unsigned short* xs = (unsigned short*)(smem + m * xrow_bytes(K));
-    if (!fresh) return xs;
-    unsigned heads = K / d, warp = threadIdx.x >> 5;
-    float wn[4] = {nw[2 * lane], nw[2 * lane + 1], nw[64 + 2 * lane], nw[65 + 2 * lane]};
-    const float s = input_scale(c, w.ops[SLOT_W0]);
     auto head = [&](unsigned hh, const unsigned* cw, const unsigned* zw) { gated_head(c, cw, zw, wn, (unsigned*)(xs + hh * d), s); };
     auto load = [&](const unsigned short* src, unsigned hh, unsigned* v) {
       const unsigned* p = (const unsigned*)(src + hh * d);
@@ -64,13 +67,12 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
         head(hh, cw, zw);
       }
     }
-    BLOCK_SYNC();  // fresh is the same for the whole block
-    return xs;
   }
+  BLOCK_SYNC();  // fresh is the same for the whole block
+  return xs0;
 }
 __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
-  gemv_rows(c, w, u, w.ops[SLOT_W0], smem,
-            [&](const DevCtx& r, unsigned m, unsigned) { return gated_norm_input(r, w, smem, fresh, m); },
+  gemv_rows(c, w, u, w.ops[SLOT_W0], smem, [&](unsigned nx) { return gated_norm_input(c, w, smem, fresh, nx); },
             [&](const DevCtx& r, unsigned row) { return bf2f(B<unsigned short>(r, w.ops[SLOT_OUT0])[row]); },
             [&](const DevCtx& r, unsigned row, float v, float hr) { B<unsigned short>(r, w.ops[SLOT_OUT0])[row] = f2bf(hr + bf(v)); });
 }

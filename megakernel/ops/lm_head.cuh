@@ -64,7 +64,7 @@ __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* sme
   unsigned K = c.cols[w.ops[SLOT_IN0]];
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
-      for (unsigned m = 0; m < M_ROWS; ++m) prepared_input(row_view(c, m), w, SLOT_W1, smem, fresh, m, M_ROWS);
+      prepared_rows(c, w, SLOT_W1, smem, fresh, M_ROWS);
       lm_head_rows<M_ROWS>(c, w, u, (const unsigned short*)smem, xrow_bytes(K) / 2);
       return;
     }
