@@ -7,6 +7,7 @@
 #     experiments/NAME.ron       mk run NAME.ron (its results folder under results/NAME/)
 #     'gpu ops {tiny} --steps 1'  mk gpu ... with {tiny} {small} {27b} the synthetic checkpoints
 #     old:ITEM                   the same with the OLD binary (A/B of two commits in one call)
+#     mid:ITEM                   the same with a third binary, devbin/mk-mid.xz (A/B/C)
 #     'sh:COMMAND'               a shell command ({tiny} {small} {27b} as above, $MK the binary; e.g.
 #                                compute-sanitizer, or a test binary carried in devbin/)
 #     sleep:N                    N seconds of nothing (lets the GPU cool between timed A/B runs)
@@ -26,6 +27,7 @@ el() { echo $(( $(date +%s) - t0 )); }
 unpack() { xz -dc "$1" > "$2" && chmod +x "$2"; }
 [ -f devbin/mk.xz ] && unpack devbin/mk.xz /tmp/mk
 [ -f devbin/mk-old.xz ] && unpack devbin/mk-old.xz /tmp/mk-old
+[ -f devbin/mk-mid.xz ] && unpack devbin/mk-mid.xz /tmp/mk-mid
 [ -f devbin/gpu-tests.xz ] && unpack devbin/gpu-tests.xz /tmp/gpu-tests
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 synth() {  # $1: tiny | small | 27b
@@ -38,7 +40,7 @@ summary=()
 failed=0
 for item in "$@"; do
   bin=/tmp/mk; it=$item
-  case "$it" in old:*) bin=/tmp/mk-old; it=${it#old:} ;; esac
+  case "$it" in old:*) bin=/tmp/mk-old; it=${it#old:} ;; mid:*) bin=/tmp/mk-mid; it=${it#mid:} ;; esac
   case "$it" in sleep:*) sleep "${it#sleep:}"; continue ;; esac
   start=$(el)
   echo "== $item ($start s)" | tee -a "$OUT/log.txt"
