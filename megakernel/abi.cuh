@@ -60,7 +60,6 @@ static_assert(sizeof(Word) == 64, "instruction word is 64 bytes");
 #define SB_WORDS 70144
 #define MEGA_BLOCKS_PER_SM 2
 #define MROW_X_BYTES 98304
-#define FP8_STAGE_BYTES 65536
 struct DevCtx {
   void* const* bufs;
   const float* const* scales;

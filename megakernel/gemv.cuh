@@ -72,157 +72,84 @@ __device__ __forceinline__ float fp8_tile_scale(const float* S, unsigned K, unsi
   return kt < min(K, (kg + 1) * KGROUP) ? S[(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
 }
 
-// This lane's first 16 bytes of its warp tile (tile `warp` of k-group kg, row group rg, fp8 weight
-// `wid` of K columns; the chunk layout) and the distance to the same bytes of the tile's second 16-row
-// half (`half`, in 16-byte units); null past the group's tiles. The tile's 8 pieces a lane: h (16-row
-// half) x i (4 loads) at p + h half + 32 i, each load instruction of the warp 512 contiguous bytes.
-__device__ __forceinline__ const uint4* fp8_tile_ptr(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, unsigned& half) {
-  const unsigned kc = chunk_k(K), warp = threadIdx.x >> 5, k0 = kg * KGROUP;
-  half = kc;  // (T = kc / 128 tiles a chunk row, 128 uint4 each)
-  if (warp * 128 >= min(K, k0 + KGROUP) - k0) return nullptr;
-  // Row group rg's chunks start at 32 rg K bytes, k-group kg's at 32 k0 more (chunks of 32 x kc bytes,
-  // kc dividing KGROUP: 2 kc uint4 each); the warp's tile is chunk (128 warp) / kc of the group, tile
-  // t = (128 warp % kc) / 128 of it. kc is a power of two: shifts.
-  const unsigned lk = 31 - __clz(kc), kw = warp * 128;
-  return (const uint4*)c.bufs[wid] + ((size_t)rg * K + k0) * 2 + ((kw >> lk) << (lk + 1)) + (kw & (kc - 1)) + (threadIdx.x & 31);
-}
-
-// The tile sums of one k-group kg of an fp8 weight of K columns from the lane's 8 pieces `wv` of its
-// warp tile (fp8_tile_ptr's; only warps inside the group's tiles call it), for MR rows of input (a
-// verification step's; 1 otherwise): `xload(m, k)` gives the 8 bf16 of row m's prepared input (x *
-// 2^64) at k. Into shared memory red[t][MR][32] (t: the group's 128-wide tiles; no barrier: the caller
-// joins, fp8_row_group / fp8_rows_m). Warp w has tile w (both 16-row halves h: wv[h]), widens e4m3
-// exactly to bf16 and runs 2 x 8 mma.sync m16n8k16 with row n's input in B's column n (lane (g, cq)
-// loads row min(g, MR - 1)'s; MR = 1: every column holds the one row), permuted as the layout permutes
-// the weights, then applies the 128 x 128 block scale (times 2^56: sc0, fp8_tile_scale, loaded a group
-// ahead by the caller) to the tile's fp32 sum once: D's column n is row n's. ORDER within a tile: the
-// tensor core's (two accumulators, d + e), the same for every column: a row's bits do not depend on MR,
-// nor on where the weights were loaded from. The same instructions on the same bytes in both paths.
+// The tile sums of row group rg (rows 32 rg ..) of fp8 weight `wid` (K columns) over k-group kg, for
+// MR rows of input (a verification step's; 1 otherwise): `xload(m, k)` gives the 8 bf16 of row m's
+// prepared input (x * 2^64) at k. Into shared memory red[t][MR][32] (t: the group's 128-wide tiles; no
+// barrier: the caller joins, fp8_row_group / fp8_rows_m). Warp w takes tile w (the chunk layout's warp
+// tiles (h, t) of both 16-row halves h: 2 x 4 loads of 16 bytes a lane, all issued before any
+// arithmetic), widens e4m3 exactly to bf16 and runs 2 x 8 mma.sync m16n8k16 with row n's input in B's
+// column n (lane (g, cq) loads row min(g, MR - 1)'s; MR = 1: every column holds the one row), permuted
+// as the layout permutes the weights, then applies the 128 x 128 block scale (times 2^56: sc0,
+// fp8_tile_scale, loaded a group ahead by the caller) to the tile's fp32 sum once: D's column n is row
+// n's. ORDER within a tile: the tensor core's (two accumulators, d + e), the same for every column: a
+// row's bits do not depend on MR. The same instructions on the same bytes in both paths.
 static_assert(KGROUP / 128 == WARPS, "fp8_tiles: a warp per 128-wide tile of a k-group");
 template <int MR, typename XLoad>
-__device__ __forceinline__ void fp8_tiles_mma(const uint4 (&wv)[2][4], unsigned kg, float sc0, XLoad xload, float* red) {
+__device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, XLoad xload, float* red) {
+  const unsigned kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-  const unsigned kt = kg * KGROUP + warp * 128;
-  const float sc = sc0 * 0x1p56f;
-  const unsigned m = MR == 1 ? 0 : min(g, (unsigned)MR - 1);  // B's column g: row g's input
-  const uint4 xa = xload(m, kt + 16 * cq), xb = xload(m, kt + 16 * cq + 8);
-  const uint4 xc = xload(m, kt + 64 + 16 * cq), xd = xload(m, kt + 72 + 16 * cq);
+  const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
+  const unsigned kt = k0 + warp * 128, t = (kt % kc) / 128;
+  // the group's chunks are contiguous in the chunk layout (32 x its width bytes)
+  const uint4* grp = (const uint4*)((const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc);
+  uint4 wv[2][4];
+  if (warp < nt) {
+    const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + lane;  // (32 kc bytes a chunk: 2 kc uint4)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wv[h][i] = ldw(tile + (h * T + t) * 128 + 32 * i);
+  }
+  if (warp < nt) {
+    const float sc = sc0 * 0x1p56f;
+    const unsigned m = MR == 1 ? 0 : min(g, (unsigned)MR - 1);  // B's column g: row g's input
+    const uint4 xa = xload(m, kt + 16 * cq), xb = xload(m, kt + 16 * cq + 8);
+    const uint4 xc = xload(m, kt + 64 + 16 * cq), xd = xload(m, kt + 72 + 16 * cq);
 #ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: the two halves of x's 16-byte pieces swapped (every fp8 GEMV wrong)
-  const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
+    const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
 #else
-  const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
+    const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
 #endif
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
-    fp8_tile_mma(wv[h], xw, d, e);
-    // D's columns 2 cq (d[0]: row g, d[2]: row g + 8) and 2 cq + 1 (d[1], d[3]): input rows n < MR
+    for (int h = 0; h < 2; ++h) {
+      float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
+      fp8_tile_mma(wv[h], xw, d, e);
+      // D's columns 2 cq (d[0]: row g, d[2]: row g + 8) and 2 cq + 1 (d[1], d[3]): input rows n < MR
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const unsigned n = 2 * cq + j;
-      if (n < MR) {
-        red[(warp * MR + n) * 32 + h * 16 + g] = sc * (d[j] + e[j]);
-        red[(warp * MR + n) * 32 + h * 16 + g + 8] = sc * (d[2 + j] + e[2 + j]);
+      for (int j = 0; j < 2; ++j) {
+        const unsigned n = 2 * cq + j;
+        if (n < MR) {
+          red[(warp * MR + n) * 32 + h * 16 + g] = sc * (d[j] + e[j]);
+          red[(warp * MR + n) * 32 + h * 16 + g + 8] = sc * (d[2 + j] + e[2 + j]);
+        }
       }
     }
   }
-}
-
-// fp8_tiles_mma with the lane's pieces loaded into registers here (all 8 issued before any arithmetic):
-// the M-row GEMV's form (fp8_rows_m), whose M inputs leave no shared memory for stages.
-template <int MR, typename XLoad>
-__device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, XLoad xload, float* red) {
-  unsigned half;
-  const uint4* p = fp8_tile_ptr(c, wid, K, rg, kg, half);
-  if (!p) return;
-  uint4 wv[2][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) wv[h][i] = ldw(p + h * half + 32 * i);
-  fp8_tiles_mma<MR>(wv, kg, sc0, xload, red);
-}
-
-// A 16-byte asynchronous copy from global to shared memory through L2 (cp.async.cg), in the thread's
-// current copy group; its bytes are the thread's to read once a cp_wait has seen its group land.
-__device__ __forceinline__ void cp16(void* s, const void* g) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(s)), "l"(g));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most N of the thread's copy groups are still in flight.
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-// 0, computed from v: an instruction that uses v cannot issue before v's shared-memory load returned,
-// so a copy addressed with it cannot overwrite the bytes v was read from (the stage's reuse).
-__device__ __forceinline__ unsigned after(unsigned v) {
-  unsigned z;
-  asm volatile("and.b32 %0, %1, 0;" : "=r"(z) : "r"(v));
-  return z;
 }
 
 // Row group rg of NW fp8 weights wid[0..NW) (gate and up: 2) over k-groups [g0, g1): every group's tiles
-// (fp8_tiles_mma, k-groups in order, weight by weight), a join, the group partials, a join, then
+// (fp8_tiles, k-groups in order, weight by weight), a join, the group partials, a join, then
 // `done(i, row, total)` on lanes of warp 0 (row 32 rg + lane; with `partial`, each group partial goes to
-// out[g][rows] instead). The weights stream through `stage` (FP8_STAGE_BYTES of shared memory: 2 stages
-// x WARPS x 4 KB; warp w's slot of stage s at (s WARPS + w) 4 KB, the lane's pieces 512 bytes apart):
-// every warp copies its own tile asynchronously (cp.async) two items ahead: it waits for item q's
-// copies, reads its pieces back into registers (its own copies: no barrier), computes, then copies item
-// q + 2 into the slot it read (`after` the read: an address computed from the pieces). So two items'
-// bytes are in flight while it waits, one while it computes (copying before the arithmetic kept two but
-// spilled 2 KB more in the megakernel's dispatch: ptxas, NVRTC 13). ORDER: a group
-// partial = 0 + tile 0 + tile 1 + .. in tile order (the CPU's `group_partial`); a row = 0 + partial g0 +
-// partial g0 + 1 + .. in group order (`row_dot`). red: NW x groups x 256 tile sums, then NW x groups x
-// 32 partials (`tile_red`), then the stages (launch.rs sizes it all).
+// out[g][rows] instead). ORDER: a group partial = 0 + tile 0 + tile 1 + .. in tile order (the CPU's
+// `group_partial`); a row = 0 + partial g0 + partial g0 + 1 + .. in group order (`row_dot`). red: NW x
+// groups x 256 tile sums, then NW x groups x 32 partials (`tile_red`; launch.rs sizes it).
 template <int NW, typename Done>
 __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Done done) {
-  const unsigned K = c.cols[wid[0]], ng = g1 - g0, n = NW * ng, lane = threadIdx.x & 31;
+  const unsigned K = c.cols[wid[0]], ng = g1 - g0;
   float* sums = red + NW * ng * 256;  // the group partials [NW ng][32]
-  uint4* slot = (uint4*)(sums + NW * ng * 32) + (threadIdx.x >> 5) * 256 + lane;  // stage 0; stage 1 at + WARPS 256
-  static_assert(NW == 1 || NW == 2, "fp8_row_group: one weight, or gate and up");
-  // the weights and their block scales, in registers (item q's picked by q < ng: no indexed arrays)
-  const unsigned short w0 = wid[0], w1 = wid[NW - 1];
-  const float *S0 = c.scales[w0], *S1 = c.scales[w1];
-  // item q of the walk: weight q / ng, k-group g0 + q % ng; its copy into stage q % 2 (an empty copy
-  // group past the walk or past the group's tiles, so every lane's group count stays in step)
-  auto fetch = [&](unsigned q, unsigned z) {
-    if (q < n) {
-      unsigned half;
-      const uint4* p = fp8_tile_ptr(c, q < ng ? w0 : w1, K, rg, g0 + q % ng, half);
-      if (p) {
-        uint4* d = slot + (q & 1) * WARPS * 256 + z;
+  const float* S[NW];  // the weights' block scales (their pointers read once a row group)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+  for (int i = 0; i < NW; ++i) S[i] = c.scales[wid[i]];
+  float sc = fp8_tile_scale(S[0], K, rg, g0);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) cp16(d + (h * 4 + i) * 32, p + h * half + 32 * i);
-      }
+  for (int i = 0; i < NW; ++i)
+    for (unsigned g = g0; g < g1; ++g) {
+      // the next group's scale (the next weight's first) in flight while this group computes
+      const bool last = g + 1 == g1;
+      const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
+      fp8_tiles<1>(c, wid[i], K, rg, g, sc, [&](unsigned, unsigned k) { return lds16(xs + k); }, red + (i * ng + g - g0) * 256);
+      sc = next;
     }
-    cp_commit();
-  };
-  fetch(0, 0);
-  fetch(1, 0);
-  float sc = fp8_tile_scale(S0, K, rg, g0);
-  for (unsigned q = 0; q < n; ++q) {
-    const unsigned i = q < ng ? 0 : 1, g = g0 + q - i * ng;
-    // the next item's scale in flight while this one computes
-    const float next = q + 1 < n ? fp8_tile_scale(q + 1 < ng ? S0 : S1, K, rg, g0 + (q + 1) % ng) : 0.f;
-    cp_wait<1>();  // item q's copies landed (q + 1's may not have)
-    const bool has = (threadIdx.x >> 5) * 128 < min(K, (g + 1) * KGROUP) - g * KGROUP;
-    uint4 wv[2][4];
-    unsigned x = 0;
-    if (has) {
-      const uint4* d = slot + (q & 1) * WARPS * 256;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          wv[h][j] = lds16(d + (h * 4 + j) * 32);
-          x ^= wv[h][j].x ^ wv[h][j].y ^ wv[h][j].z ^ wv[h][j].w;
-        }
-    }
-    if (has) fp8_tiles_mma<1>(wv, g, sc, [&](unsigned, unsigned k) { return lds16(xs + k); }, red + (i * ng + g - g0) * 256);
-    fetch(q + 2, after(x));
-    sc = next;
-  }
-  cp_wait<0>();
   BLOCK_SYNC();
   for (unsigned p = threadIdx.x; p < NW * ng * 32; p += THREADS) {
     const unsigned j = p / 32, r = p % 32, g = g0 + j % ng, nt = (min(K, (g + 1) * KGROUP) - g * KGROUP) / 128;

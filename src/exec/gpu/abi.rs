@@ -39,11 +39,6 @@ pub const MEGA_BLOCKS_PER_SM: u32 = 2;
 /// do not fit runs its rows one after another. 96 KiB: the 27B's widest normed input (6,144) at M = 8,
 /// with the tile sums, inside the 113 KiB a block has at 2 blocks per SM.
 pub const MROW_X_BYTES: u32 = 96 * 1024;
-/// One-row fp8 GEMV words: shared memory a block streams its weights through (gemv.cuh
-/// `fp8_row_group`): two stages of one chunk (32 rows x one k-group) each, every warp copying its own
-/// tile asynchronously two k-groups ahead of its arithmetic (twice the bytes in flight of loads into
-/// registers, no registers).
-pub const FP8_STAGE_BYTES: u32 = 2 * 32 * KGROUP as u32;
 
 /// A `#[repr(C)]` struct with its C declaration beside it (field by field, the C type named), so the
 /// layout is written once; both sides assert its size.
@@ -153,7 +148,6 @@ pub fn header() -> String {
         ("SB_WORDS", SB_WORDS),
         ("MEGA_BLOCKS_PER_SM", MEGA_BLOCKS_PER_SM as usize),
         ("MROW_X_BYTES", MROW_X_BYTES as usize),
-        ("FP8_STAGE_BYTES", FP8_STAGE_BYTES as usize),
     ] {
         s += &format!("#define {name} {v}\n");
     }

@@ -7,7 +7,7 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
-use super::abi::{DevCtx, FP8_STAGE_BYTES, MEGA_BLOCKS_PER_SM, MROW_X_BYTES, THREADS};
+use super::abi::{DevCtx, MEGA_BLOCKS_PER_SM, MROW_X_BYTES, THREADS};
 use super::{cu, GpuExec};
 use crate::error::{Error, Result};
 use crate::isa::access::{ATTN_HEAD_DIM, ATTN_PART, GDN_HEAD_DIM, KGROUP};
@@ -69,15 +69,9 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let k = |s: usize| w.op(s).map(|b| p.buffers[b].cols as usize).unwrap_or(0);
     // x in bf16 (16-byte aligned), then the block sums (WARPS floats; prepared_input in common.cuh),
     // then the fp8 tile sums and group partials of a row group (weights x k-groups x (8 + 1) x 32
-    // floats: fp8_row_group in gemv.cuh; gate and up are two weights; a unit's k-groups), then an fp8
-    // weight's stages (FP8_STAGE_BYTES)
+    // floats: fp8_row_group in gemv.cuh; gate and up are two weights)
     let weights = if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
-    let fp8 = w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1);
-    let gemv = |k: usize| {
-        let unit_groups = k.div_ceil(KGROUP).div_ceil(w.k_parts.max(1) as usize);
-        let stages = if fp8 { FP8_STAGE_BYTES as usize } else { 0 };
-        (k * 2).div_ceil(16) * 16 + 4 * 8 + weights * unit_groups * 9 * 32 * 4 + stages
-    };
+    let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8 + weights * k.div_ceil(KGROUP) * 9 * 32 * 4;
     let group = w.arg1 as usize;
     if let Some(x_smem) = mrow_gemv(p, w) {
         // M-row: the M prepared inputs (or none), the block sums, then one k-group's tile sums of every
