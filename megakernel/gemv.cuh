@@ -100,6 +100,18 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
 #pragma unroll
       for (int i = 0; i < 4; ++i) wv[h][i] = ldw(tile + (h * T + t) * 128 + 32 * i);
   }
+#ifdef MK_LOADS_ONLY  // probe (wrong results): the same loads, no arithmetic (the memory pipeline alone)
+  if (warp < nt) {
+    unsigned v = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v ^= wv[h][i].x ^ wv[h][i].y ^ wv[h][i].z ^ wv[h][i].w;
+#pragma unroll
+    for (int n = 0; n < MR; ++n) red[(warp * MR + n) * 32 + lane] = __uint_as_float(v & 0x3fffffffu) * sc0;
+  }
+  return;
+#endif
   if (warp < nt) {
     const float sc = sc0 * 0x1p56f;
     const unsigned m = MR == 1 ? 0 : min(g, (unsigned)MR - 1);  // B's column g: row g's input

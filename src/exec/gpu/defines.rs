@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 7] = [
+pub const KNOWN: [Known; 8] = [
     Known {
         name: "GEMV_MIN_BLOCKS",
         default: 2,
@@ -80,6 +80,14 @@ pub const KNOWN: [Known; 7] = [
         max: 1,
         flag: true,
         what: "NEGATIVE CONTROL: every GEMV pairs x's elements wrongly",
+    },
+    Known {
+        name: "MK_LOADS_ONLY",
+        default: 0,
+        min: 0,
+        max: 1,
+        flag: true,
+        what: "PROBE (wrong results): the fp8 GEMV loads its weights but does no arithmetic",
     },
 ];
 
