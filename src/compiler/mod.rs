@@ -41,6 +41,8 @@ pub const SPLIT_COST_ROUNDS: u32 = 2;
 /// blocks per SM: the 27B's down projection took 58.7 us per layer as 640 units of 8-9 groups and 67.1
 /// us as 5,440 units of one group, results/balanced_0b2f3f9; a fit of 1.1).
 pub const UNIT_OVERHEAD_ROUNDS: u32 = 1;
+/// Output rows of a bf16 GEMV unit (the GDN's a and b projections; at most the target's unit rows).
+pub const BF16_UNIT_ROWS: u32 = 8;
 /// Vocabulary rows per lm_head unit.
 pub const LM_UNIT_ROWS: u32 = 64;
 /// Conv channels per GdnConv unit; hidden elements per Embed unit; rows per split-K reduce unit.
@@ -143,7 +145,10 @@ impl Builder<'_> {
         let unit_rows = if fp8 {
             self.t.gemv_unit_rows.div_ceil(CHUNK_ROWS as u32) * CHUNK_ROWS as u32
         } else {
-            self.t.gemv_unit_rows
+            // bf16 GEMVs (the GDN's a and b: a row per value head) are short and read 2 bytes a weight:
+            // a 32-row unit kept one block streaming 320 KB at the end of its stage while the others
+            // idled (results/issue25_probe_73304db); a warp a row
+            self.t.gemv_unit_rows.min(BF16_UNIT_ROWS)
         };
         let mut w = self.word(op, rows as u32, unit_rows);
         let row_units = w.row_units();
@@ -202,6 +207,9 @@ impl Builder<'_> {
             }
             stage.push(w);
         }
+        // bf16 words first: their units are the stage's slowest a row, so blocks take them before the fp8
+        // ones rather than finish the stage on them (the order of a stage's words changes no bits)
+        stage.sort_by_key(|w| w.op(slot::W0).is_some_and(|b| self.buffers[b].elem_bytes == 1));
         self.stage(stage);
         if !reduces.is_empty() {
             self.stage(reduces);
