@@ -56,7 +56,7 @@ __device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, u
         *ok_s = 0;
         break;
       }
-      __nanosleep(64);
+      __nanosleep(WAIT_SLEEP_NS);
     }
   }
   BLOCK_SYNC();

@@ -34,6 +34,10 @@ enum Cmd {
         cache: PathBuf,
         #[command(flatten)]
         shape: Shape,
+        /// A CUDA tunable NAME=VALUE added to (or replacing one of) the experiment's `defines`, e.g.
+        /// WAIT_SLEEP_NS=512 (repeatable; recorded with the run).
+        #[arg(long = "define", value_name = "NAME=VALUE")]
+        define: Vec<String>,
     },
     /// Re-render the charts of a results folder from its files.
     Chart {
@@ -364,8 +368,9 @@ enum ProgramCmd {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Run { file, results, cache, shape: Shape { units, unit_rows, gdn } } => {
-            let e = mk::experiment::spec::Experiment::load(&file)?;
+        Cmd::Run { file, results, cache, shape: Shape { units, unit_rows, gdn }, define } => {
+            let mut e = mk::experiment::spec::Experiment::load(&file)?;
+            e.defines.extend(mk::exec::gpu::Defines::parse(&define)?.map().clone());
             let opts = mk::experiment::RunOptions {
                 results_root: results,
                 cache_root: cache,
