@@ -19,10 +19,6 @@
 #define M_ROWS 1           // the program's M (rows of a verification step); the host prepends it to the source
                            // for M > 1 programs, so M = 1 programs compile exactly as before (no row loop)
 #endif
-#ifndef WAIT_SLEEP_NS
-#define WAIT_SLEEP_NS 64   // the megakernel's waiting blocks: ns between looks at a counter (every waiting block
-                           // polls the same counter's line in L2)
-#endif
 #ifndef GNR_MIN_BLOCKS
 #define GNR_MIN_BLOCKS GEMV_MIN_BLOCKS  // GDN out_proj's launch bounds alone (the split GDN lowering's)
 #endif

@@ -35,7 +35,7 @@ enum Cmd {
         #[command(flatten)]
         shape: Shape,
         /// A CUDA tunable NAME=VALUE added to (or replacing one of) the experiment's `defines`, e.g.
-        /// WAIT_SLEEP_NS=512 (repeatable; recorded with the run).
+        /// ATTN_UNROLL=8 (repeatable; recorded with the run).
         #[arg(long = "define", value_name = "NAME=VALUE")]
         define: Vec<String>,
     },

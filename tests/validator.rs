@@ -12,6 +12,12 @@ fn find(p: &Program, op: Opcode, layer: u16) -> usize {
     p.words.iter().position(|w| w.opcode == op && w.layer == layer).unwrap()
 }
 
+/// The word of layer 0 that writes buffer `out` (a stage's words are in no fixed order).
+fn writer(p: &Program, out: &str) -> usize {
+    let b = p.buffer_id(out).unwrap() as u16;
+    p.words.iter().position(|w| w.layer == 0 && w.ops[slot::OUT0] == b).unwrap()
+}
+
 fn rejects(p: &Program, want: &[&str]) -> String {
     let e = validate(p).expect_err("a broken program was accepted").to_string();
     assert!(!e.contains('\n'), "one line: {e}");
@@ -55,7 +61,7 @@ fn waiting_on_a_later_producer_deadlocks_a_persistent_kernel() {
 fn unordered_words_writing_the_same_rows_collide() {
     let mut p = tiny();
     // in_proj_z now writes qkv, beside in_proj_qkv in the same stage.
-    let i = find(&p, Opcode::GemvNorm, 0) + 1;
+    let i = writer(&p, "z");
     let qkv = p.buffer_id("qkv").unwrap() as u16;
     p.words[i].ops[slot::OUT0] = qkv;
     p.words[i].rows = 384;
@@ -100,7 +106,7 @@ fn wrong_operand_kinds_and_shapes() {
     p.buffers[up].elem_bytes = 2;
     rejects(&p, &[&format!("word {i} (GemvGateUp"), "and up", "differ"]);
     let mut p = tiny();
-    let i = find(&p, Opcode::GemvNorm, 0);
+    let i = writer(&p, "qkv");
     p.words[i].units += 1;
     rejects(&p, &["shape", "units 21 != 20 row slices"]);
     // The GDN step's norm weight (w3) must be one head wide, its conv taps (w2) four per channel.
