@@ -11,7 +11,10 @@
 //! on the row-m view of the activation, scratch and control buffers (as the GPU's row views), so row m
 //! computes exactly what a single-row step at position pos + m computes.
 
+mod rollback;
 mod units;
+
+pub use rollback::InterpRound;
 
 use crate::bail;
 use crate::error::Result;
@@ -167,6 +170,20 @@ impl<'a> Interp<'a> {
     /// One verification step over M rows: token m at position pos + m, for every m; returns each
     /// row's greedy next token. The position moves on by M.
     pub fn step_rows(&mut self, tokens: &[u32], order: Order) -> Result<Vec<u32>> {
+        let pos = self.set_rows(tokens)?;
+        match order {
+            Order::Program => self.run_in_order()?,
+            Order::Shuffled(seed) => {
+                self.rng = Rng::new(seed ^ (pos as u64).wrapping_mul(0x9E37_79B9));
+                self.run_shuffled()?
+            }
+        }
+        Ok(self.row_tokens())
+    }
+
+    /// Checks an M-row step's tokens and positions and puts token m and position pos + m in row m's
+    /// control block; returns pos (row 0's).
+    fn set_rows(&mut self, tokens: &[u32]) -> Result<usize> {
         let m = self.prog.target.m_rows as usize;
         if tokens.len() != m {
             bail!("interpreter: {} tokens for an M = {m} program", tokens.len());
@@ -181,20 +198,19 @@ impl<'a> Interp<'a> {
             self.bufs[self.ctrl][CTRL_TOKEN] = t as f32;
         }
         self.select(0);
-        match order {
-            Order::Program => self.run_in_order()?,
-            Order::Shuffled(seed) => {
-                self.rng = Rng::new(seed ^ (pos as u64).wrapping_mul(0x9E37_79B9));
-                self.run_shuffled()?
-            }
-        }
+        Ok(pos)
+    }
+
+    /// Every row's token after a step (EndStep handed each row its next).
+    fn row_tokens(&mut self) -> Vec<u32> {
+        let m = self.prog.target.m_rows as usize;
         let mut next = Vec::with_capacity(m);
         for r in 0..m {
             self.select(r);
             next.push(self.bufs[self.ctrl][CTRL_TOKEN] as u32);
         }
         self.select(0);
-        Ok(next)
+        next
     }
 
     /// The logits of the last step (bf16 values; row 0's at M > 1: `logits_rows`).

@@ -1,0 +1,103 @@
+//! Rollback by replay on the interpreter (issue 27, item 5): on the tiny preset, rounds of an M = 4
+//! verification step (the last token and three drafts) each keep n = 1 ..= 4 rows (every accept count
+//! 0 ..= 3), over 270 positions (across the first attention partition boundary, 256); after every round
+//! the kept rows' logits, every conv ring and recurrent state, the KV caches below the position, and the
+//! position equal those of the direct reference stepping only the kept tokens, bit for bit. The
+//! negative control replays without restoring the frozen state and must be caught.
+
+mod common;
+use mk::compiler::{compile, h200};
+use mk::exec::interp::Interp;
+use mk::model::checkpoint::Checkpoint;
+use mk::model::config::ModelConfig;
+use mk::model::forward::{step, State, Weights};
+
+const M: usize = 4;
+
+/// The token fed at position i, and a draft that differs from it (a fixed pseudo-random walk).
+fn token(i: usize, salt: u64, vocab: usize) -> u32 {
+    ((i as u64 * 2_654_435_761 + 9419 + salt * 40_503) % vocab as u64) as u32
+}
+
+/// Runs rounds until position `until`; round s keeps `keep(s)` rows. Returns the first difference.
+fn rounds(until: usize, keep: impl Fn(usize) -> usize, negative: bool) -> Option<String> {
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let p = compile(&cfg, "tiny", &h200(M as u32)).unwrap();
+    let vocab = w.cfg.vocab;
+    let mut st = State::new(&w.cfg, p.target.max_context as usize);
+    let mut it = Interp::new(&p, &ck).unwrap();
+    let bits = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let mut s = 0;
+    while it.pos() < until {
+        let pos = it.pos();
+        let toks: Vec<u32> = (0..M).map(|r| token(pos + r, r as u64, vocab)).collect();
+        let (_, round) = it.verify_rows(&toks).unwrap();
+        let got = it.logits_rows();
+        let n = keep(s);
+        let commit = if negative { Interp::commit_rows_without_restore } else { Interp::commit_rows };
+        commit(&mut it, round, n).unwrap();
+        for (r, &t) in toks[..n].iter().enumerate() {
+            let want = step(&w, &mut st, t, None).unwrap();
+            if !bits(&want, &got[r * vocab..(r + 1) * vocab]) {
+                return Some(format!("round {s} (position {pos}, keeping {n}): row {r}'s logits differ"));
+            }
+        }
+        if it.pos() != pos + n {
+            return Some(format!("round {s}: position {} after keeping {n} rows from {pos}", it.pos()));
+        }
+        let named = |name: &str| it.buffer(name).unwrap().to_vec();
+        for (l, ring) in st.conv.iter().enumerate() {
+            if !bits(ring, &named(&format!("conv_state.{l}"))) {
+                return Some(format!("round {s} (position {pos}, keeping {n}): conv state {l} differs"));
+            }
+        }
+        for (l, rec) in st.recurrent.iter().enumerate() {
+            if !bits(rec, &named(&format!("recurrent_state.{l}"))) {
+                return Some(format!("round {s} (position {pos}, keeping {n}): recurrent state {l} differs"));
+            }
+        }
+        let kv = cfg.attn_kv_dim() * (pos + n);
+        for (l, (k, v)) in st.k_cache.iter().zip(&st.v_cache).enumerate() {
+            let (gk, gv) = (named(&format!("k_cache.{l}")), named(&format!("v_cache.{l}")));
+            if !bits(&k[..kv], &gk[..kv]) || !bits(&v[..kv], &gv[..kv]) {
+                return Some(format!(
+                    "round {s} (position {pos}, keeping {n}): KV cache {l} differs below {}",
+                    pos + n
+                ));
+            }
+        }
+        s += 1;
+    }
+    None
+}
+
+#[test]
+fn every_accept_count_rolls_back_to_the_sequential_state_bit_for_bit() {
+    // n = 1, 2, 3, 4, 1, 2, .. and a run of full rounds around position 256
+    assert_eq!(rounds(270, |s| if (60..70).contains(&s) { M } else { 1 + s % M }, false), None);
+}
+
+#[test]
+fn negative_control_a_replay_without_the_frozen_state_is_caught() {
+    let e = rounds(12, |s| 1 + s % M, true).expect("the doubled state updates must show");
+    assert!(e.starts_with("round 0") && e.contains("state"), "{e}");
+}
+
+#[test]
+fn commits_outside_the_round_and_fused_programs_are_refused() {
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let p = compile(&cfg, "tiny", &h200(M as u32)).unwrap();
+    let mut it = Interp::new(&p, &ck).unwrap();
+    for n in [0, M + 1] {
+        let (_, round) = it.verify_rows(&[1, 2, 3, 4]).unwrap();
+        let e = it.commit_rows(round, n).unwrap_err().to_string();
+        assert!(e.contains(&format!("commit of {n} rows of a 4-row verification step")), "{e}");
+    }
+    let one = compile(&cfg, "tiny", &h200(1)).unwrap();
+    let mut it = Interp::new(&one, &ck).unwrap();
+    let e = it.verify_rows(&[1]).err().unwrap().to_string();
+    assert!(e.contains("rollback needs the split GDN lowering"), "{e}");
+}
