@@ -101,3 +101,57 @@ fn commits_outside_the_round_and_fused_programs_are_refused() {
     let e = it.verify_rows(&[1]).err().unwrap().to_string();
     assert!(e.contains("rollback needs the split GDN lowering"), "{e}");
 }
+
+/// Greedy speculation at the program level: the M = 4 program's verification steps with rollback (k =
+/// 3 drafts a round, the first `agree` of them the target's own greedy continuation, the rest wrong),
+/// the prompt fed 4 rows at a time (its last chunk padded, the padding rolled back). Returns the
+/// emitted tokens.
+fn speculate(it: &mut Interp, prompt: &[u32], truth: &[u32], steps: usize, agree: usize, vocab: u32) -> Vec<u32> {
+    let mut next = 0;
+    for chunk in prompt.chunks(M) {
+        let mut rows = chunk.to_vec();
+        rows.resize(M, 0);
+        let (toks, round) = it.verify_rows(&rows).unwrap();
+        it.commit_rows(round, chunk.len()).unwrap();
+        next = toks[chunk.len() - 1];
+    }
+    let mut out = vec![next];
+    while out.len() < steps {
+        let t = *out.last().unwrap();
+        let draft: Vec<u32> = (0..M - 1)
+            .map(|i| {
+                let v = truth.get(out.len() + i).copied().unwrap_or(0);
+                if i < agree {
+                    v
+                } else {
+                    (v + 1) % vocab
+                }
+            })
+            .collect();
+        let mut rows = vec![t];
+        rows.extend(&draft);
+        let (target, round) = it.verify_rows(&rows).unwrap();
+        let emitted = mk::model::speculate::accept_greedy(&draft, &target).unwrap();
+        it.commit_rows(round, emitted.len()).unwrap();
+        out.extend(&emitted);
+    }
+    out.truncate(steps);
+    out
+}
+
+#[test]
+fn speculation_on_the_program_emits_the_plain_greedy_tokens() {
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let p = compile(&cfg, "tiny", &h200(M as u32)).unwrap();
+    let prompt = [5u32, 99, 1234, 7, 300, 42];
+    let steps = 40;
+    let greedy = mk::model::sample::SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0 };
+    let truth = mk::model::forward::generate(&w, &prompt, steps + M, &greedy, 0).unwrap();
+    for agree in [0, 1, M - 1] {
+        let mut it = Interp::new(&p, &ck).unwrap();
+        let toks = speculate(&mut it, &prompt, &truth, steps, agree, cfg.vocab as u32);
+        assert_eq!(toks, truth[..steps], "agree = {agree}");
+    }
+}
