@@ -1,6 +1,8 @@
 //! Rollback by replay on the interpreter (issue 27, item 5): on the tiny preset, rounds of an M = 4
 //! verification step (the last token and three drafts) each keep n = 1 ..= 4 rows (every accept count
-//! 0 ..= 3), over 270 positions (across the first attention partition boundary, 256); after every round
+//! 0 ..= 3), over 270 positions (across the first attention partition boundary, 256), and of M = 3 (a
+//! step of M moves the positions by M, which the conv ring of 4 slots would not tell apart from the
+//! replay's at M = 4); after every round
 //! the kept rows' logits, every conv ring and recurrent state, the KV caches below the position, and the
 //! position equal those of the direct reference stepping only the kept tokens, bit for bit. The
 //! negative control replays without restoring the frozen state and must be caught.
@@ -19,12 +21,13 @@ fn token(i: usize, salt: u64, vocab: usize) -> u32 {
     ((i as u64 * 2_654_435_761 + 9419 + salt * 40_503) % vocab as u64) as u32
 }
 
-/// Runs rounds until position `until`; round s keeps `keep(s)` rows. Returns the first difference.
-fn rounds(until: usize, keep: impl Fn(usize) -> usize, negative: bool) -> Option<String> {
+/// Runs rounds of M = `m` rows until position `until`; round s keeps `keep(s)` rows. Returns the first
+/// difference.
+fn rounds(m: usize, until: usize, keep: impl Fn(usize) -> usize, negative: bool) -> Option<String> {
     let ck = Checkpoint::open(common::tiny()).unwrap();
     let w = Weights::from_checkpoint(&ck);
     let cfg = ModelConfig::preset("tiny").unwrap();
-    let p = compile(&cfg, "tiny", &h200(M as u32)).unwrap();
+    let p = compile(&cfg, "tiny", &h200(m as u32)).unwrap();
     let vocab = w.cfg.vocab;
     let mut st = State::new(&w.cfg, p.target.max_context as usize);
     let mut it = Interp::new(&p, &ck).unwrap();
@@ -32,7 +35,7 @@ fn rounds(until: usize, keep: impl Fn(usize) -> usize, negative: bool) -> Option
     let mut s = 0;
     while it.pos() < until {
         let pos = it.pos();
-        let toks: Vec<u32> = (0..M).map(|r| token(pos + r, r as u64, vocab)).collect();
+        let toks: Vec<u32> = (0..m).map(|r| token(pos + r, r as u64, vocab)).collect();
         let (_, round) = it.verify_rows(&toks).unwrap();
         let got = it.logits_rows();
         let n = keep(s);
@@ -75,13 +78,15 @@ fn rounds(until: usize, keep: impl Fn(usize) -> usize, negative: bool) -> Option
 
 #[test]
 fn every_accept_count_rolls_back_to_the_sequential_state_bit_for_bit() {
-    // n = 1, 2, 3, 4, 1, 2, .. and a run of full rounds around position 256
-    assert_eq!(rounds(270, |s| if (60..70).contains(&s) { M } else { 1 + s % M }, false), None);
+    // n = 1, 2, 3, 4, 1, 2, .., with a run of full rounds (positions 150-190); the boundary at 256 is
+    // crossed by the round at 253
+    assert_eq!(rounds(M, 270, |s| if (60..70).contains(&s) { M } else { 1 + s % M }, false), None);
+    assert_eq!(rounds(3, 40, |s| 1 + s % 3, false), None);
 }
 
 #[test]
 fn negative_control_a_replay_without_the_frozen_state_is_caught() {
-    let e = rounds(12, |s| 1 + s % M, true).expect("the doubled state updates must show");
+    let e = rounds(M, 12, |s| 1 + s % M, true).expect("the doubled state updates must show");
     assert!(e.starts_with("round 0") && e.contains("state"), "{e}");
 }
 
@@ -96,6 +101,11 @@ fn commits_outside_the_round_and_fused_programs_are_refused() {
         let e = it.commit_rows(round, n).unwrap_err().to_string();
         assert!(e.contains(&format!("commit of {n} rows of a 4-row verification step")), "{e}");
     }
+    // a round that is not the last step's would rewind the state
+    let (_, old) = it.verify_rows(&[1, 2, 3, 4]).unwrap();
+    it.verify_rows(&[5, 6, 7, 8]).unwrap();
+    let e = it.commit_rows(old, 2).unwrap_err().to_string();
+    assert!(e.contains("stale round"), "{e}");
     let one = compile(&cfg, "tiny", &h200(1)).unwrap();
     let mut it = Interp::new(&one, &ck).unwrap();
     let e = it.verify_rows(&[1]).err().unwrap().to_string();

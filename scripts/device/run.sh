@@ -12,9 +12,10 @@
 #                                compute-sanitizer, or a test binary carried in devbin/)
 #     sleep:N                    N seconds of nothing (lets the GPU cool between timed A/B runs)
 #
-# Binaries: devbin/mk.xz (carry it; built here by `cargo build --release`, stripped, xz'd) and for old:
-# items devbin/mk-old.xz. Checkpoints are synthesised once into /tmp/mkcache (the 27B's 29.6 GB only if
-# an item needs it). Each item's output goes to $OUT/log.txt and a line per item to the summary table
+# Binaries: devbin/mk.xz (carry it; built here by `cargo build --release`, stripped, xz'd), for old:
+# items devbin/mk-old.xz, for mid: items devbin/mk-mid.xz. An experiment with defines: an sh: item,
+# 'sh:$MK run FILE.ron --define NAME=VALUE --cache /tmp/mkcache --results /tmp/mkresults' (packed too).
+# Checkpoints are synthesised once into /tmp/mkcache (the 27B's 29.6 GB only if an item needs it). Each item's output goes to $OUT/log.txt and a line per item to the summary table
 # printed last. Exits non-zero if any item failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,6 +43,7 @@ for item in "$@"; do
   bin=/tmp/mk; it=$item
   case "$it" in old:*) bin=/tmp/mk-old; it=${it#old:} ;; mid:*) bin=/tmp/mk-mid; it=${it#mid:} ;; esac
   case "$it" in sleep:*) sleep "${it#sleep:}"; continue ;; esac
+  [ -x "$bin" ] || { summary+=("$(printf '%-48s %5ss  %s' "${item:0:48}" 0 "FAILED: no binary $bin (devbin/$(basename $bin).xz not carried)")"); failed=1; continue; }
   start=$(el)
   echo "== $item ($start s)" | tee -a "$OUT/log.txt"
   if [[ "$it" == sh:* ]]; then

@@ -314,8 +314,9 @@ pub struct Target {
     /// How GEMV words are cut into units (row slices and split-K parts).
     #[serde(default)]
     pub units: UnitPolicy,
-    /// Output rows per GEMV unit (a multiple of 8, 8-256; the programs in programs/ use the default, 16,
-    /// and do not write it). Bits never depend on it.
+    /// Output rows per fp8 GEMV unit (a multiple of 8, 8-256, rounded up to whole 32-row chunk groups;
+    /// the programs in programs/ use the default, 32, and do not write it); bf16 GEMV words take 8-row
+    /// units (`compiler::BF16_UNIT_ROWS`). Bits never depend on it.
     #[serde(default = "default_gemv_unit_rows", skip_serializing_if = "is_default_gemv_unit_rows")]
     pub gemv_unit_rows: u32,
     /// How a GDN layer's conv, recurrence and gated norm are lowered (the programs in programs/ use the

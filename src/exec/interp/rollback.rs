@@ -12,7 +12,8 @@
 //!
 //! Owns: `InterpRound`, `verify_rows`, `commit_rows`. Refuses: programs without split GDN words (M = 1
 //! programs fuse the GDN step and keep no per-row inputs), shuffled orders (the inputs are taken as each
-//! word is reached in program order), a commit of 0 rows or more than the step fed.
+//! word is reached in program order), a commit of 0 rows or more than the step fed, a round other
+//! than the last step's.
 
 use super::Interp;
 use crate::bail;
@@ -113,6 +114,13 @@ impl Interp<'_> {
     fn commit_rows_with(&mut self, round: InterpRound, n: usize, restore: bool) -> Result<()> {
         if n == 0 || n > round.rows {
             bail!("interpreter: commit of {n} rows of a {}-row verification step (1 ..= {})", round.rows, round.rows);
+        }
+        if self.pos() != round.start + round.rows {
+            bail!(
+                "interpreter: commit of a stale round (it started at position {}; the interpreter is at {})",
+                round.start,
+                self.pos()
+            );
         }
         if restore {
             for (b, v) in round.frozen {
