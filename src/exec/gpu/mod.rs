@@ -87,6 +87,13 @@ impl GpuExec {
             optin,
         )?;
         crate::isa::validate::validate(prog)?;
+        if let Some(i) = prog.words.iter().position(|w| w.flags & crate::isa::FLAG_RANGES != 0) {
+            crate::bail!(
+                "gpu: word {i} ({:?}) is cut into ranges (--units ranges): the GPU kernels do not run that shape yet; \
+                 use --units balanced",
+                prog.words[i].opcode
+            );
+        }
         let m_rows = prog.target.m_rows as usize;
         if let Some(b) = prog.buffers.iter().find(|b| b.kind.per_row() && b.rows != m_rows as u64) {
             crate::bail!("gpu: buffer {} has {} rows, the program's M is {m_rows}", b.name, b.rows);
