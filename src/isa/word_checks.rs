@@ -133,6 +133,7 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
             w.k_parts
         );
     }
+    check_flags(&at, w)?;
     if w.flags & FLAG_RANGES == 0 && w.units as u64 != w.row_units() as u64 * w.k_parts as u64 {
         bail!("{at}: shape: units {} != {} row slices x {} k-parts", w.units, w.row_units(), w.k_parts);
     }
@@ -242,12 +243,9 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
     Ok(())
 }
 
-/// Opcode arguments and weight shapes the footprints and the executors rely on.
-pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
-    let buf = |s: usize| w.op(s).map(|b| &p.buffers[b]);
-    let cols = |s: usize| buf(s).map(|b| b.cols).unwrap_or(0);
-    let partial = w.flags & FLAG_PARTIAL != 0;
-    let ranges = w.flags & FLAG_RANGES != 0;
+/// The flags: known ones, on the opcodes that have their forms.
+fn check_flags(at: &str, w: &Word) -> Result<()> {
+    let (partial, ranges) = (w.flags & FLAG_PARTIAL != 0, w.flags & FLAG_RANGES != 0);
     let split_form = matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual);
     if partial && !split_form && !(ranges && w.opcode == Opcode::GemvGateUp) {
         bail!("{at}: shape: FLAG_PARTIAL on an opcode that has no split-K form");
@@ -258,6 +256,14 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
     if w.flags & !(FLAG_PARTIAL | FLAG_RANGES) != 0 {
         bail!("{at}: shape: unknown flags {:#x}", w.flags);
     }
+    Ok(())
+}
+
+/// Opcode arguments and weight shapes the footprints and the executors rely on.
+pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
+    let buf = |s: usize| w.op(s).map(|b| &p.buffers[b]);
+    let cols = |s: usize| buf(s).map(|b| b.cols).unwrap_or(0);
+    let partial = w.flags & FLAG_PARTIAL != 0;
     if w.k_parts != 1 && !partial {
         bail!("{at}: shape: k_parts {} without FLAG_PARTIAL", w.k_parts);
     }
