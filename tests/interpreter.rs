@@ -181,4 +181,8 @@ fn gemv_words_cut_into_ranges_give_the_same_bits() {
     let mut bad = p.clone();
     bad.words[i].flags = mk::isa::FLAG_RANGES;
     assert!(validate(&bad).is_err());
+    // Ranges are a one-row shape: an M-row target is refused, not quietly lowered without them.
+    t.m_rows = 2;
+    let e = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap_err().to_string();
+    assert!(e.contains("--units ranges lowers one-row programs only"), "{e}");
 }

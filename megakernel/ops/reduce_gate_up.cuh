@@ -1,6 +1,7 @@
 // op_reduce_gate_up: act[r] = bf(bf(silu(bf(sum_g gate[g][r]))) * bf(sum_g up[g][r])) from the partials
 // [2][groups][rows] of a gate/up word cut into ranges (FLAG_RANGES), groups in index order (as
-// reduce_rows; gemv_gate_up's epilogue). One thread a row; row m of an M-row step on row view m.
+// reduce_rows; gemv_gate_up's epilogue). One thread a row; an M-row step's rows one after another
+// (for_rows hands the op each row's view).
 __device__ void op_reduce_gate_up(const DevCtx& c, const Word& w, unsigned u, char*, bool) {
   const unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
   const float* p = B<float>(c, w.ops[SLOT_IN0]);

@@ -276,6 +276,9 @@ pub fn split_parts(row_units: u32, other: u32, groups: u32, slots: u32) -> u32 {
 /// Lowers `cfg` for `t` into the program of one decode step.
 pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
     t.check().context("compile")?;
+    if t.units == UnitPolicy::Ranges && t.m_rows > 1 {
+        bail!("compile: --units ranges lowers one-row programs only (M = {}: use balanced or fixed)", t.m_rows);
+    }
     if cfg.head_dim != ATTN_HEAD_DIM || cfg.gdn_k_dim != GDN_HEAD_DIM || cfg.gdn_v_dim != GDN_HEAD_DIM {
         bail!("compile: head dims must be {ATTN_HEAD_DIM} (attention) and {GDN_HEAD_DIM} (GDN)");
     }

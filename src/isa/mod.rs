@@ -161,7 +161,7 @@ pub struct Word {
     pub unit_rows: u16,
     /// Output rows of the whole word (the extent the units split).
     pub rows: u32,
-    /// Units of work = ceil(rows / unit_rows) * k_parts.
+    /// Units of work = ceil(rows / unit_rows) * k_parts (FLAG_RANGES: the number of chunk ranges).
     pub units: u32,
     /// Counter this word waits on (`NO_COUNTER`: none) and the value it waits for.
     pub wait: u32,
@@ -256,7 +256,7 @@ impl Word {
         (self.ops[s] != NONE).then_some(self.ops[s] as usize)
     }
 
-    /// Row slices of the word (units = row_units * k_parts).
+    /// Row slices of the word (units = row_units * k_parts but for FLAG_RANGES words).
     pub fn row_units(&self) -> u32 {
         self.rows.div_ceil(self.unit_rows.max(1) as u32)
     }

@@ -1,7 +1,7 @@
 //! The static validator: proves on the CPU, before any execution, that a program is safe to run.
 //!
 //! Rules (each error is one line naming the word and the rule):
-//! 1. shape: opcode operands present and of the right kind, ids in range, units = row slices x k-parts,
+//! 1. shape: opcode operands present and of the right kind, ids in range, units = row slices x k-parts (or chunk ranges),
 //!    m_rows equal to the target's, split-K partial layouts consistent, counters in range; activation,
 //!    scratch and control buffers one row per row m; GdnStep only at M = 1.
 //! 2. bounds: every unit's reads and writes lie inside their buffers.

@@ -87,7 +87,9 @@ impl GpuExec {
             optin,
         )?;
         crate::isa::validate::validate(prog)?;
-        if let Some(i) = prog.words.iter().position(|w| w.flags & crate::isa::FLAG_RANGES != 0) {
+        if let Some(i) =
+            prog.words.iter().position(|w| w.flags & crate::isa::FLAG_RANGES != 0 || w.opcode == Opcode::ReduceGateUp)
+        {
             crate::bail!(
                 "gpu: word {i} ({:?}) is cut into ranges (--units ranges): the GPU kernels do not run that shape yet; \
                  use --units balanced",
