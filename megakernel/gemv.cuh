@@ -333,6 +333,29 @@ __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigne
 // sizes it).
 __device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (float*)(smem + xrow_bytes(K) + 32); }
 
+#ifdef MK_RANGES
+// A FLAG_RANGES unit (isa::Word::chunk_range; one-row programs): chunks c0 .. c1 of the word's (row
+// group, weight, k-group) order, walked as (row group, weight) segments of consecutive k-groups, each
+// segment's group partials to partial[weight][group][rows] (fp8_row_group's partial form: the same tile
+// sums and group partials as the unsplit word; a reduce word sums them in group order). Compiled only
+// for programs with ranges (the host sets MK_RANGES), so other programs compile as before.
+template <int NW>
+__device__ void gemv_ranges(const DevCtx& c, const Word& w, unsigned u, const unsigned short* wid, const unsigned short* xs, char* smem) {
+  const unsigned K = c.cols[wid[0]], G = (K + KGROUP - 1) / KGROUP;
+  const unsigned long long C = (unsigned long long)(w.rows / 32) * NW * G;
+  const unsigned long long c0 = u * C / w.units, c1 = (u + 1ull) * C / w.units;
+  float* out = B<float>(c, w.ops[SLOT_OUT0]);
+  for (unsigned long long ch = c0; ch < c1;) {
+    const unsigned g = (unsigned)(ch % G), i = (unsigned)((ch / G) % NW), rg = (unsigned)(ch / (NW * G));
+    const unsigned g1 = (unsigned)min((unsigned long long)G, g + (c1 - ch));
+    if (ch != c0) BLOCK_SYNC();  // (the tile sums' shared memory is reused)
+    fp8_row_group<1>(c, &wid[i], rg, g, g1, xs, tile_red(smem, K), true, out + (size_t)i * G * w.rows, w.rows,
+                     [](int, unsigned, float) {});
+    ch += g1 - g;
+  }
+}
+#endif
+
 // For each row of the span: the per-group sums, either stored as split-K partials [g][rows]
 // (FLAG_PARTIAL) or summed in group order and handed to `epilogue(r, row, value, pre(r, row))` (r: the
 // row view the row belongs to; one thread a row; fp8: `pre`, what the epilogue reads, is loaded before
@@ -365,6 +388,12 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   }
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
   const unsigned short* xs = prep(1);
+#ifdef MK_RANGES
+  if (w.flags & FLAG_RANGES) {
+    gemv_ranges<1>(c, w, u, &wid, xs, smem);
+    return;
+  }
+#endif
   if (is_fp8(c, wid)) {
     // whole row groups (the compiler's fp8 unit rows are multiples of 32); a barrier between them
     for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {

@@ -26,6 +26,12 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
     }
   }
   const unsigned short* xs = prepared_input(c, w, SLOT_W2, smem, fresh);
+#ifdef MK_RANGES
+  if (w.flags & FLAG_RANGES) {  // gate's and up's group partials; ReduceGateUp's SwiGLU after
+    gemv_ranges<2>(c, w, u, wids, xs, smem);
+    return;
+  }
+#endif
   if (is_fp8(c, wids[0])) {
     for (unsigned rg = r0 / 32; rg * 32 < r1; ++rg) {
       if (rg * 32 != r0) BLOCK_SYNC();

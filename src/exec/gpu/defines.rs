@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 8] = [
+pub const KNOWN: [Known; 9] = [
     Known {
         name: "GEMV_MIN_BLOCKS",
         default: 2,
@@ -88,6 +88,14 @@ pub const KNOWN: [Known; 8] = [
         max: 1,
         flag: true,
         what: "PROBE (wrong results): the fp8 GEMV loads its weights but does no arithmetic",
+    },
+    Known {
+        name: "MK_RANGES",
+        default: 0,
+        min: 0,
+        max: 1,
+        flag: true,
+        what: "compiles the fp8 GEMV over chunk ranges (--units ranges programs; not yet run on a GPU)",
     },
 ];
 

@@ -91,8 +91,8 @@ impl GpuExec {
             prog.words.iter().position(|w| w.flags & crate::isa::FLAG_RANGES != 0 || w.opcode == Opcode::ReduceGateUp)
         {
             crate::bail!(
-                "gpu: word {i} ({:?}) is cut into ranges (--units ranges): the GPU kernels do not run that shape yet; \
-                 use --units balanced",
+                "gpu: word {i} ({:?}) belongs to a --units ranges program: the GPU kernels for it (MK_RANGES) are \
+                 compiled but not yet checked on a GPU; use --units balanced",
                 prog.words[i].opcode
             );
         }
