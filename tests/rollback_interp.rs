@@ -50,26 +50,8 @@ fn rounds(m: usize, until: usize, keep: impl Fn(usize) -> usize, negative: bool)
         if it.pos() != pos + n {
             return Some(format!("round {s}: position {} after keeping {n} rows from {pos}", it.pos()));
         }
-        let named = |name: &str| it.buffer(name).unwrap().to_vec();
-        for (l, ring) in st.conv.iter().enumerate() {
-            if !bits(ring, &named(&format!("conv_state.{l}"))) {
-                return Some(format!("round {s} (position {pos}, keeping {n}): conv state {l} differs"));
-            }
-        }
-        for (l, rec) in st.recurrent.iter().enumerate() {
-            if !bits(rec, &named(&format!("recurrent_state.{l}"))) {
-                return Some(format!("round {s} (position {pos}, keeping {n}): recurrent state {l} differs"));
-            }
-        }
-        let kv = cfg.attn_kv_dim() * (pos + n);
-        for (l, (k, v)) in st.k_cache.iter().zip(&st.v_cache).enumerate() {
-            let (gk, gv) = (named(&format!("k_cache.{l}")), named(&format!("v_cache.{l}")));
-            if !bits(&k[..kv], &gk[..kv]) || !bits(&v[..kv], &gv[..kv]) {
-                return Some(format!(
-                    "round {s} (position {pos}, keeping {n}): KV cache {l} differs below {}",
-                    pos + n
-                ));
-            }
+        if let Some(d) = common::state_difference(&it, &st, cfg.attn_kv_dim(), Some(pos + n)) {
+            return Some(format!("round {s} (position {pos}, keeping {n}): {d}"));
         }
         s += 1;
     }

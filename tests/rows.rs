@@ -66,23 +66,7 @@ fn compare(p: &mk::isa::Program, n: usize, order: impl Fn(usize) -> Order, swap:
             return Some(format!("step {s}: position {} after the step, want {}", it.pos(), (s + 1) * m));
         }
     }
-    let named = |name: &str| it.buffer(name).unwrap().to_vec();
-    for (l, ring) in st.conv.iter().enumerate() {
-        if !bits(ring, &named(&format!("conv_state.{l}"))) {
-            return Some(format!("conv state {l} differs"));
-        }
-    }
-    for (l, s) in st.recurrent.iter().enumerate() {
-        if !bits(s, &named(&format!("recurrent_state.{l}"))) {
-            return Some(format!("recurrent state {l} differs"));
-        }
-    }
-    for (l, (k, v)) in st.k_cache.iter().zip(&st.v_cache).enumerate() {
-        if !bits(k, &named(&format!("k_cache.{l}"))) || !bits(v, &named(&format!("v_cache.{l}"))) {
-            return Some(format!("KV cache {l} differs"));
-        }
-    }
-    None
+    common::state_difference(&it, &st, w.cfg.attn_kv_dim(), None)
 }
 
 #[test]

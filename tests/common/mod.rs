@@ -148,3 +148,33 @@ pub fn reindex(dir: &Path) {
     let idx = serde_json::json!({"metadata": {"total_size": 0}, "weight_map": map});
     std::fs::write(dir.join("model.safetensors.index.json"), serde_json::to_string_pretty(&idx).unwrap()).unwrap();
 }
+
+/// The first state of the interpreter `it` whose bits differ from the reference state `st`: every conv
+/// ring and recurrent state whole, the KV caches below position `kv_positions` (None: whole).
+pub fn state_difference(
+    it: &mk::exec::interp::Interp,
+    st: &mk::model::forward::State,
+    kv_dim: usize,
+    kv_positions: Option<usize>,
+) -> Option<String> {
+    let bits = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    let named = |name: &str| it.buffer(name).unwrap().to_vec();
+    for (l, ring) in st.conv.iter().enumerate() {
+        if !bits(ring, &named(&format!("conv_state.{l}"))) {
+            return Some(format!("conv state {l} differs"));
+        }
+    }
+    for (l, rec) in st.recurrent.iter().enumerate() {
+        if !bits(rec, &named(&format!("recurrent_state.{l}"))) {
+            return Some(format!("recurrent state {l} differs"));
+        }
+    }
+    for (l, (k, v)) in st.k_cache.iter().zip(&st.v_cache).enumerate() {
+        let (gk, gv) = (named(&format!("k_cache.{l}")), named(&format!("v_cache.{l}")));
+        let n = kv_positions.map_or(k.len(), |p| kv_dim * p);
+        if !bits(&k[..n], &gk[..n]) || !bits(&v[..n], &gv[..n]) {
+            return Some(format!("KV cache {l} differs"));
+        }
+    }
+    None
+}
