@@ -342,6 +342,9 @@ enum GpuCmd {
         /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
         #[arg(long = "define")]
         defines: Vec<String>,
+        /// GEMV unit shapes of the checked program (balanced, fixed or ranges).
+        #[arg(long, default_value = "balanced")]
+        units: mk::isa::UnitPolicy,
     },
 }
 
@@ -469,8 +472,8 @@ fn run(cli: Cli) -> Result<()> {
                 summary.counters
             );
         }
-        Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache, defines } } => {
-            mk::verify::gpu::ops(&dir, steps, &cache, &Defines::parse(&defines)?)?
+        Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache, defines, units } } => {
+            mk::verify::gpu::ops(&dir, steps, &cache, &Defines::parse(&defines)?, units)?
         }
         Cmd::Gpu { cmd: GpuCmd::Gemv { preset, reps, cache } } => {
             mk::verify::gemv::run(&preset, reps.max(1), &cache).map(|_| ())?

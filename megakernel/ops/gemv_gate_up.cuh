@@ -37,7 +37,7 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
       if (rg * 32 != r0) BLOCK_SYNC();
       float acc = 0.f;  // gate's row total on warp 0's lanes, until up's arrives
       fp8_row_group<2>(c, wids, rg, 0, groups, xs, tile_red(smem, K), false, nullptr, 0,
-                       [&](int i, unsigned row, float v) { act(acc, c, i, row, v); });
+                       Ahead{(r1 + 31) / 32, rg * 32 == r0}, [&](int i, unsigned row, float v) { act(acc, c, i, row, v); });
     }
     return;
   }

@@ -14,8 +14,20 @@ use crate::model::upload::Upload;
 /// The checkpoint's decode program for `max_context` positions (rounded up to the attention
 /// partition) on the GPU, uploaded and compiled.
 pub fn open(dir: &Path, max_context: usize, cache: &Path, defines: &Defines) -> Result<(Checkpoint, Program, GpuExec)> {
+    open_units(dir, max_context, cache, defines, crate::isa::UnitPolicy::default())
+}
+
+/// `open` with the GEMV unit policy (`--units`).
+pub fn open_units(
+    dir: &Path,
+    max_context: usize,
+    cache: &Path,
+    defines: &Defines,
+    units: crate::isa::UnitPolicy,
+) -> Result<(Checkpoint, Program, GpuExec)> {
     let ck = Checkpoint::open(dir)?;
     let mut t = crate::compiler::h200(1);
+    t.units = units;
     t.max_context = max_context.max(1).div_ceil(256) as u32 * 256;
     let prog = crate::compiler::compile(&ck.config, "checkpoint", &t)?;
     let d = GpuExec::new(Gpu::open()?, &prog, &Upload::new(&ck)?, cache, defines)?;
@@ -23,8 +35,8 @@ pub fn open(dir: &Path, max_context: usize, cache: &Path, defines: &Defines) -> 
 }
 
 /// `mk gpu ops`: every op of `steps` + 1 steps against the CPU interpreter, within opcheck's tolerance.
-pub fn ops(dir: &Path, steps: u32, cache: &Path, defines: &Defines) -> Result<()> {
-    let (ck, prog, mut d) = open(dir, 1024, cache, defines)?;
+pub fn ops(dir: &Path, steps: u32, cache: &Path, defines: &Defines, units: crate::isa::UnitPolicy) -> Result<()> {
+    let (ck, prog, mut d) = open_units(dir, 1024, cache, defines, units)?;
     let mut it = crate::exec::interp::Interp::new(&prog, &ck)?;
     let tokens: Vec<u32> = std::iter::once(9419).chain(1..=steps).collect();
     let stats = super::opcheck::check(&prog, &mut it, &mut d, &tokens)?;

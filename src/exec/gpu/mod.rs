@@ -87,15 +87,11 @@ impl GpuExec {
             optin,
         )?;
         crate::isa::validate::validate(prog)?;
-        if let Some(i) =
-            prog.words.iter().position(|w| w.flags & crate::isa::FLAG_RANGES != 0 || w.opcode == Opcode::ReduceGateUp)
-        {
-            crate::bail!(
-                "gpu: word {i} ({:?}) belongs to a --units ranges program: the GPU kernels for it (MK_RANGES) are \
-                 compiled but not yet checked on a GPU; use --units balanced",
-                prog.words[i].opcode
-            );
-        }
+        // A --units ranges program needs the chunk-range GEMV and its reduce (compiled only under
+        // MK_RANGES, so that other programs' kernels stay as they were); the host sets it.
+        let ranges =
+            prog.words.iter().any(|w| w.flags & crate::isa::FLAG_RANGES != 0 || w.opcode == Opcode::ReduceGateUp);
+        let defines = &if ranges { defines.with("MK_RANGES", 1)? } else { defines.clone() };
         let m_rows = prog.target.m_rows as usize;
         if let Some(b) = prog.buffers.iter().find(|b| b.kind.per_row() && b.rows != m_rows as u64) {
             crate::bail!("gpu: buffer {} has {} rows, the program's M is {m_rows}", b.name, b.rows);
