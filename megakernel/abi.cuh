@@ -17,7 +17,6 @@
 #define OP_ARGMAX 15
 #define OP_END_STEP 16
 #define OP_GDN_STEP 17
-#define OP_REDUCE_GATE_UP 18
 #define SLOT_W0 0
 #define SLOT_W1 1
 #define SLOT_W2 2
@@ -34,7 +33,6 @@
 #define OPERAND_NONE 65535u
 #define NO_COUNTER 4294967295u
 #define FLAG_PARTIAL 1u
-#define FLAG_RANGES 2u
 struct Word {
   unsigned short opcode, layer;
   unsigned char m_rows, flags;

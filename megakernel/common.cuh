@@ -24,9 +24,6 @@
 #endif
 #define PV_GROUPS 4    // attention PV: position groups a unit's warps split its positions into (pairs of warps)
 static_assert(WARPS == 2 * PV_GROUPS, "attention PV: two warps (128 dims each) per position group");
-#ifndef FP8_L2_AHEAD
-#define FP8_L2_AHEAD 0  // fp8 GEMV: k-groups ahead whose 32 KB the block prefetches into L2 (0: none)
-#endif
 #ifndef ATTN_UNROLL
 #define ATTN_UNROLL 4  // positions whose K/V loads a warp / thread has in flight at once
 #endif

@@ -139,19 +139,6 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
   }
 }
 
-// An L2 prefetch of thread t's 128 bytes of row group rg's k-group g of fp8 weight wid (a group's chunks
-// are contiguous: 32 x its width bytes, at most 32 KB = THREADS x 128). Changes no value.
-__device__ __forceinline__ void fp8_prefetch(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned g) {
-  const unsigned kc = chunk_k(K), k0 = g * KGROUP, off = threadIdx.x * 128;
-  if (off < 32 * (min(K, k0 + KGROUP) - k0))
-    asm volatile("prefetch.global.L2 [%0];" ::"l"((const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc + off));
-}
-
-// Which k-groups fp8_row_group prefetches (FP8_L2_AHEAD groups ahead of the one it computes, in its
-// order: weight by weight, then the unit's next row group while rg + 1 < rg_end); `first`: the unit's
-// first row group, whose first FP8_L2_AHEAD groups are prefetched before it starts.
-struct Ahead { unsigned rg_end; bool first; };
-
 // Row group rg of NW fp8 weights wid[0..NW) (gate and up: 2) over k-groups [g0, g1): every group's tiles
 // (fp8_tiles, k-groups in order, weight by weight), a join, the group partials, a join, then
 // `done(i, row, total)` on lanes of warp 0 (row 32 rg + lane; with `partial`, each group partial goes to
@@ -159,15 +146,8 @@ struct Ahead { unsigned rg_end; bool first; };
 // `group_partial`); a row = 0 + partial g0 + partial g0 + 1 + .. in group order (`row_dot`). red: NW x
 // groups x 256 tile sums, then NW x groups x 32 partials (`tile_red`; launch.rs sizes it).
 template <int NW, typename Done>
-__device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Ahead ahead, Done done) {
+__device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Done done) {
   const unsigned K = c.cols[wid[0]], ng = g1 - g0;
-  // position q of the unit's (row group, weight, group) order from this row group's first: prefetched
-  auto fetch = [&](unsigned q) {
-    const unsigned P = NW * ng, r = rg + q / P;
-    if (r < ahead.rg_end || q < P) fp8_prefetch(c, wid[(q % P) / ng], K, r, g0 + q % ng);
-  };
-  if (FP8_L2_AHEAD > 0 && ahead.first)
-    for (unsigned q = 0; q < FP8_L2_AHEAD; ++q) fetch(q);
   float* sums = red + NW * ng * 256;  // the group partials [NW ng][32]
   const float* S[NW];  // the weights' block scales (their pointers read once a row group)
 #pragma unroll
@@ -179,7 +159,6 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
       // the next group's scale (the next weight's first) in flight while this group computes
       const bool last = g + 1 == g1;
       const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
-      if (FP8_L2_AHEAD > 0) fetch(i * ng + (g - g0) + FP8_L2_AHEAD);
       fp8_tiles<1>(c, wid[i], K, rg, g, sc, [&](unsigned, unsigned k) { return lds16(xs + k); }, red + (i * ng + g - g0) * 256);
       sc = next;
     }
@@ -226,7 +205,6 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
     for (unsigned g = g0; g < g1; ++g) {
       const bool last = g + 1 == g1;
       const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
-      if (FP8_L2_AHEAD > 0) fetch(i * ng + (g - g0) + FP8_L2_AHEAD);
       fp8_tiles<M_ROWS>(c, wid[i], K, rg, g, sc, xload, red);
       sc = next;
       BLOCK_SYNC();
@@ -355,29 +333,6 @@ __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigne
 // sizes it).
 __device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (float*)(smem + xrow_bytes(K) + 32); }
 
-#ifdef MK_RANGES
-// A FLAG_RANGES unit (isa::Word::chunk_range; one-row programs): chunks c0 .. c1 of the word's (row
-// group, weight, k-group) order, walked as (row group, weight) segments of consecutive k-groups, each
-// segment's group partials to partial[weight][group][rows] (fp8_row_group's partial form: the same tile
-// sums and group partials as the unsplit word; a reduce word sums them in group order). Compiled only
-// for programs with ranges (the host sets MK_RANGES), so other programs compile as before.
-template <int NW>
-__device__ void gemv_ranges(const DevCtx& c, const Word& w, unsigned u, const unsigned short* wid, const unsigned short* xs, char* smem) {
-  const unsigned K = c.cols[wid[0]], G = (K + KGROUP - 1) / KGROUP;
-  const unsigned long long C = (unsigned long long)(w.rows / 32) * NW * G;
-  const unsigned long long c0 = u * C / w.units, c1 = (u + 1ull) * C / w.units;
-  float* out = B<float>(c, w.ops[SLOT_OUT0]);
-  for (unsigned long long ch = c0; ch < c1;) {
-    const unsigned g = (unsigned)(ch % G), i = (unsigned)((ch / G) % NW), rg = (unsigned)(ch / (NW * G));
-    const unsigned g1 = (unsigned)min((unsigned long long)G, g + (c1 - ch));
-    if (ch != c0) BLOCK_SYNC();  // (the tile sums' shared memory is reused)
-    fp8_row_group<1>(c, &wid[i], rg, g, g1, xs, tile_red(smem, K), true, out + (size_t)i * G * w.rows, w.rows,
-                     Ahead{0, false}, [](int, unsigned, float) {});
-    ch += g1 - g;
-  }
-}
-#endif
-
 // For each row of the span: the per-group sums, either stored as split-K partials [g][rows]
 // (FLAG_PARTIAL) or summed in group order and handed to `epilogue(r, row, value, pre(r, row))` (r: the
 // row view the row belongs to; one thread a row; fp8: `pre`, what the epilogue reads, is loaded before
@@ -410,12 +365,6 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   }
   float* out = B<float>(c, w.ops[SLOT_OUT0]);
   const unsigned short* xs = prep(1);
-#ifdef MK_RANGES
-  if (w.flags & FLAG_RANGES) {
-    gemv_ranges<1>(c, w, u, &wid, xs, smem);
-    return;
-  }
-#endif
   if (is_fp8(c, wid)) {
     // whole row groups (the compiler's fp8 unit rows are multiples of 32); a barrier between them
     for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
@@ -423,7 +372,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
       // what the epilogue reads (the residual row), loaded before the row group streams by
       const float pv = !partial && threadIdx.x < 32 ? pre(c, rg * 32 + threadIdx.x) : 0.f;
       fp8_row_group<1>(c, &wid, rg, s.g0, s.g1, xs, tile_red(smem, K), partial, out, w.rows,
-                       Ahead{(s.r1 + 31) / 32, rg * 32 == s.r0}, [&](int, unsigned r, float v) { epilogue(c, r, v, pv); });
+                       [&](int, unsigned r, float v) { epilogue(c, r, v, pv); });
     }
     return;
   }

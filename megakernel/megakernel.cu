@@ -38,9 +38,6 @@ __device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u
     case OP_ARGMAX: op_argmax(c, w, u, smem, fresh); break;
     case OP_END_STEP: op_end_step(c, w, u, smem, fresh); break;
     case OP_GDN_STEP: op_gdn_step(c, w, u, smem, fresh); break;
-#ifdef MK_RANGES  // (only programs with ranges have it: the case changes ptxas's allocation of this function)
-    case OP_REDUCE_GATE_UP: op_reduce_gate_up(c, w, u, smem, fresh); break;
-#endif
     default: break;
   }
 }

@@ -342,7 +342,7 @@ enum GpuCmd {
         /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
         #[arg(long = "define")]
         defines: Vec<String>,
-        /// GEMV unit shapes of the checked program (balanced, fixed or ranges).
+        /// GEMV unit shapes of the checked program (balanced or fixed).
         #[arg(long, default_value = "balanced")]
         units: mk::isa::UnitPolicy,
     },

@@ -150,39 +150,3 @@ fn negative_control_a_weakened_dependency_shows_up_in_the_bits() {
     assert!(first.as_deref().is_some_and(|f| f.contains("logits differ")), "{first:?}");
     println!("weakened dependency caught: {first:?}");
 }
-
-#[test]
-fn gemv_words_cut_into_ranges_give_the_same_bits() {
-    // `--units ranges` on a target of 3 SMs (6 resident blocks): every fp8 GEMV word's chunks cut into a
-    // few equal ranges that start and end inside row groups, the sums in reduce words after (gate/up's
-    // with the SwiGLU): the reference's bits, in program order and in a random order.
-    let mut t = h200(1);
-    t.sms = 3;
-    t.units = mk::isa::UnitPolicy::Ranges;
-    let p = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap();
-    validate(&p).unwrap();
-    let ranged: Vec<&mk::isa::Word> = p.words.iter().filter(|w| w.flags & mk::isa::FLAG_RANGES != 0).collect();
-    assert!(ranged.iter().any(|w| w.opcode == Opcode::GemvGateUp));
-    assert!(p.words.iter().any(|w| w.opcode == Opcode::ReduceGateUp));
-    // some range ends inside a row group (chunks a row group: weights x groups)
-    let straddles = ranged.iter().any(|w| {
-        let per_rg = w.weights() as u64 * w.arg0 as u64;
-        (0..w.units).any(|u| w.chunk_range(u, w.weights(), w.arg0).end % per_rg != 0)
-    });
-    assert!(straddles, "the ranges must cut row groups");
-    assert_eq!(run(|_| Order::Program, &p, true), None);
-    assert_eq!(run(|s| Order::Shuffled(77 + s as u64), &p, true), None);
-    // A ranges word with more units than chunks, or without its partial flag, is refused.
-    let i = p.words.iter().position(|w| w.flags & mk::isa::FLAG_RANGES != 0).unwrap();
-    let mut bad = p.clone();
-    bad.words[i].units = bad.words[i].chunks(bad.words[i].weights(), bad.words[i].arg0) as u32 + 1;
-    let e = validate(&bad).unwrap_err().to_string();
-    assert!(e.contains("ranges need"), "{e}");
-    let mut bad = p.clone();
-    bad.words[i].flags = mk::isa::FLAG_RANGES;
-    assert!(validate(&bad).is_err());
-    // Ranges are a one-row shape: an M-row target is refused, not quietly lowered without them.
-    t.m_rows = 2;
-    let e = compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &t).unwrap_err().to_string();
-    assert!(e.contains("--units ranges lowers one-row programs only"), "{e}");
-}

@@ -26,18 +26,12 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
     }
   }
   const unsigned short* xs = prepared_input(c, w, SLOT_W2, smem, fresh);
-#ifdef MK_RANGES
-  if (w.flags & FLAG_RANGES) {  // gate's and up's group partials; ReduceGateUp's SwiGLU after
-    gemv_ranges<2>(c, w, u, wids, xs, smem);
-    return;
-  }
-#endif
   if (is_fp8(c, wids[0])) {
     for (unsigned rg = r0 / 32; rg * 32 < r1; ++rg) {
       if (rg * 32 != r0) BLOCK_SYNC();
       float acc = 0.f;  // gate's row total on warp 0's lanes, until up's arrives
       fp8_row_group<2>(c, wids, rg, 0, groups, xs, tile_red(smem, K), false, nullptr, 0,
-                       Ahead{(r1 + 31) / 32, rg * 32 == r0}, [&](int i, unsigned row, float v) { act(acc, c, i, row, v); });
+                       [&](int i, unsigned row, float v) { act(acc, c, i, row, v); });
     }
     return;
   }

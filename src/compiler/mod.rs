@@ -16,8 +16,8 @@ use crate::bail;
 use crate::error::{Context, Result};
 use crate::isa::access::{ATTN_HEAD_DIM, CHUNK_ROWS, CTRL_LEN, GDN_HEAD_DIM, KGROUP};
 use crate::isa::{
-    slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FLAG_RANGES, FORMAT,
-    NONE, NO_COUNTER,
+    slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FORMAT, NONE,
+    NO_COUNTER,
 };
 use crate::model::config::{LayerKind, ModelConfig};
 use crate::model::forward::ATTN_PART;
@@ -43,8 +43,6 @@ pub const SPLIT_COST_ROUNDS: u32 = 2;
 pub const UNIT_OVERHEAD_ROUNDS: u32 = 1;
 /// Output rows of a bf16 GEMV unit (the GDN's a and b projections; at most the target's unit rows).
 pub const BF16_UNIT_ROWS: u32 = 8;
-/// `UnitPolicy::Ranges`: chunks (32 rows x one k-group, 32 KB of fp8) a unit aims at.
-pub const RANGE_CHUNKS: u32 = 5;
 /// Vocabulary rows per lm_head unit.
 pub const LM_UNIT_ROWS: u32 = 64;
 /// Conv channels per GdnConv unit; hidden elements per Embed unit; rows per split-K reduce unit.
@@ -155,21 +153,8 @@ impl Builder<'_> {
         let mut w = self.word(op, rows as u32, unit_rows);
         let row_units = w.row_units();
         let stage_units = (stage_rows as u32).div_ceil(unit_rows).max(row_units);
-        if self.t.units == UnitPolicy::Ranges && fp8 && self.t.m_rows == 1 {
-            // equal ranges of the word's chunks, about RANGE_CHUNKS each, a multiple of the slots
-            let weights = w.weights();
-            let c = w.chunks(weights, groups);
-            let per = (c as f64 / (slots as f64 * RANGE_CHUNKS as f64)).round().max(1.0) as u64;
-            w.units = (per * slots as u64).min(c) as u32;
-            w.unit_rows = CHUNK_ROWS as u16;
-            w.flags |= FLAG_PARTIAL | FLAG_RANGES;
-            w.arg0 = groups;
-            w.ops[slot::OUT0] = self.partial_buf(which, weights as u64 * groups as u64 * rows as u64);
-            return (w, true);
-        }
         let k_parts = match self.t.units {
             _ if op == Opcode::GemvGateUp || groups < 2 => 1,
-            UnitPolicy::Ranges => 1, // (bf16 words and M-row programs: no split)
             UnitPolicy::Balanced => split_parts(row_units, stage_units - row_units, groups, slots),
             UnitPolicy::Fixed => {
                 let want = SPLIT_BELOW_UNITS_PER_SM * self.t.sms;
@@ -276,9 +261,6 @@ pub fn split_parts(row_units: u32, other: u32, groups: u32, slots: u32) -> u32 {
 /// Lowers `cfg` for `t` into the program of one decode step.
 pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
     t.check().context("compile")?;
-    if t.units == UnitPolicy::Ranges && t.m_rows > 1 {
-        bail!("compile: --units ranges lowers one-row programs only (M = {}: use balanced or fixed)", t.m_rows);
-    }
     if cfg.head_dim != ATTN_HEAD_DIM || cfg.gdn_k_dim != GDN_HEAD_DIM || cfg.gdn_v_dim != GDN_HEAD_DIM {
         bail!("compile: head dims must be {ATTN_HEAD_DIM} (attention) and {GDN_HEAD_DIM} (GDN)");
     }
@@ -492,16 +474,12 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
         }
         // The FFN: post-attention norm folded into gate/up, SwiGLU epilogue, down with the residual.
         let gate = format!("{lp}mlp.gate_proj.weight");
-        let (mut gu, split) = b.gemv(Opcode::GemvGateUp, cfg.intermediate, hd, act, 0, cfg.intermediate, &gate);
+        let (mut gu, _) = b.gemv(Opcode::GemvGateUp, cfg.intermediate, hd, act, 0, cfg.intermediate, &gate);
         gu.ops[slot::W0] = b.weight(&gate)?;
         gu.ops[slot::W1] = b.weight(&format!("{lp}mlp.up_proj.weight"))?;
         gu.ops[slot::W2] = b.weight(&format!("{lp}post_attention_layernorm.weight"))?;
         gu.ops[slot::IN0] = h;
         b.stage(vec![gu]);
-        if split {
-            let red = b.reduce(Opcode::ReduceGateUp, &gu, act);
-            b.stage(vec![red]);
-        }
         let down = format!("{lp}mlp.down_proj.weight");
         let (mut dn, split) = b.gemv(Opcode::GemvResidual, hd, cfg.intermediate, h, 0, hd, &down);
         dn.ops[slot::W0] = b.weight(&down)?;

@@ -5,7 +5,7 @@
 //! caches are tracked by column, across all positions, because the written position is known only at
 //! run time: conservative, so any two words touching the same heads of a cache must be ordered).
 
-use super::{slot, Opcode, Program, Word, FLAG_PARTIAL, FLAG_RANGES};
+use super::{slot, Opcode, Program, Word, FLAG_PARTIAL};
 
 /// Attention head dimension and GDN head dimension: fixed for every supported config.
 pub const ATTN_HEAD_DIM: usize = 256;
@@ -71,17 +71,6 @@ impl Acc<'_> {
         let cols = self.cols(s);
         self.add(s, m * cols + c0, m * cols + c1, write, Some(m as u32));
     }
-    /// A FLAG_RANGES unit's partials: each chunk (row group, weight i, k-group g) of unit `u`'s range
-    /// writes its 32 rows at [m][(i groups + g) rows + 32 rg ..].
-    fn range_partials(&mut self, m: usize, u: u32) {
-        let (groups, rows) = (self.w.arg0 as u64, self.w.rows as u64);
-        let weights = self.w.weights() as u64;
-        for c in self.w.chunk_range(u, weights as u32, groups as u32) {
-            let (rg, i, g) = (c / (weights * groups), (c / groups) % weights, c % groups);
-            let at = ((i * groups + g) * rows + rg * CHUNK_ROWS as u64) as usize;
-            self.row(slot::OUT0, m, at, at + CHUNK_ROWS, true);
-        }
-    }
     /// Split-K partials `[m][group][rows]` of the groups of k-part `kp`, rows `rs` (row m of the partial
     /// buffer starts at m times its columns: the buffer is shared by words of several shapes).
     fn partials(&mut self, m: usize, rs: &std::ops::Range<usize>, kp: u32, write: bool) {
@@ -114,9 +103,7 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
             Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual => {
                 let k = a.cols(slot::IN0);
                 a.row(slot::IN0, m, 0, k, false);
-                if w.flags & FLAG_RANGES != 0 {
-                    a.range_partials(m, u);
-                } else if partial {
+                if partial {
                     a.partials(m, &rs, kp, true);
                 } else {
                     if w.opcode == Opcode::GemvResidual {
@@ -129,18 +116,15 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 let k = a.cols(slot::IN0);
                 a.row(slot::IN0, m, 0, k, false);
                 a.row(slot::IN1, m, 0, k, false);
-                if w.flags & FLAG_RANGES != 0 {
-                    a.range_partials(m, u);
-                } else if partial {
+                if partial {
                     a.partials(m, &rs, kp, true);
                 } else {
                     a.row(slot::OUT0, m, rs.start, rs.end, false);
                     a.row(slot::OUT0, m, rs.start, rs.end, true);
                 }
             }
-            Opcode::ReduceStore | Opcode::ReduceResidual | Opcode::ReduceGateUp => {
-                let weights = if w.opcode == Opcode::ReduceGateUp { 2 } else { 1 };
-                let (groups, rows) = (weights * w.arg0 as usize, w.rows as usize);
+            Opcode::ReduceStore | Opcode::ReduceResidual => {
+                let (groups, rows) = (w.arg0 as usize, w.rows as usize);
                 for g in 0..groups {
                     a.row(slot::IN0, m, g * rows + rs.start, g * rows + rs.end, false);
                 }

@@ -65,13 +65,10 @@ pub enum Opcode {
     /// SiLU, l2norm, gates, fp32 state update, then the gated RMSNorm of its output (GdnConv, GdnRecur
     /// and GemvGatedNormResidual's input preparation in one word, the same arithmetic).
     GdnStep = 17,
-    /// act = bf(bf(silu(bf(sum_g gate[g]))) * bf(sum_g up[g])) in group order from the partials of a
-    /// gate/up word cut into ranges (gate's groups, then up's: [2][groups][rows]).
-    ReduceGateUp = 18,
 }
 
 impl Opcode {
-    pub const ALL: [Opcode; 18] = [
+    pub const ALL: [Opcode; 17] = [
         Opcode::Embed,
         Opcode::GemvNorm,
         Opcode::GemvGateUp,
@@ -89,7 +86,6 @@ impl Opcode {
         Opcode::Argmax,
         Opcode::EndStep,
         Opcode::GdnStep,
-        Opcode::ReduceGateUp,
     ];
 
     pub fn from_u16(v: u16) -> Option<Opcode> {
@@ -138,11 +134,6 @@ pub const NO_COUNTER: u32 = u32::MAX;
 
 /// Flag: the word writes fp32 split-K partials (one per k-group) instead of its bf16 epilogue.
 pub const FLAG_PARTIAL: u8 = 1;
-/// Flag (with FLAG_PARTIAL, fp8 GEMV words): the units are `units` equal contiguous ranges of the
-/// word's chunks, (row group of 32, weight, k-group) in that order (`Word::chunk_range`); each chunk's
-/// group partial goes to partial[weight][group][rows]; a reduce word sums them in group order. The
-/// bits are the unsplit word's (a chunk's group partial does not depend on who computes it).
-pub const FLAG_RANGES: u8 = 2;
 
 /// One instruction. 64 bytes, little-endian, the same layout in `megakernel/abi.cuh` (byte offsets:
 /// opcode 0, layer 2, m_rows 4, flags 5, unit_rows 6, rows 8, units 12, wait 16, wait_target 20, signal
@@ -161,7 +152,7 @@ pub struct Word {
     pub unit_rows: u16,
     /// Output rows of the whole word (the extent the units split).
     pub rows: u32,
-    /// Units of work = ceil(rows / unit_rows) * k_parts (FLAG_RANGES: the number of chunk ranges).
+    /// Units of work = ceil(rows / unit_rows) * k_parts.
     pub units: u32,
     /// Counter this word waits on (`NO_COUNTER`: none) and the value it waits for.
     pub wait: u32,
@@ -256,29 +247,9 @@ impl Word {
         (self.ops[s] != NONE).then_some(self.ops[s] as usize)
     }
 
-    /// Row slices of the word (units = row_units * k_parts but for FLAG_RANGES words).
+    /// Row slices of the word (units = row_units * k_parts).
     pub fn row_units(&self) -> u32 {
         self.rows.div_ceil(self.unit_rows.max(1) as u32)
-    }
-
-    /// The chunks of a FLAG_RANGES word: (rows / 32) row groups x `weights` x `groups` k-groups.
-    pub fn chunks(&self, weights: u32, groups: u32) -> u64 {
-        (self.rows / 32) as u64 * weights as u64 * groups as u64
-    }
-
-    /// The chunk range of unit `u` of a FLAG_RANGES word: [u C / units, (u + 1) C / units).
-    pub fn chunk_range(&self, u: u32, weights: u32, groups: u32) -> std::ops::Range<u64> {
-        let (c, p) = (self.chunks(weights, groups), self.units.max(1) as u64);
-        (u as u64 * c / p)..((u as u64 + 1) * c / p)
-    }
-
-    /// The gate/up word's two weights, every other GEMV's one.
-    pub fn weights(&self) -> u32 {
-        if self.opcode == Opcode::GemvGateUp {
-            2
-        } else {
-            1
-        }
     }
 
     /// The (row range, k-part) of unit `u`: units are row-major over (row slice, k-part).
@@ -429,11 +400,6 @@ pub enum UnitPolicy {
     /// The first shapes: split-K only below 4 row slices per SM (of the target's unit rows), into at most
     /// ceil(4 x SMs / row slices) parts.
     Fixed,
-    /// One-row programs: every fp8 GEMV word cut into equal ranges of its chunks (FLAG_RANGES, about
-    /// `compiler::RANGE_CHUNKS` chunks a unit, a multiple of the resident blocks), its sums in a reduce
-    /// word after it (docs/notebook/gemv.md, "The plan for balance"). The interpreter runs it; the GPU
-    /// paths do not yet (refused at startup).
-    Ranges,
 }
 
 impl std::str::FromStr for UnitPolicy {
@@ -442,8 +408,7 @@ impl std::str::FromStr for UnitPolicy {
         match s {
             "balanced" => Ok(UnitPolicy::Balanced),
             "fixed" => Ok(UnitPolicy::Fixed),
-            "ranges" => Ok(UnitPolicy::Ranges),
-            _ => Err(format!("unit policy '{s}': expected balanced, fixed or ranges")),
+            _ => Err(format!("unit policy '{s}': expected balanced or fixed")),
         }
     }
 }
@@ -558,7 +523,7 @@ pub fn cuda_header() -> String {
         s += &format!("#define SLOT_{} {i}\n", n.to_uppercase());
     }
     s += &format!(
-        "#define OPERAND_NONE {NONE}u\n#define NO_COUNTER {NO_COUNTER}u\n#define FLAG_PARTIAL {FLAG_PARTIAL}u\n#define FLAG_RANGES {FLAG_RANGES}u\n"
+        "#define OPERAND_NONE {NONE}u\n#define NO_COUNTER {NO_COUNTER}u\n#define FLAG_PARTIAL {FLAG_PARTIAL}u\n"
     );
     s +=
         "struct Word {\n  unsigned short opcode, layer;\n  unsigned char m_rows, flags;\n  unsigned short unit_rows;\n";

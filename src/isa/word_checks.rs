@@ -3,7 +3,7 @@
 //! relate words (waits, overlaps, coverage) are `validate.rs`'s.
 
 use super::access::{CHUNK_ROWS, GDN_HEAD_DIM, KGROUP};
-use super::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, FLAG_RANGES, NO_COUNTER};
+use super::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, NO_COUNTER};
 use crate::bail;
 use crate::error::Result;
 
@@ -29,6 +29,7 @@ pub(super) fn required(op: Opcode) -> [Option<BufKind>; slot::COUNT] {
             set(slot::W1, Weight);
             set(slot::W2, Weight);
             set(slot::IN0, Activation);
+            set(slot::OUT0, Activation);
         }
         Opcode::GemvGatedNormResidual => {
             set(slot::W0, Weight);
@@ -36,7 +37,7 @@ pub(super) fn required(op: Opcode) -> [Option<BufKind>; slot::COUNT] {
             set(slot::IN0, Activation);
             set(slot::IN1, Activation);
         }
-        Opcode::ReduceStore | Opcode::ReduceResidual | Opcode::ReduceGateUp => {
+        Opcode::ReduceStore | Opcode::ReduceResidual => {
             set(slot::IN0, Scratch);
             set(slot::OUT0, Activation);
         }
@@ -134,7 +135,7 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
         );
     }
     check_flags(&at, w)?;
-    if w.flags & FLAG_RANGES == 0 && w.units as u64 != w.row_units() as u64 * w.k_parts as u64 {
+    if w.units as u64 != w.row_units() as u64 * w.k_parts as u64 {
         bail!("{at}: shape: units {} != {} row slices x {} k-parts", w.units, w.row_units(), w.k_parts);
     }
     let req = required(w.opcode);
@@ -170,8 +171,7 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
             kind == BufKind::Activation
         }
     };
-    if matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp)
-    {
+    if matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual) {
         let out = w.op(slot::OUT0).map(|b| p.buffers[b].kind);
         if !out.is_some_and(gemv_out_ok) {
             bail!("{at}: shape: operand out0 must be a Scratch buffer with split-K partials, else an Activation");
@@ -194,27 +194,6 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
                 w.k_parts,
                 w.arg0
             );
-        }
-        if w.flags & FLAG_RANGES != 0 {
-            let chunks = w.chunks(w.weights(), groups);
-            let fp8 = wt.elem_bytes == 1;
-            if w.flags & FLAG_PARTIAL == 0 || !fp8 || w.k_parts != 1 || w.units == 0 || w.units as u64 > chunks {
-                bail!(
-                    "{at}: shape: ranges need FLAG_PARTIAL, fp8 weights, k_parts 1 and 1 ..= {chunks} units (units {}, \
-                     k_parts {})",
-                    w.units,
-                    w.k_parts
-                );
-            }
-            let need = w.weights() as u64 * groups as u64 * w.rows as u64;
-            let out = &p.buffers[w.ops[slot::OUT0] as usize];
-            if out.cols < need {
-                bail!(
-                    "{at}: shape: the partial buffer {} holds {} floats, the ranges write {need}",
-                    out.name,
-                    out.cols
-                );
-            }
         }
     }
     if matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp)
@@ -245,15 +224,11 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
 
 /// The flags: known ones, on the opcodes that have their forms.
 fn check_flags(at: &str, w: &Word) -> Result<()> {
-    let (partial, ranges) = (w.flags & FLAG_PARTIAL != 0, w.flags & FLAG_RANGES != 0);
-    let split_form = matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual);
-    if partial && !split_form && !(ranges && w.opcode == Opcode::GemvGateUp) {
+    let partial = w.flags & FLAG_PARTIAL != 0;
+    if partial && !matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual) {
         bail!("{at}: shape: FLAG_PARTIAL on an opcode that has no split-K form");
     }
-    if ranges && !partial {
-        bail!("{at}: shape: FLAG_RANGES without FLAG_PARTIAL");
-    }
-    if w.flags & !(FLAG_PARTIAL | FLAG_RANGES) != 0 {
+    if w.flags & !FLAG_PARTIAL != 0 {
         bail!("{at}: shape: unknown flags {:#x}", w.flags);
     }
     Ok(())
@@ -286,10 +261,9 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
                 bail!("{at}: shape: unit_rows {} (one value head per unit)", w.unit_rows);
             }
         }
-        Opcode::ReduceStore | Opcode::ReduceResidual | Opcode::ReduceGateUp => {
-            let weights = if w.opcode == Opcode::ReduceGateUp { 2 } else { 1 };
-            if w.arg0 == 0 || weights * (w.arg0 as u64) * (w.rows as u64) > cols(slot::IN0) {
-                bail!("{at}: shape: {weights} x {} groups of {} rows do not fit the partial buffer", w.arg0, w.rows);
+        Opcode::ReduceStore | Opcode::ReduceResidual => {
+            if w.arg0 == 0 || (w.arg0 as u64) * (w.rows as u64) > cols(slot::IN0) {
+                bail!("{at}: shape: {} groups of {} rows do not fit the partial buffer", w.arg0, w.rows);
             }
         }
         Opcode::Argmax => {

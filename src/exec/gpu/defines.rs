@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 10] = [
+pub const KNOWN: [Known; 8] = [
     Known {
         name: "GEMV_MIN_BLOCKS",
         default: 2,
@@ -58,14 +58,6 @@ pub const KNOWN: [Known; 10] = [
         what: "value rows in flight in attention PV (default: ATTN_UNROLL)",
     },
     Known {
-        name: "FP8_L2_AHEAD",
-        default: 0,
-        min: 0,
-        max: 4,
-        flag: false,
-        what: "fp8 GEMV: k-groups ahead whose weights a block prefetches into L2 (0: none)",
-    },
-    Known {
         name: "GRAPH_STAMPS",
         default: 0,
         min: 0,
@@ -96,14 +88,6 @@ pub const KNOWN: [Known; 10] = [
         max: 1,
         flag: true,
         what: "PROBE (wrong results): the fp8 GEMV loads its weights but does no arithmetic",
-    },
-    Known {
-        name: "MK_RANGES",
-        default: 0,
-        min: 0,
-        max: 1,
-        flag: true,
-        what: "compiles the fp8 GEMV over chunk ranges (set by the host for --units ranges programs)",
     },
 ];
 
@@ -150,13 +134,6 @@ impl Defines {
                 .map_err(|_| crate::error::Error::new(format!("--define {it}: the value must be a decimal number")))?;
             map.insert(name.to_string(), v);
         }
-        Defines::new(map)
-    }
-
-    /// These defines with `name` set to `value` (validated as any other).
-    pub fn with(&self, name: &str, value: u32) -> Result<Defines> {
-        let mut map = self.0.clone();
-        map.insert(name.to_string(), value);
         Defines::new(map)
     }
 

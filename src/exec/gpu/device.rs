@@ -17,7 +17,7 @@ use crate::bail;
 use crate::error::{Context, Error, Result};
 
 /// The CUDA sources, in include order (one translation unit for NVRTC).
-const SOURCES: [(&str, &str); 25] = [
+const SOURCES: [(&str, &str); 24] = [
     ("common.cuh", include_str!("../../../megakernel/common.cuh")),
     ("gemv.cuh", include_str!("../../../megakernel/gemv.cuh")),
     ("ring.cuh", include_str!("../../../megakernel/ring.cuh")),
@@ -28,7 +28,6 @@ const SOURCES: [(&str, &str); 25] = [
     ("ops/gemv_residual.cuh", include_str!("../../../megakernel/ops/gemv_residual.cuh")),
     ("ops/reduce_store.cuh", include_str!("../../../megakernel/ops/reduce_store.cuh")),
     ("ops/reduce_residual.cuh", include_str!("../../../megakernel/ops/reduce_residual.cuh")),
-    ("ops/reduce_gate_up.cuh", include_str!("../../../megakernel/ops/reduce_gate_up.cuh")),
     ("ops/gdn_conv.cuh", include_str!("../../../megakernel/ops/gdn_conv.cuh")),
     ("ops/gdn_recur.cuh", include_str!("../../../megakernel/ops/gdn_recur.cuh")),
     ("ops/attn_kv.cuh", include_str!("../../../megakernel/ops/attn_kv.cuh")),

@@ -87,11 +87,6 @@ impl GpuExec {
             optin,
         )?;
         crate::isa::validate::validate(prog)?;
-        // A --units ranges program needs the chunk-range GEMV and its reduce (compiled only under
-        // MK_RANGES, so that other programs' kernels stay as they were); the host sets it.
-        let ranges =
-            prog.words.iter().any(|w| w.flags & crate::isa::FLAG_RANGES != 0 || w.opcode == Opcode::ReduceGateUp);
-        let defines = &if ranges { defines.with("MK_RANGES", 1)? } else { defines.clone() };
         let m_rows = prog.target.m_rows as usize;
         if let Some(b) = prog.buffers.iter().find(|b| b.kind.per_row() && b.rows != m_rows as u64) {
             crate::bail!("gpu: buffer {} has {} rows, the program's M is {m_rows}", b.name, b.rows);

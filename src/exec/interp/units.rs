@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use crate::isa::access::{k_groups, CTRL_NEXT, CTRL_TOKEN};
-use crate::isa::{slot, Opcode, Word, FLAG_PARTIAL, FLAG_RANGES};
+use crate::isa::{slot, Opcode, Word, FLAG_PARTIAL};
 use crate::model::forward::{self as fw, GdnGates, ATTN_PART};
 use crate::model::numerics::{bf, bf16_to_f32};
 use crate::model::ops;
@@ -46,22 +46,7 @@ impl<'a> Interp<'a> {
                     _ => Cow::Owned(self.input(&w, slot::IN0).to_vec()),
                 };
                 let lin = self.lin(&w, slot::W0);
-                if w.flags & FLAG_RANGES != 0 {
-                    // each chunk (row group, weight, k-group) of the unit's range: its rows' group partials
-                    let (groups, rows, weights) = (w.arg0 as u64, w.rows as usize, w.weights() as u64);
-                    let mut vals = Vec::new();
-                    for c in w.chunk_range(u, weights as u32, groups as u32) {
-                        let (rg, i, g) = (c / (weights * groups), (c / groups) % weights, c % groups);
-                        let l = if i == 0 { lin } else { self.lin(&w, slot::W1) };
-                        for r in rg as usize * 32..(rg as usize + 1) * 32 {
-                            vals.push(((i * groups + g) as usize * rows + r, l.group_partial(&x, r, g as usize)));
-                        }
-                    }
-                    let out = self.out(&w, slot::OUT0);
-                    for (at, v) in vals {
-                        out[at] = v;
-                    }
-                } else if w.flags & FLAG_PARTIAL != 0 {
+                if w.flags & FLAG_PARTIAL != 0 {
                     let groups = k_groups(lin.cols, w.k_parts as u32, kp);
                     let vals: Vec<(usize, f32)> = groups
                         .flat_map(|g| rs.clone().map(move |r| (g, r)))
@@ -84,20 +69,6 @@ impl<'a> Interp<'a> {
                         out[r] = if residual { bf(out[r] + v) } else { v };
                     }
                 }
-            }
-            Opcode::ReduceGateUp => {
-                let (groups, rows) = (w.arg0 as usize, w.rows as usize);
-                let part = self.input(&w, slot::IN0);
-                // ORDER: groups summed in index order, gate's then up's (as `Linear::row_dot`)
-                let sum = |i: usize, r: usize| {
-                    let mut s = 0f32;
-                    for g in 0..groups {
-                        s += part[(i * groups + g) * rows + r];
-                    }
-                    s
-                };
-                let vals: Vec<f32> = rs.clone().map(|r| fw::swiglu(bf(sum(0, r)), bf(sum(1, r)))).collect();
-                self.out(&w, slot::OUT0)[rs].copy_from_slice(&vals);
             }
             Opcode::ReduceStore | Opcode::ReduceResidual => {
                 let (groups, rows) = (w.arg0 as usize, w.rows as usize);
