@@ -114,8 +114,9 @@ impl GpuExec {
         let (module, module_hash) = gpu.module(&src, cache, defines)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = cu(module.load_function(name), &format!("cuModuleGetFunction ({name})"))?;
-            if smem > 48 * 1024 {
-                // dynamic shared memory above the 48 KiB default is opted into per kernel
+            if smem > 0 {
+                // dynamic shared memory is opted into per kernel (the 48 KiB default counts the
+                // kernel's static shared memory too)
                 use cudarc::driver::sys::CUfunction_attribute as F;
                 cu(
                     f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32),
