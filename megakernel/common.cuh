@@ -24,9 +24,6 @@
 #endif
 #define PV_GROUPS 4    // attention PV: position groups a unit's warps split its positions into (pairs of warps)
 static_assert(WARPS == 2 * PV_GROUPS, "attention PV: two warps (128 dims each) per position group");
-#ifndef FP8_BULK
-#define FP8_BULK 0  // probe: the one-row fp8 GEMV's tiles by bulk copy, a group ahead, into a 4 KB slot a warp (static shared memory: 0 or 1)
-#endif
 #ifndef ATTN_UNROLL
 #define ATTN_UNROLL 4  // positions whose K/V loads a warp / thread has in flight at once
 #endif

@@ -34,35 +34,6 @@ __device__ __forceinline__ uint4 lds16(const void* p) {
   return v;
 }
 
-// mbarriers and bulk copies (the async proxy): the standalone ring's and FP8_BULK's.
-__device__ __forceinline__ void mbar_init(unsigned long long* b, unsigned n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(n) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(unsigned long long* b, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* b) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(b)) : "memory");
-}
-// Waits for a phase of an mbarrier to complete.
-__device__ __forceinline__ void mbar_wait_parity(unsigned long long* b, unsigned parity) {
-  unsigned ok = 0;
-  while (!ok)
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(ok) : "r"(smem_addr(b)), "r"(parity) : "memory");
-}
-// 16 bytes of shared memory an async copy wrote: ordered after the wait (volatile, a memory clobber).
-__device__ __forceinline__ uint4 lds16_async(const void* p) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(smem_addr(p)) : "memory");
-  return v;
-}
-
-
 // d += A (16 x 16 bf16, row) x B (16 x 8 bf16, col), fp32 accumulation in the tensor core's order.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -168,87 +139,6 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
   }
 }
 
-#if FP8_BULK
-// FP8_BULK (a probe; its own copy of fp8_tiles' arithmetic, so that the default build's code stays
-// exactly as it was):
-// This warp's tiles of a k-group: 2 KB of 16-row half h at fp8_tile_half(.., h) (lane + 32 i its i-th
-// 16 bytes), present if warp < the group's tiles (fp8_has_tile).
-__device__ __forceinline__ const uint4* fp8_tile_half(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, int h) {
-  const unsigned kc = chunk_k(K), T = kc / 128, k0 = kg * KGROUP, kt = k0 + (threadIdx.x >> 5) * 128, t = (kt % kc) / 128;
-  // the group's chunks are contiguous in the chunk layout (32 x its width bytes; 2 kc uint4 a chunk)
-  const uint4* grp = (const uint4*)((const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc);
-  return grp + (kt / kc - k0 / kc) * 2 * kc + (h * T + t) * 128;
-}
-__device__ __forceinline__ bool fp8_has_tile(unsigned K, unsigned kg) {
-  return (threadIdx.x >> 5) < (min(K, kg * KGROUP + KGROUP) - kg * KGROUP) / 128;
-}
-// FP8_BULK: each warp's FP8_BULK slots of one 4 KB tile (both 2 KB halves) and their mbarriers.
-__shared__ __align__(128) uint4 fp8_slot[FP8_BULK][WARPS][256];
-__shared__ unsigned long long fp8_bar[FP8_BULK][WARPS];
-// One warp's copies of a tile (halves a, b) into its slot (lane 0, after the warp's reads of the slot).
-__device__ __forceinline__ void fp8_issue(unsigned long long* bar, uint4* slot, const uint4* a, const uint4* b) {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  mbar_expect(bar, 4096);
-  bulk_copy(slot, a, 2048, bar);
-  bulk_copy(slot + 128, b, 2048, bar);
-}
-// fp8_tiles with the warp's tile read from its slot once the slot's barrier passes phase `parity`; then
-// lane 0 issues the copies of the next tile (halves na, nb; none if na is null) into the same slot.
-template <int MR, typename XLoad>
-__device__ __forceinline__ void fp8_tiles_bulk(unsigned K, unsigned kg, float sc0, XLoad xload, float* red, uint4* slot, unsigned long long* bar, unsigned parity, const uint4* na, const uint4* nb) {
-  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-  const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
-  const unsigned kt = k0 + warp * 128;
-  uint4 wv[2][4];
-  if (warp < nt) {
-    mbar_wait_parity(bar, parity);
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) wv[h][i] = lds16_async(slot + h * 128 + lane + 32 * i);
-    __syncwarp();
-  }
-  if (lane == 0 && na) fp8_issue(bar, slot, na, nb);
-#ifdef MK_LOADS_ONLY  // probe (wrong results): the same loads, no arithmetic (the memory pipeline alone)
-  if (warp < nt) {
-    unsigned v = 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v ^= wv[h][i].x ^ wv[h][i].y ^ wv[h][i].z ^ wv[h][i].w;
-#pragma unroll
-    for (int n = 0; n < MR; ++n) red[(warp * MR + n) * 32 + lane] = __uint_as_float(v & 0x3fffffffu) * sc0;
-  }
-  return;
-#endif
-  if (warp < nt) {
-    const float sc = sc0 * 0x1p56f;
-    const unsigned m = MR == 1 ? 0 : min(g, (unsigned)MR - 1);  // B's column g: row g's input
-    const uint4 xa = xload(m, kt + 16 * cq), xb = xload(m, kt + 16 * cq + 8);
-    const uint4 xc = xload(m, kt + 64 + 16 * cq), xd = xload(m, kt + 72 + 16 * cq);
-#ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: the two halves of x's 16-byte pieces swapped (every fp8 GEMV wrong)
-    const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
-#else
-    const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
-#endif
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
-      fp8_tile_mma(wv[h], xw, d, e);
-      // D's columns 2 cq (d[0]: row g, d[2]: row g + 8) and 2 cq + 1 (d[1], d[3]): input rows n < MR
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const unsigned n = 2 * cq + j;
-        if (n < MR) {
-          red[(warp * MR + n) * 32 + h * 16 + g] = sc * (d[j] + e[j]);
-          red[(warp * MR + n) * 32 + h * 16 + g + 8] = sc * (d[2 + j] + e[2 + j]);
-        }
-      }
-    }
-  }
-}
-#endif
-
 // Row group rg of NW fp8 weights wid[0..NW) (gate and up: 2) over k-groups [g0, g1): every group's tiles
 // (fp8_tiles, k-groups in order, weight by weight), a join, the group partials, a join, then
 // `done(i, row, total)` on lanes of warp 0 (row 32 rg + lane; with `partial`, each group partial goes to
@@ -263,39 +153,13 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
 #pragma unroll
   for (int i = 0; i < NW; ++i) S[i] = c.scales[wid[i]];
   float sc = fp8_tile_scale(S[0], K, rg, g0);
-#if FP8_BULK
-  // Each warp's tiles arrive by bulk copy (two of 2 KB a group) into its FP8_BULK slots, FP8_BULK
-  // groups ahead in the (weight, group) order q = i ng + g - g0; lane 0 issues, after the warp's reads
-  // of the slot (a warp sync, then the proxy fence). The barriers are set up anew each row group (every
-  // copy the last call issued it also waited for); ph: each slot's next phase parity.
-  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, P = NW * ng;
-  if (lane == 0) {
-    for (int s = 0; s < FP8_BULK; ++s) mbar_init(&fp8_bar[s][warp], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncwarp();
-  if (lane == 0 && fp8_has_tile(K, g0)) fp8_issue(&fp8_bar[0][warp], fp8_slot[0][warp], fp8_tile_half(c, wid[0], K, rg, g0, 0), fp8_tile_half(c, wid[0], K, rg, g0, 1));
-  unsigned ph = 0;
-#endif
 #pragma unroll
   for (int i = 0; i < NW; ++i)
     for (unsigned g = g0; g < g1; ++g) {
       // the next group's scale (the next weight's first) in flight while this group computes
       const bool last = g + 1 == g1;
       const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
-#if FP8_BULK
-      auto xl = [&](unsigned, unsigned k) { return lds16(xs + k); };
-      const unsigned q = i * ng + g - g0, s = q % FP8_BULK;
-      // the next position's tile (FP8_BULK = 1: into the slot this group's tile is read from)
-      const unsigned qn = q + FP8_BULK, gn = g0 + qn % ng;
-      const bool more = qn < P && fp8_has_tile(K, gn);
-      const uint4* na = more ? fp8_tile_half(c, wid[qn / ng], K, rg, gn, 0) : nullptr;
-      const uint4* nb = more ? fp8_tile_half(c, wid[qn / ng], K, rg, gn, 1) : nullptr;
-      fp8_tiles_bulk<1>(K, g, sc, xl, red + (i * ng + g - g0) * 256, fp8_slot[s][warp], &fp8_bar[s][warp], (ph >> s) & 1, na, nb);
-      if (fp8_has_tile(K, g)) ph ^= 1u << s;
-#else
       fp8_tiles<1>(c, wid[i], K, rg, g, sc, [&](unsigned, unsigned k) { return lds16(xs + k); }, red + (i * ng + g - g0) * 256);
-#endif
       sc = next;
     }
   BLOCK_SYNC();

@@ -16,6 +16,15 @@
 #define RING_THREADS (32 * RING_CONSUMERS + 32)
 
 
+__device__ __forceinline__ void mbar_init(unsigned long long* b, unsigned n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(unsigned long long* b, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
+}
 // Bounded wait on a phase (a hang becomes status 2, never a spin forever).
 __device__ __forceinline__ bool mbar_wait(unsigned long long* b, unsigned parity, unsigned* status) {
   for (unsigned long long i = 0; i < (1ull << 26); ++i) {
@@ -27,6 +36,11 @@ __device__ __forceinline__ bool mbar_wait(unsigned long long* b, unsigned parity
   atomicExch(status, 2u);
   return false;
 }
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* b) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(b)) : "memory");
+}
+
 // One GEMV of a sequence: W (n x k fp8, chunk layout, kc k-bytes a chunk), its block scales, x (m rows of
 // k bf16 times 2^64: the rows of a verification step, 1-8) and its partials part[row m][tile][out row]
 // (tile: a 128-wide k-tile). The mma's 8 columns carry the m inputs: the weights are read once for all.

@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 9] = [
+pub const KNOWN: [Known; 8] = [
     Known {
         name: "GEMV_MIN_BLOCKS",
         default: 2,
@@ -56,14 +56,6 @@ pub const KNOWN: [Known; 9] = [
         max: 16,
         flag: false,
         what: "value rows in flight in attention PV (default: ATTN_UNROLL)",
-    },
-    Known {
-        name: "FP8_BULK",
-        default: 0,
-        min: 0,
-        max: 1,
-        flag: false,
-        what: "PROBE: the one-row fp8 GEMV's tiles arrive by bulk copy, a group ahead, in a 4 KB slot a warp (0: loads to registers)",
     },
     Known {
         name: "GRAPH_STAMPS",
