@@ -233,6 +233,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         paths: Vec::new(),
         diffs: Vec::new(),
         kernels: Vec::new(),
+        shapes: Vec::new(),
         notes: Vec::new(),
     };
     let mut runnable = Vec::new();
@@ -407,6 +408,20 @@ pub fn summary(dir: &Path) -> Result<String> {
             k.ms_per_step,
             k.gb_per_s,
             100.0 * k.fraction_of_ceiling,
+            rec.ceiling_gbps
+        );
+    }
+    // Per GEMV weight shape (shapes: true): the graph's words beside a read of the same bytes.
+    for r in &rec.shapes {
+        s += &format!(
+            "  shape {:36} {:3} words {:8.3} ms/step {:7.1} GB/s, read {:7.1} GB/s: {:5.1} % of the read, {:5.1} % of {:.0}\n",
+            r.shape,
+            r.words,
+            r.gemv_ms,
+            r.gemv_gb_per_s,
+            r.read_gb_per_s,
+            100.0 * r.gemv_of_read,
+            100.0 * r.gemv_of_ceiling,
             rec.ceiling_gbps
         );
     }

@@ -246,6 +246,22 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
             .collect();
         if let Some(ns) = &word_ns {
             kernel_stats(prog, p.label(), ns, ctx_mark, rec, res)?;
+            if e.shapes && *p == PathName::Graph {
+                if let Some(d) = c.shared.graph {
+                    say(c.bar, "reading each GEMV word's weights (shapes)");
+                    let words: Vec<usize> = (0..prog.words.len())
+                        .filter(|&i| !crate::exec::gpu::reads::weight_stream(&prog.words[i]).is_empty())
+                        .collect();
+                    match d.borrow_mut().time_weight_reads(&words, 5) {
+                        Ok(read) => {
+                            let ms: Vec<f64> = words.iter().map(|&w| ns[w] as f64 / 1e6).collect();
+                            rec.shapes = shape_rows(prog, &words, &ms, &read, rec.ceiling_gbps);
+                            write_shapes(&res.dir, &rec.shapes)?;
+                        }
+                        Err(err) => rec.notes.push(format!("shapes not measured: {err}")),
+                    }
+                }
+            }
         }
         let all: Vec<f64> = samples.concat();
         let s = record::summarise(&all);
@@ -279,6 +295,73 @@ fn kernel_stats(prog: &Program, path: &str, ns: &[u64], ctx: u32, rec: &mut Reco
     let ceiling = rec.ceiling_gbps;
     rec.kernels.extend(kernel_rows(prog, path, words, ctx, ceiling));
     Ok(())
+}
+
+/// The GEMV words by weight shape: `ms` their word-by-word times, `read` the streaming read of the
+/// same weights, both in the order of `words`; rows sorted by bytes, largest first.
+pub(super) fn shape_rows(
+    prog: &Program,
+    words: &[usize],
+    ms: &[f64],
+    read: &[f64],
+    ceiling_gbps: f64,
+) -> Vec<record::ShapeStat> {
+    let mut by: std::collections::BTreeMap<String, (usize, u64, f64, f64)> = Default::default();
+    for (j, &wi) in words.iter().enumerate() {
+        let w = &prog.words[wi];
+        let bufs = crate::exec::gpu::reads::weight_stream(w);
+        let b = &prog.buffers[bufs[0]];
+        let ty = if b.elem_bytes == 1 { "fp8" } else { "bf16" };
+        let n = if bufs.len() > 1 { format!("{} x ", bufs.len()) } else { String::new() };
+        let key = format!("{:?} {n}{}x{} {ty}", w.opcode, b.rows, b.cols);
+        let e = by.entry(key).or_default();
+        e.0 += 1;
+        e.1 += bufs
+            .iter()
+            .map(|&i| prog.buffers[i].rows * prog.buffers[i].cols * prog.buffers[i].elem_bytes as u64)
+            .sum::<u64>();
+        e.2 += ms[j];
+        e.3 += read[j];
+    }
+    let gbps = |bytes: u64, ms: f64| if ms > 0.0 { bytes as f64 / (ms * 1e-3) / 1e9 } else { 0.0 };
+    let mut rows: Vec<record::ShapeStat> = by
+        .into_iter()
+        .map(|(shape, (words, bytes, gemv_ms, read_ms))| record::ShapeStat {
+            shape,
+            words,
+            bytes,
+            gemv_ms,
+            read_ms,
+            gemv_gb_per_s: gbps(bytes, gemv_ms),
+            read_gb_per_s: gbps(bytes, read_ms),
+            gemv_of_read: if gemv_ms > 0.0 { read_ms / gemv_ms } else { 0.0 },
+            gemv_of_ceiling: if ceiling_gbps > 0.0 { gbps(bytes, gemv_ms) / ceiling_gbps } else { 0.0 },
+        })
+        .collect();
+    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+    rows
+}
+
+/// shapes.csv: `shape_rows` as a table.
+fn write_shapes(dir: &std::path::Path, rows: &[record::ShapeStat]) -> Result<()> {
+    let mut s =
+        String::from("shape,words,bytes,gemv_ms,read_ms,gemv_gb_per_s,read_gb_per_s,gemv_of_read,gemv_of_ceiling\n");
+    for r in rows {
+        s += &format!(
+            "{},{},{},{:.4},{:.4},{:.1},{:.1},{:.3},{:.3}\n",
+            r.shape,
+            r.words,
+            r.bytes,
+            r.gemv_ms,
+            r.read_ms,
+            r.gemv_gb_per_s,
+            r.read_gb_per_s,
+            r.gemv_of_read,
+            r.gemv_of_ceiling
+        );
+    }
+    let p = dir.join("shapes.csv");
+    std::fs::write(&p, s).map_err(|e| crate::error::Error::new(format!("write {}: {e}", p.display())))
 }
 
 /// The record's kernel table from a timeline (path "<path> in step"): per opcode, the words' shares
@@ -357,6 +440,30 @@ mod tests {
         assert!(non_finite("graph", 5, &cap).unwrap_err().to_string().contains("h (layer 0)"));
         cap.hidden.clear();
         assert!(non_finite("graph", 5, &cap).is_ok());
+    }
+
+    #[test]
+    fn gemv_words_group_by_weight_shape() {
+        // tiny: every GEMV word lands in one shape row; gate/up counts both matrices; the ratios are
+        // the times' (here read 1 ms against the GEMV's 2 ms a word: 50 %).
+        let prog = Program::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/tiny.ron")).unwrap();
+        let words: Vec<usize> = (0..prog.words.len())
+            .filter(|&i| !crate::exec::gpu::reads::weight_stream(&prog.words[i]).is_empty())
+            .collect();
+        let rows = shape_rows(&prog, &words, &vec![2.0; words.len()], &vec![1.0; words.len()], 4620.0);
+        assert_eq!(rows.iter().map(|r| r.words).sum::<usize>(), words.len());
+        let gu = rows.iter().find(|r| r.shape.starts_with("GemvGateUp 2 x ")).expect("gate/up's row");
+        let gw = words.iter().find(|&&i| prog.words[i].opcode == crate::isa::Opcode::GemvGateUp).unwrap();
+        let b = &prog.buffers[prog.words[*gw].ops[crate::isa::slot::W0] as usize];
+        assert_eq!(gu.bytes, gu.words as u64 * 2 * b.rows * b.cols * b.elem_bytes as u64);
+        assert!(rows.iter().any(|r| r.shape.starts_with("LmHead") && r.shape.ends_with("bf16")));
+        for r in &rows {
+            assert!((r.gemv_of_read - 0.5).abs() < 1e-12 && (r.gemv_ms - 2.0 * r.words as f64).abs() < 1e-12);
+            assert!((r.gemv_gb_per_s / r.read_gb_per_s - 0.5).abs() < 1e-9);
+        }
+        assert!(rows.windows(2).all(|p| p[0].bytes >= p[1].bytes), "largest first");
+        // no GEMV word, no row
+        assert!(shape_rows(&prog, &[], &[], &[], 4620.0).is_empty());
     }
 
     #[test]

@@ -66,7 +66,29 @@ pub struct Record {
     /// inventory of the GPU path is a note: kernel nodes per step).
     #[serde(default)]
     pub kernels: Vec<KernelStat>,
+    /// Per GEMV weight shape (experiments with `shapes: true`): the graph's word-by-word time beside a
+    /// streaming read of the same bytes.
+    #[serde(default)]
+    pub shapes: Vec<ShapeStat>,
     pub notes: Vec<String>,
+}
+
+/// One GEMV weight shape: its words' summed ms per step (launched one by one, launch cost included)
+/// and the same weight bytes read by the streaming-read kernel, launched the same way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShapeStat {
+    /// Opcode, then each weight matrix as rows x cols and its type, e.g. "GemvGateUp 2 x 17408x5120 fp8".
+    pub shape: String,
+    pub words: usize,
+    /// Weight bytes of those words per step (matrices only; fp8 block scales are 1/16,384 of it).
+    pub bytes: u64,
+    pub gemv_ms: f64,
+    pub read_ms: f64,
+    pub gemv_gb_per_s: f64,
+    pub read_gb_per_s: f64,
+    /// The GEMV's bandwidth as a fraction of the read's (read_ms / gemv_ms).
+    pub gemv_of_read: f64,
+    pub gemv_of_ceiling: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

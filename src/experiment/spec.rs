@@ -135,6 +135,11 @@ pub struct Experiment {
     /// Keep every instruction's output for the diffs of program paths (memory: one copy per word).
     #[serde(default)]
     pub debug: bool,
+    /// The graph path's GEMV words grouped by weight shape, each beside a streaming read of the same
+    /// weight bytes, launched the same way (shapes.csv, the record's `shapes`; issue 25's per-shape
+    /// benchmark).
+    #[serde(default)]
+    pub shapes: bool,
     /// For the interpreter: run units in a random dependency-respecting order with this seed.
     #[serde(default)]
     pub shuffle_seed: Option<u64>,

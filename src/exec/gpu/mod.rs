@@ -15,6 +15,7 @@ pub mod device;
 pub mod launch;
 pub mod layout;
 pub mod megakernel;
+pub mod reads;
 pub mod sampler;
 
 use std::collections::HashMap;
@@ -36,6 +37,8 @@ pub(crate) fn cu<T>(r: std::result::Result<T, cudarc::driver::DriverError>, what
 pub struct GpuExec {
     pub gpu: Gpu,
     prog: Program,
+    /// Where compiled kernels are kept (`reads` compiles the read kernel there).
+    cache: std::path::PathBuf,
     defines: Defines,
     arena: CudaSlice<u8>,
     base: u64,
@@ -143,6 +146,7 @@ impl GpuExec {
         let pinned_ev = (0..2).map(|_| ev()).collect::<Result<Vec<_>>>()?;
         Ok(GpuExec {
             prog: prog.clone(),
+            cache: cache.to_path_buf(),
             defines: defines.clone(),
             arena_bytes: layout.bytes,
             arena,
