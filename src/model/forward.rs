@@ -322,41 +322,43 @@ pub fn attention_layer(
     a.o_proj.gemv(&o)
 }
 
+/// One head's (1 + w) RMSNorm then partial RoPE at `pos`: a query's or a key's.
+fn norm_rope(cfg: &ModelConfig, x: &[f32], w: &[f32], pos: usize, out: &mut [f32]) {
+    let (cos, sin) = ops::rope_tables(pos, cfg.rotary_dim, cfg.rope_theta);
+    ops::rms_norm_offset(x, w, cfg.rms_eps as f32, out);
+    ops::apply_rope(out, &cos, &sin);
+}
+
+/// `heads` heads of `head_dim` each, head h written by `f(h, out)`.
+fn per_head(heads: usize, head_dim: usize, mut f: impl FnMut(usize, &mut [f32])) -> Vec<f32> {
+    let mut v = vec![0f32; heads * head_dim];
+    for (h, out) in v.chunks_mut(head_dim).enumerate() {
+        f(h, out);
+    }
+    v
+}
+
 /// The query of head `h`: (1 + w) RMSNorm then partial RoPE. `qg` is the q_proj output, query and gate
 /// interleaved per head: rows [512h, 512h+256) query, [512h+256, 512h+512) gate.
 pub fn attn_q_head(cfg: &ModelConfig, qg: &[f32], q_norm: &[f32], pos: usize, h: usize, out: &mut [f32]) {
     let d = cfg.head_dim;
-    let (cos, sin) = ops::rope_tables(pos, cfg.rotary_dim, cfg.rope_theta);
-    ops::rms_norm_offset(&qg[2 * d * h..2 * d * h + d], q_norm, cfg.rms_eps as f32, out);
-    ops::apply_rope(out, &cos, &sin);
+    norm_rope(cfg, &qg[2 * d * h..2 * d * h + d], q_norm, pos, out);
 }
 
 /// Queries of all heads.
 pub fn attn_q(cfg: &ModelConfig, qg: &[f32], q_norm: &[f32], pos: usize) -> Vec<f32> {
-    let d = cfg.head_dim;
-    let mut q = vec![0f32; cfg.attn_q_dim()];
-    for h in 0..cfg.n_heads {
-        attn_q_head(cfg, qg, q_norm, pos, h, &mut q[h * d..(h + 1) * d]);
-    }
-    q
+    per_head(cfg.n_heads, cfg.head_dim, |h, out| attn_q_head(cfg, qg, q_norm, pos, h, out))
 }
 
 /// The key of KV head `h` as the cache stores it: (1 + w) RMSNorm then partial RoPE.
 pub fn attn_k_head(cfg: &ModelConfig, k: &[f32], k_norm: &[f32], pos: usize, h: usize, out: &mut [f32]) {
     let d = cfg.head_dim;
-    let (cos, sin) = ops::rope_tables(pos, cfg.rotary_dim, cfg.rope_theta);
-    ops::rms_norm_offset(&k[h * d..(h + 1) * d], k_norm, cfg.rms_eps as f32, out);
-    ops::apply_rope(out, &cos, &sin);
+    norm_rope(cfg, &k[h * d..(h + 1) * d], k_norm, pos, out);
 }
 
 /// Keys of all KV heads.
 pub fn attn_k(cfg: &ModelConfig, k: &[f32], k_norm: &[f32], pos: usize) -> Vec<f32> {
-    let d = cfg.head_dim;
-    let mut kn = vec![0f32; cfg.attn_kv_dim()];
-    for h in 0..cfg.n_kv_heads {
-        attn_k_head(cfg, k, k_norm, pos, h, &mut kn[h * d..(h + 1) * d]);
-    }
-    kn
+    per_head(cfg.n_kv_heads, cfg.head_dim, |h, out| attn_k_head(cfg, k, k_norm, pos, h, out))
 }
 
 /// Scores of one query head over positions [p0, p1): `bf(bf(q . k_j) / 16)` (the bf16 matmul output,
