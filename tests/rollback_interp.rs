@@ -94,43 +94,6 @@ fn commits_outside_the_round_and_fused_programs_are_refused() {
     assert!(e.contains("rollback needs the split GDN lowering"), "{e}");
 }
 
-/// Greedy speculation at the program level: the M = 4 program's verification steps with rollback (k =
-/// 3 drafts a round, the first `agree` of them the target's own greedy continuation, the rest wrong),
-/// the prompt fed 4 rows at a time (its last chunk padded, the padding rolled back). Returns the
-/// emitted tokens.
-fn speculate(it: &mut Interp, prompt: &[u32], truth: &[u32], steps: usize, agree: usize, vocab: u32) -> Vec<u32> {
-    let mut next = 0;
-    for chunk in prompt.chunks(M) {
-        let mut rows = chunk.to_vec();
-        rows.resize(M, 0);
-        let (toks, round) = it.verify_rows(&rows).unwrap();
-        it.commit_rows(round, chunk.len()).unwrap();
-        next = toks[chunk.len() - 1];
-    }
-    let mut out = vec![next];
-    while out.len() < steps {
-        let t = *out.last().unwrap();
-        let draft: Vec<u32> = (0..M - 1)
-            .map(|i| {
-                let v = truth.get(out.len() + i).copied().unwrap_or(0);
-                if i < agree {
-                    v
-                } else {
-                    (v + 1) % vocab
-                }
-            })
-            .collect();
-        let mut rows = vec![t];
-        rows.extend(&draft);
-        let (target, round) = it.verify_rows(&rows).unwrap();
-        let emitted = mk::model::speculate::accept_greedy(&draft, &target).unwrap();
-        it.commit_rows(round, emitted.len()).unwrap();
-        out.extend(&emitted);
-    }
-    out.truncate(steps);
-    out
-}
-
 #[test]
 fn speculation_on_the_program_emits_the_plain_greedy_tokens() {
     let ck = Checkpoint::open(common::tiny()).unwrap();
@@ -141,9 +104,22 @@ fn speculation_on_the_program_emits_the_plain_greedy_tokens() {
     let steps = 40;
     let greedy = mk::model::sample::SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0 };
     let truth = mk::model::forward::generate(&w, &prompt, steps + M, &greedy, 0).unwrap();
+    // k = 3 drafts a round, the first `agree` of them the target's own continuation; the prompt fed 4
+    // rows a step (its last chunk padded, the padding rolled back)
     for agree in [0, 1, M - 1] {
         let mut it = Interp::new(&p, &ck).unwrap();
-        let toks = speculate(&mut it, &prompt, &truth, steps, agree, cfg.vocab as u32);
+        let (toks, stats) = mk::exec::interp::spec::speculate_forced(&mut it, &prompt, &truth, steps, agree).unwrap();
         assert_eq!(toks, truth[..steps], "agree = {agree}");
+        assert_eq!(stats.accepted, stats.rounds * agree, "every round accepts its agreeing drafts, no more");
     }
+    // refused: agree > k, M = 1, a context overflow
+    let mut it = Interp::new(&p, &ck).unwrap();
+    let e = mk::exec::interp::spec::speculate_forced(&mut it, &prompt, &truth, steps, M).unwrap_err().to_string();
+    assert!(e.contains("agreeing drafts"), "{e}");
+    let e = mk::exec::interp::spec::speculate_forced(&mut it, &prompt, &truth, 1 << 20, 0).unwrap_err().to_string();
+    assert!(e.contains("context"), "{e}");
+    let one = compile(&cfg, "tiny", &h200(1)).unwrap();
+    let mut it = Interp::new(&one, &ck).unwrap();
+    let e = mk::exec::interp::spec::speculate_forced(&mut it, &prompt, &truth, steps, 0).unwrap_err().to_string();
+    assert!(e.contains("M = 1"), "{e}");
 }

@@ -12,6 +12,7 @@
 //! computes exactly what a single-row step at position pos + m computes.
 
 mod rollback;
+pub mod spec;
 mod units;
 
 pub use rollback::InterpRound;
