@@ -55,6 +55,11 @@ fn bad_specs_get_one_line_errors() {
     // repetitions 0 is a correctness run: it needs diffs; seek (times only) takes none.
     assert!(err(&OK.replacen('(', "(repetitions: 0, ", 1)).contains("repetitions 0"));
     assert!(err(&OK.replace("decode_steps: 1)", "decode_steps: 1, seek: true)")).contains("seek"));
+    // speculation: k 1-7, agree counts <= k
+    let spec = |s: &str| OK.replacen('(', &format!("(speculation: Some({s}), "), 1);
+    Experiment::parse(&spec("(k: 3)")).unwrap();
+    assert!(err(&spec("(k: 8)")).contains("speculation.k = 8"));
+    assert!(err(&spec("(k: 2, agree: [3])")).contains("speculation.agree 3"));
 }
 
 fn opts(tag: &str) -> RunOptions {
@@ -166,6 +171,30 @@ fn a_shuffled_interpreter_is_diffed_in_shuffled_order() {
     let dir = run(&e, &opts("shuf")).unwrap();
     let s = summary(&dir).unwrap();
     assert!(s.contains("reference vs interpreter (bits): identical"), "{s}");
+}
+
+#[test]
+fn the_speculation_setting_emits_the_runs_greedy_tokens() {
+    // The interpreter's M = 3 program, 2 forced drafts a round, every acceptance count, over the diff
+    // pass's 12 greedy tokens (a prompt of 5: two rows of padding rolled back); the record says how many
+    // drafts each count accepted.
+    let text = r#"(name: "spec", model: Preset(name: "tiny", seed: 0), paths: [Reference],
+        workload: (prompt: Ids([5, 6, 700, 8, 9]), decode_steps: 12, contexts: [5]), warmup: 0, repetitions: 1,
+        speculation: Some((k: 2)))"#;
+    let mut e = Experiment::parse(text).unwrap();
+    e.model = ModelSpec::Checkpoint { path: common::tiny().display().to_string() };
+    let dir = run(&e, &opts("spec")).unwrap();
+    let rec = mk::experiment::record::Record::load(&dir).unwrap();
+    assert_eq!(rec.speculation.iter().map(|r| r.agree).collect::<Vec<_>>(), [0, 1, 2]);
+    for r in &rec.speculation {
+        assert!(r.identical && r.tokens == 12, "{r:?}");
+        assert_eq!(r.accepted, r.rounds * r.agree as usize, "{r:?}");
+    }
+    let s = summary(&dir).unwrap();
+    assert!(
+        s.contains("speculation k 2 agree 2: 12 tokens in 4 rounds (8 of 8 drafts accepted), the greedy tokens"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -234,6 +234,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         diffs: Vec::new(),
         kernels: Vec::new(),
         shapes: Vec::new(),
+        speculation: Vec::new(),
         notes: Vec::new(),
     };
     let mut runnable = Vec::new();
@@ -341,6 +342,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         passes::timing_pass(&ctx, &e.prompt_ids(), &runnable, &mut rec, &mut res)
     } else {
         passes::diff_pass(&ctx, &mut rec, &mut res)
+            .and_then(|(seq, ok)| passes::spec_pass(&ctx, &seq, &mut rec, &mut res).map(|_| (seq, ok)))
             .and_then(|(seq, ok)| passes::timing_pass(&ctx, &seq, &ok, &mut rec, &mut res))
     };
     if let Err(err) = outcome {
@@ -409,6 +411,21 @@ pub fn summary(dir: &Path) -> Result<String> {
             k.gb_per_s,
             100.0 * k.fraction_of_ceiling,
             rec.ceiling_gbps
+        );
+    }
+    for r in &rec.speculation {
+        s += &format!(
+            "  speculation k {} agree {}: {} tokens in {} rounds ({} of {} drafts accepted), {}\n",
+            r.k,
+            r.agree,
+            r.tokens,
+            r.rounds,
+            r.accepted,
+            r.drafted,
+            match r.first_difference {
+                None => "the greedy tokens (identical)".to_string(),
+                Some(i) => format!("DIFFER from the greedy tokens at token {i}"),
+            }
         );
     }
     // Per GEMV weight shape (shapes: true): the graph's words beside a read of the same bytes.

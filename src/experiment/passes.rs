@@ -1,6 +1,7 @@
-//! The two passes of a run: the diff pass (every path over one token sequence, lockstep, diffs per
-//! step and per instruction) and the timing pass (ms per token at each context, per-kernel and in-step
-//! figures, the timelines). Both write what they measured as they go.
+//! The passes of a run: the diff pass (every path over one token sequence, lockstep, diffs per step and
+//! per instruction), the speculation pass (experiments with `speculation`: the interpreter's M-row
+//! program against the diff pass's greedy tokens) and the timing pass (ms per token at each context,
+//! per-kernel and in-step figures, the timelines). Each writes what it measured as it goes.
 
 use super::*;
 
@@ -140,6 +141,49 @@ pub(super) fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Resu
     }
     res.save(rec)?;
     Ok((seq, ok))
+}
+
+/// (2b) Greedy speculation (the experiment's `speculation`): the interpreter on an M-row program (M =
+/// k + 1, split GDN), for each acceptance count, over the diff pass's sequence; its tokens must be the
+/// sequence's greedy tokens (`exec::interp::spec::speculate_forced`).
+pub(super) fn spec_pass(c: &RunCtx, seq: &[u32], rec: &mut Record, res: &mut Results) -> Result<()> {
+    let Some(sp) = &c.e.speculation else { return Ok(()) };
+    let prompt = c.e.prompt_ids();
+    let truth = seq.get(prompt.len()..).unwrap_or(&[]);
+    let steps = truth.len();
+    if steps == 0 {
+        rec.notes.push("speculation not run: the diff pass emitted no tokens".into());
+        return Ok(());
+    }
+    let m = sp.k + 1;
+    let mut target = h200(m);
+    let need = prompt.len().div_ceil(m as usize) * m as usize + steps + m as usize;
+    target.max_context = (need.div_ceil(ATTN_PART) * ATTN_PART) as u32;
+    let ck = c.shared.ck;
+    let prog = compile(&ck.config, "speculation", &target)?;
+    for agree in sp.agree_counts() {
+        super::check_interrupt()?;
+        say(c.bar, format!("speculation: k = {}, {agree} agreeing drafts a round (the interpreter, M = {m})", sp.k));
+        let mut it = crate::exec::interp::Interp::new(&prog, ck)?;
+        let t = std::time::Instant::now();
+        let (toks, stats) =
+            crate::exec::interp::spec::speculate_forced(&mut it, &prompt, truth, steps, agree as usize)?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let first_difference = toks.iter().zip(truth).position(|(a, b)| a != b);
+        rec.speculation.push(record::SpecRun {
+            k: sp.k,
+            agree,
+            rounds: stats.rounds,
+            drafted: stats.drafted,
+            accepted: stats.accepted,
+            tokens: toks.len(),
+            identical: first_difference.is_none() && toks.len() == steps,
+            first_difference,
+            cpu_ms_per_token: ms / toks.len().max(1) as f64,
+        });
+        res.save(rec)?;
+    }
+    Ok(())
 }
 
 /// (3) Each path: warm-up and repetitions of the whole sequence from a fresh state, every step timed;

@@ -70,7 +70,27 @@ pub struct Record {
     /// streaming read of the same bytes.
     #[serde(default)]
     pub shapes: Vec<ShapeStat>,
+    /// Greedy speculation on the interpreter's M-row program (the experiment's `speculation`).
+    #[serde(default)]
+    pub speculation: Vec<SpecRun>,
     pub notes: Vec<String>,
+}
+
+/// One acceptance count of the speculation pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpecRun {
+    pub k: u32,
+    pub agree: u32,
+    pub rounds: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+    pub tokens: usize,
+    /// The emitted tokens equal the run's greedy tokens.
+    pub identical: bool,
+    /// The first emitted token that differs, if any.
+    pub first_difference: Option<usize>,
+    /// Wall time per emitted token on the CPU interpreter (ms; the mechanism's, not a GPU figure).
+    pub cpu_ms_per_token: f64,
 }
 
 /// One GEMV weight shape: its words' summed ms per step (launched one by one, launch cost included)

@@ -77,6 +77,27 @@ pub struct Workload {
     pub seek: bool,
 }
 
+/// The speculation setting: k drafts a round (1-7: a verification step has at most 8 rows) and the
+/// acceptance counts to run (each 0..=k; empty: every one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Speculation {
+    pub k: u32,
+    #[serde(default)]
+    pub agree: Vec<u32>,
+}
+
+impl Speculation {
+    /// The acceptance counts to run.
+    pub fn agree_counts(&self) -> Vec<u32> {
+        if self.agree.is_empty() {
+            (0..=self.k).collect()
+        } else {
+            self.agree.clone()
+        }
+    }
+}
+
 /// A comparison of two paths. Without a tolerance the comparison is of bits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -140,6 +161,11 @@ pub struct Experiment {
     /// benchmark).
     #[serde(default)]
     pub shapes: bool,
+    /// Greedy speculation on the interpreter's M-row program (M = k + 1) after the diff pass: for each
+    /// `agree` count, k forced drafts a round, the first `agree` of them the run's own greedy
+    /// continuation; the emitted tokens must be the run's greedy tokens (issue 27, items 6-7).
+    #[serde(default)]
+    pub speculation: Option<Speculation>,
     /// For the interpreter: run units in a random dependency-respecting order with this seed.
     #[serde(default)]
     pub shuffle_seed: Option<u64>,
@@ -255,6 +281,17 @@ impl Experiment {
         }
         if let Some(c) = self.workload.contexts.iter().find(|c| **c < plen) {
             bail!("experiment: context {c} is shorter than the prompt ({plen} tokens)");
+        }
+        if let Some(s) = &self.speculation {
+            if !(1..=7).contains(&s.k) {
+                bail!("experiment: speculation.k = {} (1-7 drafts: a verification step has at most 8 rows)", s.k);
+            }
+            if let Some(a) = s.agree.iter().find(|a| **a > s.k) {
+                bail!("experiment: speculation.agree {a} is more than k = {} drafts", s.k);
+            }
+            if self.workload.seek {
+                bail!("experiment: speculation needs the run's greedy tokens: no workload.seek");
+            }
         }
         Ok(())
     }
