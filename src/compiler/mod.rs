@@ -63,6 +63,21 @@ pub fn h200(m_rows: u32) -> Target {
     }
 }
 
+/// The buffers an attention layer's words use (shared by every attention layer of a program).
+#[derive(Clone, Copy)]
+struct AttnBufs {
+    ctrl: u16,
+    h: u16,
+    q: u16,
+    k: u16,
+    v: u16,
+    scores: u16,
+    stats: u16,
+    attn_part: u16,
+    attn_out: u16,
+    parts: usize,
+}
+
 struct Builder<'a> {
     t: &'a Target,
     specs: Vec<TensorSpec>,
@@ -222,6 +237,79 @@ impl Builder<'_> {
     }
 
     /// A GEMV that adds into the residual stream `h`, and its reduce when it was split.
+    /// One full-attention layer (its input norm folded into q / k / v, `kv` its KV cache's index): the
+    /// projections, AttnKv, AttnScores, AttnPv, AttnReduceGate, o_proj with the residual.
+    fn attention_layer(&mut self, cfg: &ModelConfig, lp: &str, ai: usize, ab: &AttnBufs, in_norm: u16) -> Result<()> {
+        let b = self;
+        let AttnBufs { ctrl, h, q, k, v, scores, stats, attn_part, attn_out, parts } = *ab;
+        let (t, hd) = (b.t, cfg.hidden);
+        let sa = format!("{lp}self_attn.");
+        let projs =
+            [("q_proj", q, 2 * cfg.attn_q_dim()), ("k_proj", k, cfg.attn_kv_dim()), ("v_proj", v, cfg.attn_kv_dim())];
+        b.norm_projections(&sa, &projs, in_norm, h, hd)?;
+        let kc = b.buf(&format!("k_cache.{ai}"), BufKind::State, t.max_context as u64, cfg.attn_kv_dim() as u64, 2);
+        let vc = b.buf(&format!("v_cache.{ai}"), BufKind::State, t.max_context as u64, cfg.attn_kv_dim() as u64, 2);
+        let mut kv = b.word(Opcode::AttnKv, cfg.n_kv_heads as u32, 1);
+        kv.ops[slot::W0] = b.weight(&format!("{sa}k_norm.weight"))?;
+        kv.ops[slot::IN0] = k;
+        kv.ops[slot::IN1] = v;
+        kv.ops[slot::IN2] = ctrl;
+        kv.ops[slot::ST0] = kc;
+        kv.ops[slot::ST1] = vc;
+        b.stage(vec![kv]);
+        let group = (cfg.n_heads / cfg.n_kv_heads) as u32;
+        let mut sc = b.word(Opcode::AttnScores, (cfg.n_kv_heads * parts) as u32, 1);
+        sc.arg0 = parts as u32;
+        sc.arg1 = group;
+        sc.ops[slot::W0] = b.weight(&format!("{sa}q_norm.weight"))?;
+        sc.ops[slot::IN0] = q;
+        sc.ops[slot::IN1] = ctrl;
+        sc.ops[slot::OUT0] = scores;
+        sc.ops[slot::OUT1] = stats;
+        sc.ops[slot::ST0] = kc;
+        b.stage(vec![sc]);
+        let mut pv = b.word(Opcode::AttnPv, (cfg.n_kv_heads * parts) as u32, 1);
+        pv.arg0 = parts as u32;
+        pv.arg1 = group;
+        pv.ops[slot::IN0] = scores;
+        pv.ops[slot::IN1] = stats;
+        pv.ops[slot::IN2] = ctrl;
+        pv.ops[slot::OUT0] = attn_part;
+        pv.ops[slot::ST1] = vc;
+        b.stage(vec![pv]);
+        let mut rg = b.word(Opcode::AttnReduceGate, cfg.n_heads as u32, 1);
+        rg.arg0 = parts as u32;
+        rg.ops[slot::IN0] = attn_part;
+        rg.ops[slot::IN1] = q;
+        rg.ops[slot::IN2] = ctrl;
+        rg.ops[slot::OUT0] = attn_out;
+        b.stage(vec![rg]);
+        let o_name = format!("{sa}o_proj.weight");
+        let (mut o, split) = b.gemv(Opcode::GemvResidual, hd, cfg.attn_q_dim(), h, 0, hd, &o_name);
+        o.ops[slot::W0] = b.weight(&o_name)?;
+        o.ops[slot::IN0] = attn_out;
+        b.residual_stage(o, split, h);
+        Ok(())
+    }
+    /// The FFN of layer prefix `lp`: post-attention norm folded into gate/up (SwiGLU epilogue into
+    /// `act`), down with the residual add into `h`.
+    fn ffn(&mut self, cfg: &ModelConfig, lp: &str, h: u16, act: u16) -> Result<()> {
+        let (b, hd) = (self, cfg.hidden);
+        // The FFN: post-attention norm folded into gate/up, SwiGLU epilogue, down with the residual.
+        let gate = format!("{lp}mlp.gate_proj.weight");
+        let (mut gu, _) = b.gemv(Opcode::GemvGateUp, cfg.intermediate, hd, act, 0, cfg.intermediate, &gate);
+        gu.ops[slot::W0] = b.weight(&gate)?;
+        gu.ops[slot::W1] = b.weight(&format!("{lp}mlp.up_proj.weight"))?;
+        gu.ops[slot::W2] = b.weight(&format!("{lp}post_attention_layernorm.weight"))?;
+        gu.ops[slot::IN0] = h;
+        b.stage(vec![gu]);
+        let down = format!("{lp}mlp.down_proj.weight");
+        let (mut dn, split) = b.gemv(Opcode::GemvResidual, hd, cfg.intermediate, h, 0, hd, &down);
+        dn.ops[slot::W0] = b.weight(&down)?;
+        dn.ops[slot::IN0] = act;
+        b.residual_stage(dn, split, h);
+        Ok(())
+    }
     fn residual_stage(&mut self, w: Word, split: bool, h: u16) {
         self.stage(vec![w]);
         if split {
@@ -313,6 +401,7 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
     let stats = b.scratch("attn_stats", cfg.n_heads * parts * 2);
     let attn_part = b.scratch("attn_partial", cfg.n_heads * parts * ATTN_HEAD_DIM);
     let attn_out = b.act("attn_out", cfg.attn_q_dim());
+    let ab = AttnBufs { ctrl, h, q, k, v, scores, stats, attn_part, attn_out, parts };
     let act = b.act("act", cfg.intermediate);
     let logits = b.act("logits", cfg.vocab);
     let lm_units = (cfg.vocab as u32).div_ceil(LM_UNIT_ROWS);
@@ -418,73 +507,11 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                 gi += 1;
             }
             LayerKind::Attention => {
-                let sa = format!("{lp}self_attn.");
-                let projs = [
-                    ("q_proj", q, 2 * cfg.attn_q_dim()),
-                    ("k_proj", k, cfg.attn_kv_dim()),
-                    ("v_proj", v, cfg.attn_kv_dim()),
-                ];
-                b.norm_projections(&sa, &projs, in_norm, h, hd)?;
-                let kc =
-                    b.buf(&format!("k_cache.{ai}"), BufKind::State, t.max_context as u64, cfg.attn_kv_dim() as u64, 2);
-                let vc =
-                    b.buf(&format!("v_cache.{ai}"), BufKind::State, t.max_context as u64, cfg.attn_kv_dim() as u64, 2);
-                let mut kv = b.word(Opcode::AttnKv, cfg.n_kv_heads as u32, 1);
-                kv.ops[slot::W0] = b.weight(&format!("{sa}k_norm.weight"))?;
-                kv.ops[slot::IN0] = k;
-                kv.ops[slot::IN1] = v;
-                kv.ops[slot::IN2] = ctrl;
-                kv.ops[slot::ST0] = kc;
-                kv.ops[slot::ST1] = vc;
-                b.stage(vec![kv]);
-                let group = (cfg.n_heads / cfg.n_kv_heads) as u32;
-                let mut sc = b.word(Opcode::AttnScores, (cfg.n_kv_heads * parts) as u32, 1);
-                sc.arg0 = parts as u32;
-                sc.arg1 = group;
-                sc.ops[slot::W0] = b.weight(&format!("{sa}q_norm.weight"))?;
-                sc.ops[slot::IN0] = q;
-                sc.ops[slot::IN1] = ctrl;
-                sc.ops[slot::OUT0] = scores;
-                sc.ops[slot::OUT1] = stats;
-                sc.ops[slot::ST0] = kc;
-                b.stage(vec![sc]);
-                let mut pv = b.word(Opcode::AttnPv, (cfg.n_kv_heads * parts) as u32, 1);
-                pv.arg0 = parts as u32;
-                pv.arg1 = group;
-                pv.ops[slot::IN0] = scores;
-                pv.ops[slot::IN1] = stats;
-                pv.ops[slot::IN2] = ctrl;
-                pv.ops[slot::OUT0] = attn_part;
-                pv.ops[slot::ST1] = vc;
-                b.stage(vec![pv]);
-                let mut rg = b.word(Opcode::AttnReduceGate, cfg.n_heads as u32, 1);
-                rg.arg0 = parts as u32;
-                rg.ops[slot::IN0] = attn_part;
-                rg.ops[slot::IN1] = q;
-                rg.ops[slot::IN2] = ctrl;
-                rg.ops[slot::OUT0] = attn_out;
-                b.stage(vec![rg]);
-                let o_name = format!("{sa}o_proj.weight");
-                let (mut o, split) = b.gemv(Opcode::GemvResidual, hd, cfg.attn_q_dim(), h, 0, hd, &o_name);
-                o.ops[slot::W0] = b.weight(&o_name)?;
-                o.ops[slot::IN0] = attn_out;
-                b.residual_stage(o, split, h);
+                b.attention_layer(cfg, &lp, ai, &ab, in_norm)?;
                 ai += 1;
             }
         }
-        // The FFN: post-attention norm folded into gate/up, SwiGLU epilogue, down with the residual.
-        let gate = format!("{lp}mlp.gate_proj.weight");
-        let (mut gu, _) = b.gemv(Opcode::GemvGateUp, cfg.intermediate, hd, act, 0, cfg.intermediate, &gate);
-        gu.ops[slot::W0] = b.weight(&gate)?;
-        gu.ops[slot::W1] = b.weight(&format!("{lp}mlp.up_proj.weight"))?;
-        gu.ops[slot::W2] = b.weight(&format!("{lp}post_attention_layernorm.weight"))?;
-        gu.ops[slot::IN0] = h;
-        b.stage(vec![gu]);
-        let down = format!("{lp}mlp.down_proj.weight");
-        let (mut dn, split) = b.gemv(Opcode::GemvResidual, hd, cfg.intermediate, h, 0, hd, &down);
-        dn.ops[slot::W0] = b.weight(&down)?;
-        dn.ops[slot::IN0] = act;
-        b.residual_stage(dn, split, h);
+        b.ffn(cfg, &lp, h, act)?;
     }
     b.layer = 0;
     let mut lm = b.word(Opcode::LmHead, cfg.vocab as u32, LM_UNIT_ROWS);
