@@ -168,3 +168,117 @@ k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, 
     }
   }
 }
+
+// ---- The megakernel's weight ring (issue 25, decode step v2): chunk-granular ----
+// Every block of the megakernel (MEGA_BLOCKS_PER_SM a SM, THREADS threads: a loader warp would cost
+// the consumers a quarter of their registers, ptxas: 96 instead of 128) keeps a ring of MK_RING_SLOTS
+// slots that its thread 0 fills between its own work (the pump, `MkPump`): it walks the program's
+// ring words (the fp8 GEMVs of an M = 1 program, `ring_word`) step after step and, for each, takes
+// PIECES by integer ticket: a piece is one k-group (KGROUP k-bytes) of one row group (32 rows) of one
+// weight (gate or up for GemvGateUp), 32 KB, contiguous in the chunk layout (layout.rs), landed by ONE
+// `cp.async.bulk` into the next free slot; then an end marker when the word has no pieces left for the
+// block. Weights never depend on activations, so the pump runs ahead across words, their waits and the
+// joins between steps, bounded only by the ring. The consumers (ring_word.cuh) compute each piece's
+// tile sums into fixed slots of the word's partials; the warp that completes a unit (an integer
+// arrival count) sums the unit's partials in the fixed order of fp8_row_group and runs the op's
+// epilogue, so the bits are the discrete path's, whichever blocks ran which pieces.
+// Tickets: per step s the word's set s & 1 (k.ring_next[(s & 1) * n_words + wi]) from
+// (s >> 1) x (pieces + gridDim.x x MK_RING_PIPE): every pump keeps MK_RING_PIPE atomics in flight and
+// stops at its first ticket past the end, the rest in flight past the end too, so a step takes exactly
+// that many. Two sets: a pump a step ahead (at most MK_RING_SLOTS pieces ahead of its own block, and the
+// join between steps holds every block within a step of the others) never takes a slower one's.
+#ifndef MK_RING_PIPE
+#define MK_RING_PIPE 2      // tickets in flight on a pump
+#endif
+#define RING_END 0xffffffffu  // a slot's header: the word has no more pieces for this block
+// The ring's slots: MK_RING_SLOTS of an M = 1 program (the M-row GEMVs keep their inputs where the
+// slots would be: no ring words); launch.rs sizes the shared memory the same way.
+#define MK_SLOTS (M_ROWS == 1 ? MK_RING_SLOTS : 0)
+
+struct MkRing {  // at the start of the megakernel's dynamic shared memory (MK_RING_HDR bytes)
+  unsigned long long full[MK_RING_SLOTS];   // the pump's copy landed (expect_tx), or its end marker
+  unsigned long long empty[MK_RING_SLOTS];  // every consumer warp took the slot's bytes (WARPS arrivals)
+  unsigned hdr[MK_RING_SLOTS];              // the piece, or RING_END
+};
+static_assert(sizeof(MkRing) <= MK_RING_HDR, "MkRing in the header room launch.rs leaves");
+
+// Whether word w runs through the ring: an fp8 GEMV of an M = 1 program (launch.rs `ring_word` says the
+// same for the shared memory and the partials it lays out).
+__device__ __forceinline__ bool ring_word(const DevCtx& c, const Word& w) {
+  return M_ROWS == 1 && (w.opcode == OP_GEMV_NORM || w.opcode == OP_GEMV_RESIDUAL || w.opcode == OP_GEMV_GATED_NORM_RESIDUAL ||
+                         w.opcode == OP_GEMV_GATE_UP) && is_fp8(c, w.ops[SLOT_W0]);
+}
+
+// A ring word's pieces: p = (rg x nw + i) x groups + g over row groups rg (32 rows), weights i (2 for
+// gate / up) and k-groups g (KGROUP wide): all of them, whatever the word's units.
+struct RingGeo {
+  unsigned K, kc, groups, nw, pieces;
+};
+__device__ __forceinline__ RingGeo ring_geo(const DevCtx& c, const Word& w) {
+  RingGeo q;
+  q.K = c.cols[w.ops[SLOT_W0]];
+  q.kc = chunk_k(q.K);
+  q.groups = (q.K + KGROUP - 1) / KGROUP;
+  q.nw = w.opcode == OP_GEMV_GATE_UP ? 2 : 1;
+  q.pieces = (w.rows / 32) * q.nw * q.groups;
+  return q;
+}
+
+__device__ __forceinline__ bool mbar_test(unsigned long long* b, unsigned parity) {
+  unsigned ok;
+  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+               : "=r"(ok) : "r"(smem_addr(b)), "r"(parity) : "memory");
+  return ok != 0;
+}
+
+// The pump: thread 0's walk over the ring words' pieces (its registers live through the consumers' walk).
+struct MkPump {
+  unsigned s, wi;             // the word it takes tickets for, in step s (s == n_steps: done)
+  unsigned slot, round;       // the next slot it fills
+  unsigned t[MK_RING_PIPE];   // tickets in flight for (s, wi)
+  // The first ring word at or after (s, wi), its tickets taken.
+  __device__ void seek(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k) {
+    for (; s < k.n_steps; ++s, wi = 0)
+      for (; wi < n_words; ++wi)
+        if (ring_word(c, prog[wi])) {
+          unsigned* tk = k.ring_next + (s & 1) * n_words + wi;
+#pragma unroll
+          for (int i = 0; i < MK_RING_PIPE; ++i) t[i] = atomicAdd(tk, 1u);
+          return;
+        }
+  }
+  // Fills every free slot (never waits for one; a ticket's round trip is its only stall): the next
+  // piece of the current word, or its end marker and on to the next ring word.
+  __device__ __noinline__ void fill(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, MkRing* r, unsigned char* slots) {
+    while (s < k.n_steps) {
+      if (round > 0 && !mbar_test(&r->empty[slot], (round - 1) & 1)) return;
+      const Word w = prog[wi];
+      const RingGeo q = ring_geo(c, w);
+      const unsigned p = t[0] - (s >> 1) * (q.pieces + gridDim.x * MK_RING_PIPE);
+      if (p < q.pieces) {
+#pragma unroll
+        for (int i = 0; i + 1 < MK_RING_PIPE; ++i) t[i] = t[i + 1];
+        t[MK_RING_PIPE - 1] = atomicAdd(k.ring_next + (s & 1) * n_words + wi, 1u);
+        const unsigned g = p % q.groups, i = (p / q.groups) % q.nw, rg = p / (q.groups * q.nw);
+        const unsigned k0 = g * KGROUP, width = min(q.K, k0 + KGROUP) - k0;
+        const unsigned char* src = (const unsigned char*)c.bufs[i == 0 ? w.ops[SLOT_W0] : w.ops[SLOT_W1]] +
+                                   ((size_t)rg * (q.K / q.kc) + k0 / q.kc) * 32 * q.kc;
+        ((volatile unsigned*)r->hdr)[slot] = p;  // published by the arrive below (release, CTA scope)
+        mbar_expect(&r->full[slot], 32 * width);
+        bulk_copy(slots + (size_t)slot * MK_RING_SLOT_BYTES, src, 32 * width, &r->full[slot]);
+      } else {
+        // the tickets still in flight are past the end too: read, not pending
+#pragma unroll
+        for (int i = 1; i < MK_RING_PIPE; ++i) asm volatile("" ::"r"(t[i]));
+        ((volatile unsigned*)r->hdr)[slot] = RING_END;
+        mbar_arrive(&r->full[slot]);
+        ++wi;
+        seek(prog, n_words, c, k);
+      }
+      if (++slot == MK_SLOTS) {
+        slot = 0;
+        ++round;
+      }
+    }
+  }
+};

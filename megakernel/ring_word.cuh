@@ -1,0 +1,214 @@
+// The consumers' side of the megakernel's weight ring (ring.cuh has the loader and the pieces): a ring
+// word's input prepared once a block, its pieces computed warp by warp, the last arriver's epilogue.
+// Owns: the ring words' summation order (fp8_row_group's, on partials in global memory instead of
+// shared memory: the same bits). Refuses: float atomics (the arrival counts are integers).
+
+// A ring word's prepared input in shared memory (every block that computes any of its pieces; the same
+// calls the ops make with `fresh`).
+__device__ __forceinline__ const unsigned short* ring_prep(const DevCtx& c, const Word& w, char* smem) {
+  switch (w.opcode) {
+    case OP_GEMV_NORM:
+    case OP_GEMV_RESIDUAL: return prepared_input(c, w, SLOT_W1, smem, true);  // (W1 unused: x as is)
+    case OP_GEMV_GATE_UP: return prepared_input(c, w, SLOT_W2, smem, true);
+    default: return gated_norm_input(c, w, smem, true);
+  }
+}
+
+__device__ __forceinline__ unsigned atom_add_acq_rel(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ void red_add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ float ld_cg(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+
+// The unit of a ring word that piece (rg, g) belongs to (gemv_span's inverse), and its piece count.
+__device__ __forceinline__ unsigned ring_unit(const Word& w, const RingGeo& q, unsigned rg, unsigned g) {
+  unsigned kp = 0;
+  while ((kp + 1) * q.groups / w.k_parts <= g) ++kp;
+  return (rg * 32 / w.unit_rows) * w.k_parts + kp;
+}
+__device__ __forceinline__ unsigned ring_unit_pieces(const Word& w, const RingGeo& q, unsigned u) {
+  const GemvSpan s = gemv_span(w, u, q.K);
+  return (s.r1 - s.r0 + 31) / 32 * q.nw * (s.g1 - s.g0);
+}
+
+// The epilogue of unit u by one warp (lane l: row 32 rg + l of each of the unit's row groups), once all
+// its pieces' tile sums are in `part` (piece p's at p x 256: [tile][32 rows]). ORDER: fp8_row_group's
+// (a group partial = 0 + tile 0 + tile 1 + .. in tile order; a row = 0 + partial g0 + partial g0 + 1 +
+// .. in group order; gate's total then up's), so the bits are the discrete path's. Split-K words
+// (FLAG_PARTIAL) store each group partial for their reduce word instead.
+__device__ __noinline__ void ring_epilogue(const DevCtx& c, const Word& w, const RingGeo& q, unsigned u, const float* part) {
+  const GemvSpan s = gemv_span(w, u, q.K);
+  const unsigned lane = threadIdx.x & 31;
+  const bool partial = w.flags & FLAG_PARTIAL;
+  const bool residual = w.opcode == OP_GEMV_RESIDUAL || w.opcode == OP_GEMV_GATED_NORM_RESIDUAL;
+  unsigned short* out = B<unsigned short>(c, w.ops[SLOT_OUT0]);
+  for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
+    const unsigned row = rg * 32 + lane;
+    const float hr = residual && !partial ? bf2f(out[row]) : 0.f;
+    float tot[2] = {0.f, 0.f};
+    for (unsigned i = 0; i < q.nw; ++i)
+      for (unsigned g = s.g0; g < s.g1; ++g) {
+        const unsigned nt = (min(q.K, (g + 1) * KGROUP) - g * KGROUP) / 128;
+        const float* pp = part + (size_t)((rg * q.nw + i) * q.groups + g) * 256 + lane;
+        float v[KGROUP / 128];
+#pragma unroll
+        for (unsigned t = 0; t < KGROUP / 128; ++t) v[t] = t < nt ? ld_cg(pp + t * 32) : 0.f;
+        float sum = 0.f;
+#pragma unroll
+        for (unsigned t = 0; t < KGROUP / 128; ++t)
+          if (t < nt) sum += v[t];
+        if (partial) B<float>(c, w.ops[SLOT_OUT0])[(size_t)g * w.rows + row] = sum;
+        else tot[i] += sum;
+      }
+    if (partial) continue;
+    switch (w.opcode) {
+      case OP_GEMV_NORM: out[row] = f2bf(tot[0]); break;
+      case OP_GEMV_GATE_UP: out[row] = epi_swiglu(tot[0], tot[1]); break;
+      default: out[row] = epi_residual(hr, tot[0]); break;
+    }
+  }
+}
+
+// The consumers' position in the ring (every consumer warp keeps its own copy: the warps take every
+// slot, each at its own pace), and the pump (thread 0's; the other threads' copy is unused).
+struct RingPos {
+  unsigned slot, round;
+  __device__ __forceinline__ void next() {
+    if (++slot == MK_SLOTS) {
+      slot = 0;
+      ++round;
+    }
+  }
+};
+
+// The arrival of one piece at unit u, issued (atom) and decided a piece later (`settle`): the last of
+// the unit's WARPS x pieces arrivals runs the epilogue on this warp and signals the word's counter.
+struct RingArrival {
+  unsigned u, old;
+  bool pending;
+};
+
+// Warp by warp, every piece the block's pump put in the ring for ring word wi (up to its end marker):
+// the warp's tile of the piece (both 16-row halves of k-tile `warp`: fp8_tiles' arithmetic on the slot's
+// bytes), its sums to the word's partials, then the unit's arrival count (WARPS a piece); the warp that
+// completes a unit runs its epilogue and signals the word's counter. Thread 0 fills the ring while it
+// waits for a slot. xs: the prepared input. False when a wait ran past its limit (the error word
+// holds `code`).
+__device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, const Word& w, unsigned wi, unsigned s,
+                            MkRing* r, unsigned char* slots, RingPos& pos, MkPump& pump, const unsigned short* xs, unsigned code) {
+  const RingGeo q = ring_geo(c, w);
+  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g8 = lane >> 2, cq = lane & 3;
+  const unsigned T = q.kc / 128;
+  float* part = k.ring_part + (size_t)k.ring_tab[2 * wi] * 256;
+  unsigned* arrive = k.ring_arrive + k.ring_tab[2 * wi + 1];
+  RingArrival a{0, 0, false};
+  auto settle = [&]() {
+    if (!a.pending) return;
+    a.pending = false;
+    const unsigned old = __shfl_sync(0xffffffffu, a.old, 0);
+    if ((old + 1) % (WARPS * ring_unit_pieces(w, q, a.u)) != 0) return;
+    const unsigned long long t0 = k.stamps && s == 0 ? global_ns() : 0;
+    ring_epilogue(c, w, q, a.u, part);
+    __syncwarp();
+    if (lane == 0) {
+      red_add_release(&k.counters[w.signal], 1u);
+      if (k.stamps && s == 0) {  // the timeline: the unit's epilogue (its pieces ran on many blocks)
+        unsigned long long* e = k.stamps + 4 * (size_t)(k.unit_base[wi] + a.u);
+        e[0] = ((unsigned long long)wi << 48) | ((unsigned long long)blockIdx.x << 32) | a.u;
+        e[1] = t0;
+        e[2] = t0;
+        e[3] = global_ns();
+      }
+    }
+  };
+  for (;;) {
+    // the slot, thread 0 filling the ring meanwhile (bounded: a hang becomes the error word)
+    {
+      unsigned long long t0 = 0;
+      for (unsigned it = 0;; ++it) {
+        if (threadIdx.x == 0) pump.fill(prog, n_words, c, k, r, slots);
+        if (mbar_test(&r->full[pos.slot], pos.round & 1)) break;
+        if ((it & 15) == 0) {
+          if (it == 0) t0 = global_ns();
+          else if (global_ns() - t0 > k.timeout_ns || *(volatile unsigned*)k.error != 0) {
+            atomicCAS(k.error, 0u, code);
+            return false;
+          }
+        }
+      }
+    }
+    const unsigned p = ((volatile unsigned*)r->hdr)[pos.slot];
+    const unsigned char* sb = slots + (size_t)pos.slot * MK_RING_SLOT_BYTES;
+    if (p == RING_END) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&r->empty[pos.slot]);
+      pos.next();
+      settle();
+      return true;
+    }
+    const unsigned g = p % q.groups, i = (p / q.groups) % q.nw, rg = p / (q.groups * q.nw);
+    const unsigned short wid = i == 0 ? w.ops[SLOT_W0] : w.ops[SLOT_W1];
+    const unsigned k0 = g * KGROUP, nt = (min(q.K, k0 + KGROUP) - k0) / 128;
+    const unsigned kt = k0 + warp * 128, t = (kt % q.kc) / 128;
+    uint4 wv[2][4];
+    if (warp < nt) {
+      const uint4* tile = (const uint4*)sb + (kt / q.kc - k0 / q.kc) * 2 * q.kc + lane;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) wv[h][j] = lds16(tile + (h * T + t) * 128 + 32 * j);
+    }
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&r->empty[pos.slot]);  // the bytes are in registers: the slot can refill
+    pos.next();
+    if (warp < nt) {
+      const float sc = fp8_tile_scale(c.scales[wid], q.K, rg, g) * 0x1p56f;
+      const uint4 xa = lds16(xs + kt + 16 * cq), xb = lds16(xs + kt + 16 * cq + 8);
+      const uint4 xc = lds16(xs + kt + 64 + 16 * cq), xd = lds16(xs + kt + 72 + 16 * cq);
+#ifdef MK_BREAK_GEMV  // the negative control, as fp8_tiles'
+      const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
+#else
+      const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
+#endif
+      float* pp = part + (size_t)p * 256 + warp * 32;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
+        fp8_tile_mma(wv[h], xw, d, e);
+        // D's column 0 (lanes cq = 0): rows g8 (d[0]) and g8 + 8 (d[2]) of half h; fp8_tiles' values
+        if (cq == 0) {
+          pp[h * 16 + g8] = sc * (d[0] + e[0]);
+          pp[h * 16 + g8 + 8] = sc * (d[2] + e[2]);
+        }
+      }
+    }
+    // The unit's arrival: release (this warp's sums first) and acquire (the last arriver reads the
+    // rest); its result is looked at after the next piece, so its round trip overlaps that piece.
+    __syncwarp();
+    const unsigned u = ring_unit(w, q, rg, g);
+    unsigned old = 0;
+    if (lane == 0) old = atom_add_acq_rel(arrive + u, 1u);
+    settle();
+    a = RingArrival{u, old, true};
+  }
+}
+
+// At an early exit (the device-side stop, a hang): thread 0 waits for the copies still in flight into
+// the ring (the puts its consumers never took) before the block leaves.
+__device__ void ring_drain(const MkCtl& k, MkRing* r, const RingPos& pos, const MkPump& pump) {
+  RingPos q = pos;
+  for (unsigned n = 0; n < MK_SLOTS && (q.round < pump.round || (q.round == pump.round && q.slot < pump.slot)); ++n) {
+    const unsigned long long t0 = global_ns();
+    while (!mbar_test(&r->full[q.slot], q.round & 1) && global_ns() - t0 < k.timeout_ns) {
+    }
+    q.next();
+  }
+}
