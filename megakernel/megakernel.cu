@@ -180,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
   MkRing* ring = (MkRing*)smem;
   unsigned char* slots = (unsigned char*)smem + MK_RING_HDR;
   RingPos pos{0, 0};
-  MkPump pump{0, 0, 0, 0, {}};
+  MkPump pump{};
   if (threadIdx.x == 0) {
     for (unsigned i = 0; i < MK_SLOTS; ++i) {
       mbar_init(&ring->full[i], 1);

@@ -231,38 +231,45 @@ __device__ __forceinline__ bool mbar_test(unsigned long long* b, unsigned parity
   return ok != 0;
 }
 
-// The pump: thread 0's walk over the ring words' pieces (its registers live through the consumers' walk).
+// The pump: thread 0's walk over the ring words' pieces (its registers live through the consumers' walk;
+// the current word's shape and weights are read once, at `seek`, not once a piece).
 struct MkPump {
   unsigned s, wi;             // the word it takes tickets for, in step s (s == n_steps: done)
   unsigned slot, round;       // the next slot it fills
   unsigned t[MK_RING_PIPE];   // tickets in flight for (s, wi)
+  RingGeo q;                  // word wi's shape
+  unsigned base;              // its first ticket in step s
+  unsigned* tk;               // its ticket counter
+  const unsigned char* w[2];  // its weights (gate, up)
   // The first ring word at or after (s, wi), its tickets taken.
   __device__ void seek(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k) {
     for (; s < k.n_steps; ++s, wi = 0)
-      for (; wi < n_words; ++wi)
-        if (ring_word(c, prog[wi])) {
-          unsigned* tk = k.ring_next + (s & 1) * n_words + wi;
+      for (; wi < n_words; ++wi) {
+        const Word x = prog[wi];
+        if (!ring_word(c, x)) continue;
+        q = ring_geo(c, x);
+        base = (s >> 1) * (q.pieces + gridDim.x * MK_RING_PIPE);
+        tk = k.ring_next + (s & 1) * n_words + wi;
+        w[0] = (const unsigned char*)c.bufs[x.ops[SLOT_W0]];
+        w[1] = (const unsigned char*)c.bufs[q.nw == 2 ? x.ops[SLOT_W1] : x.ops[SLOT_W0]];
 #pragma unroll
-          for (int i = 0; i < MK_RING_PIPE; ++i) t[i] = atomicAdd(tk, 1u);
-          return;
-        }
+        for (int i = 0; i < MK_RING_PIPE; ++i) t[i] = atomicAdd(tk, 1u);
+        return;
+      }
   }
   // Fills every free slot (never waits for one; a ticket's round trip is its only stall): the next
   // piece of the current word, or its end marker and on to the next ring word.
   __device__ __noinline__ void fill(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, MkRing* r, unsigned char* slots) {
     while (s < k.n_steps) {
       if (round > 0 && !mbar_test(&r->empty[slot], (round - 1) & 1)) return;
-      const Word w = prog[wi];
-      const RingGeo q = ring_geo(c, w);
-      const unsigned p = t[0] - (s >> 1) * (q.pieces + gridDim.x * MK_RING_PIPE);
+      const unsigned p = t[0] - base;
       if (p < q.pieces) {
 #pragma unroll
         for (int i = 0; i + 1 < MK_RING_PIPE; ++i) t[i] = t[i + 1];
-        t[MK_RING_PIPE - 1] = atomicAdd(k.ring_next + (s & 1) * n_words + wi, 1u);
+        t[MK_RING_PIPE - 1] = atomicAdd(tk, 1u);
         const unsigned g = p % q.groups, i = (p / q.groups) % q.nw, rg = p / (q.groups * q.nw);
         const unsigned k0 = g * KGROUP, width = min(q.K, k0 + KGROUP) - k0;
-        const unsigned char* src = (const unsigned char*)c.bufs[i == 0 ? w.ops[SLOT_W0] : w.ops[SLOT_W1]] +
-                                   ((size_t)rg * (q.K / q.kc) + k0 / q.kc) * 32 * q.kc;
+        const unsigned char* src = w[i] + ((size_t)rg * (q.K / q.kc) + k0 / q.kc) * 32 * q.kc;
         ((volatile unsigned*)r->hdr)[slot] = p;  // published by the arrive below (release, CTA scope)
         mbar_expect(&r->full[slot], 32 * width);
         bulk_copy(slots + (size_t)slot * MK_RING_SLOT_BYTES, src, 32 * width, &r->full[slot]);

@@ -14,17 +14,17 @@ __device__ __forceinline__ const unsigned short* ring_prep(const DevCtx& c, cons
   }
 }
 
-__device__ __forceinline__ unsigned atom_add_acq_rel(unsigned* p, unsigned v) {
+__device__ __forceinline__ unsigned atom_add_release(unsigned* p, unsigned v) {
   unsigned old;
-  asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
 }
 __device__ __forceinline__ void red_add_release(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ float ld_cg(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+__device__ __forceinline__ float4 ld_cg4(const float* p) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
   return v;
 }
 
@@ -40,10 +40,12 @@ __device__ __forceinline__ unsigned ring_unit_pieces(const Word& w, const RingGe
 }
 
 // The epilogue of unit u by one warp (lane l: row 32 rg + l of each of the unit's row groups), once all
-// its pieces' tile sums are in `part` (piece p's at p x 256: [tile][32 rows]). ORDER: fp8_row_group's
-// (a group partial = 0 + tile 0 + tile 1 + .. in tile order; a row = 0 + partial g0 + partial g0 + 1 +
-// .. in group order; gate's total then up's), so the bits are the discrete path's. Split-K words
+// its pieces' tile sums are in `part` (piece p's at p x 256: [32 rows][8 tiles], row l's 8 tiles in
+// two 16-byte loads; the loads of RING_EPI_GROUPS groups in flight at once). ORDER: fp8_row_group's (a
+// group partial = 0 + tile 0 + tile 1 + .. in tile order; a row = 0 + partial g0 + partial g0 + 1 + ..
+// in group order; gate's total then up's), so the bits are the discrete path's. Split-K words
 // (FLAG_PARTIAL) store each group partial for their reduce word instead.
+#define RING_EPI_GROUPS 4
 __device__ __noinline__ void ring_epilogue(const DevCtx& c, const Word& w, const RingGeo& q, unsigned u, const float* part) {
   const GemvSpan s = gemv_span(w, u, q.K);
   const unsigned lane = threadIdx.x & 31;
@@ -55,18 +57,28 @@ __device__ __noinline__ void ring_epilogue(const DevCtx& c, const Word& w, const
     const float hr = residual && !partial ? bf2f(out[row]) : 0.f;
     float tot[2] = {0.f, 0.f};
     for (unsigned i = 0; i < q.nw; ++i)
-      for (unsigned g = s.g0; g < s.g1; ++g) {
-        const unsigned nt = (min(q.K, (g + 1) * KGROUP) - g * KGROUP) / 128;
-        const float* pp = part + (size_t)((rg * q.nw + i) * q.groups + g) * 256 + lane;
-        float v[KGROUP / 128];
+      for (unsigned g0 = s.g0; g0 < s.g1; g0 += RING_EPI_GROUPS) {
+        float4 v[RING_EPI_GROUPS][2];
 #pragma unroll
-        for (unsigned t = 0; t < KGROUP / 128; ++t) v[t] = t < nt ? ld_cg(pp + t * 32) : 0.f;
-        float sum = 0.f;
+        for (unsigned j = 0; j < RING_EPI_GROUPS; ++j)
+          if (g0 + j < s.g1) {
+            const float* pp = part + (size_t)((rg * q.nw + i) * q.groups + g0 + j) * 256 + lane * 8;
+            v[j][0] = ld_cg4(pp);
+            v[j][1] = ld_cg4(pp + 4);
+          }
 #pragma unroll
-        for (unsigned t = 0; t < KGROUP / 128; ++t)
-          if (t < nt) sum += v[t];
-        if (partial) B<float>(c, w.ops[SLOT_OUT0])[(size_t)g * w.rows + row] = sum;
-        else tot[i] += sum;
+        for (unsigned j = 0; j < RING_EPI_GROUPS; ++j) {
+          const unsigned g = g0 + j;
+          if (g >= s.g1) break;
+          const unsigned nt = (min(q.K, (g + 1) * KGROUP) - g * KGROUP) / 128;
+          const float t8[8] = {v[j][0].x, v[j][0].y, v[j][0].z, v[j][0].w, v[j][1].x, v[j][1].y, v[j][1].z, v[j][1].w};
+          float sum = 0.f;
+#pragma unroll
+          for (unsigned t = 0; t < 8; ++t)
+            if (t < nt) sum += t8[t];
+          if (partial) B<float>(c, w.ops[SLOT_OUT0])[(size_t)g * w.rows + row] = sum;
+          else tot[i] += sum;
+        }
       }
     if (partial) continue;
     switch (w.opcode) {
@@ -108,6 +120,7 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g8 = lane >> 2, cq = lane & 3;
   const unsigned T = q.kc / 128;
   float* part = k.ring_part + (size_t)k.ring_tab[2 * wi] * 256;
+  const float* S[2] = {c.scales[w.ops[SLOT_W0]], c.scales[q.nw == 2 ? w.ops[SLOT_W1] : w.ops[SLOT_W0]]};
   unsigned* arrive = k.ring_arrive + k.ring_tab[2 * wi + 1];
   RingArrival a{0, 0, false};
   auto settle = [&]() {
@@ -115,6 +128,7 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
     a.pending = false;
     const unsigned old = __shfl_sync(0xffffffffu, a.old, 0);
     if ((old + 1) % (WARPS * ring_unit_pieces(w, q, a.u)) != 0) return;
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");  // the last arriver: every other arrival's sums first
     const unsigned long long t0 = k.stamps && s == 0 ? global_ns() : 0;
     ring_epilogue(c, w, q, a.u, part);
     __syncwarp();
@@ -155,7 +169,6 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
       return true;
     }
     const unsigned g = p % q.groups, i = (p / q.groups) % q.nw, rg = p / (q.groups * q.nw);
-    const unsigned short wid = i == 0 ? w.ops[SLOT_W0] : w.ops[SLOT_W1];
     const unsigned k0 = g * KGROUP, nt = (min(q.K, k0 + KGROUP) - k0) / 128;
     const unsigned kt = k0 + warp * 128, t = (kt % q.kc) / 128;
     uint4 wv[2][4];
@@ -170,7 +183,7 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
     if (lane == 0) mbar_arrive(&r->empty[pos.slot]);  // the bytes are in registers: the slot can refill
     pos.next();
     if (warp < nt) {
-      const float sc = fp8_tile_scale(c.scales[wid], q.K, rg, g) * 0x1p56f;
+      const float sc = fp8_tile_scale(S[i], q.K, rg, g) * 0x1p56f;
       const uint4 xa = lds16(xs + kt + 16 * cq), xb = lds16(xs + kt + 16 * cq + 8);
       const uint4 xc = lds16(xs + kt + 64 + 16 * cq), xd = lds16(xs + kt + 72 + 16 * cq);
 #ifdef MK_BREAK_GEMV  // the negative control, as fp8_tiles'
@@ -178,24 +191,24 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
 #else
       const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
 #endif
-      float* pp = part + (size_t)p * 256 + warp * 32;
+      float* pp = part + (size_t)p * 256 + warp;  // [row][tile]
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
         fp8_tile_mma(wv[h], xw, d, e);
         // D's column 0 (lanes cq = 0): rows g8 (d[0]) and g8 + 8 (d[2]) of half h; fp8_tiles' values
         if (cq == 0) {
-          pp[h * 16 + g8] = sc * (d[0] + e[0]);
-          pp[h * 16 + g8 + 8] = sc * (d[2] + e[2]);
+          pp[(h * 16 + g8) * 8] = sc * (d[0] + e[0]);
+          pp[(h * 16 + g8 + 8) * 8] = sc * (d[2] + e[2]);
         }
       }
     }
-    // The unit's arrival: release (this warp's sums first) and acquire (the last arriver reads the
-    // rest); its result is looked at after the next piece, so its round trip overlaps that piece.
+    // The unit's arrival: release (this warp's sums first; the last arriver's acquire fence is in
+    // settle); its result is looked at after the next piece, so its round trip overlaps that piece.
     __syncwarp();
     const unsigned u = ring_unit(w, q, rg, g);
     unsigned old = 0;
-    if (lane == 0) old = atom_add_acq_rel(arrive + u, 1u);
+    if (lane == 0) old = atom_add_release(arrive + u, 1u);
     settle();
     a = RingArrival{u, old, true};
   }
