@@ -82,6 +82,7 @@ __device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, u
 __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, MkRing* ring, unsigned char* slots, char* smem,
                         RingPos& pos, MkPump& pump) {
   __shared__ unsigned unit_s[2], ok_s, stop_s, ready_s;
+  __shared__ RingList ring_list;
   unsigned par = 0;
   const unsigned G = gridDim.x;
   for (unsigned s = 0; s < k.n_steps; ++s) {
@@ -110,7 +111,7 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
           if (!ready_s && !block_wait(k, ctr, target, wi + 1, s, &ok_s)) return;
         }
         const unsigned short* xs = ring_prep(c, w, smem);
-        const bool failed = !ring_pieces(prog, n_words, c, k, w, wi, s, ring, slots, pos, pump, xs, n_words + 2);
+        const bool failed = !ring_pieces(prog, n_words, c, k, w, wi, s, ring, slots, pos, pump, &ring_list, xs, n_words + 2);
         if (block_any(failed)) return;
         prepared = 0xffffffffu;
         continue;

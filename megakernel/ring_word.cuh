@@ -14,11 +14,6 @@ __device__ __forceinline__ const unsigned short* ring_prep(const DevCtx& c, cons
   }
 }
 
-__device__ __forceinline__ unsigned atom_add_release(unsigned* p, unsigned v) {
-  unsigned old;
-  asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
 __device__ __forceinline__ void red_add_release(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -101,48 +96,78 @@ struct RingPos {
   }
 };
 
-// The arrival of one piece at unit u, issued (atom) and decided a piece later (`settle`): the last of
-// the unit's WARPS x pieces arrivals runs the epilogue on this warp and signals the word's counter.
-struct RingArrival {
-  unsigned u, old;
-  bool pending;
+// The block's pieces of a ring word, by unit (RING_LIST at most between flushes; thread 0 writes).
+#define RING_LIST 64
+struct RingList {
+  unsigned unit[RING_LIST];
+  unsigned done[RING_LIST];  // the units whose last piece this block's flush counted
+  unsigned n_done;
 };
+
+// The block's arrivals for its n listed pieces, then the epilogues of the units they completed. Every
+// consumer thread: a join (every warp's sums stored), warp 0 fences once (release: every sum of the
+// block before any count; cumulative through the join) and counts piece j on lane j % 32 (integer
+// atomics; a unit is complete when its count reaches a multiple of its pieces: the counts only grow
+// within a launch), fences again (acquire: the other blocks' sums before this block reads them), then
+// the completed units' epilogues, warp w taking the w-th, w + 8-th, .. and signalling the word's counter.
+__device__ __noinline__ void ring_flush(const DevCtx& c, const MkCtl& k, const Word& w, const RingGeo& q, unsigned wi, unsigned s, unsigned n,
+                                        RingList* rl, unsigned* arrive, const float* part) {
+  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  BLOCK_SYNC();
+  if (warp == 0) {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    unsigned nd = 0;
+    for (unsigned j0 = 0; j0 < n; j0 += 32) {
+      const unsigned j = j0 + lane;
+      bool last = false;
+      unsigned u = 0;
+      if (j < n) {
+        u = rl->unit[j];
+        last = (atomicAdd(arrive + u, 1u) + 1) % ring_unit_pieces(w, q, u) == 0;
+      }
+      const unsigned b = __ballot_sync(0xffffffffu, last);
+      if (last) rl->done[nd + __popc(b & ((1u << lane) - 1))] = u;
+      nd += __popc(b);
+    }
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    if (lane == 0) rl->n_done = nd;
+  }
+  BLOCK_SYNC();
+  const unsigned nd = rl->n_done;
+  for (unsigned d = warp; d < nd; d += WARPS) {
+    const unsigned u = rl->done[d];
+    const unsigned long long t0 = k.stamps && s == 0 ? global_ns() : 0;
+    ring_epilogue(c, w, q, u, part);
+    __syncwarp();
+    if (lane == 0) {
+      red_add_release(&k.counters[w.signal], 1u);
+      if (k.stamps && s == 0) {  // the timeline: the unit's epilogue (its pieces ran on many blocks)
+        unsigned long long* e = k.stamps + 4 * (size_t)(k.unit_base[wi] + u);
+        e[0] = ((unsigned long long)wi << 48) | ((unsigned long long)blockIdx.x << 32) | u;
+        e[1] = t0;
+        e[2] = t0;
+        e[3] = global_ns();
+      }
+    }
+  }
+  BLOCK_SYNC();  // (the list is refilled next)
+}
 
 // Warp by warp, every piece the block's pump put in the ring for ring word wi (up to its end marker):
 // the warp's tile of the piece (both 16-row halves of k-tile `warp`: fp8_tiles' arithmetic on the slot's
-// bytes), its sums to the word's partials, then the unit's arrival count (WARPS a piece); the warp that
-// completes a unit runs its epilogue and signals the word's counter. Thread 0 fills the ring while it
-// waits for a slot. xs: the prepared input. False when a wait ran past its limit (the error word
-// holds `code`).
+// bytes) and its sums to the word's partials; thread 0 lists the piece's unit and fills the ring while it
+// waits for a slot. At the end marker (or a full list) the block counts its pieces' arrivals and runs
+// the epilogues of the units it completed (ring_flush): no fence or atomic a piece. xs: the prepared
+// input. False when a wait ran past its limit (the error word holds `code`).
 __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, const Word& w, unsigned wi, unsigned s,
-                            MkRing* r, unsigned char* slots, RingPos& pos, MkPump& pump, const unsigned short* xs, unsigned code) {
+                                         MkRing* r, unsigned char* slots, RingPos& pos, MkPump& pump, RingList* rl, const unsigned short* xs, unsigned code) {
   const RingGeo q = ring_geo(c, w);
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g8 = lane >> 2, cq = lane & 3;
   const unsigned T = q.kc / 128;
   float* part = k.ring_part + (size_t)k.ring_tab[2 * wi] * 256;
   const float* S[2] = {c.scales[w.ops[SLOT_W0]], c.scales[q.nw == 2 ? w.ops[SLOT_W1] : w.ops[SLOT_W0]]};
   unsigned* arrive = k.ring_arrive + k.ring_tab[2 * wi + 1];
-  RingArrival a{0, 0, false};
-  auto settle = [&]() {
-    if (!a.pending) return;
-    a.pending = false;
-    const unsigned old = __shfl_sync(0xffffffffu, a.old, 0);
-    if ((old + 1) % (WARPS * ring_unit_pieces(w, q, a.u)) != 0) return;
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");  // the last arriver: every other arrival's sums first
-    const unsigned long long t0 = k.stamps && s == 0 ? global_ns() : 0;
-    ring_epilogue(c, w, q, a.u, part);
-    __syncwarp();
-    if (lane == 0) {
-      red_add_release(&k.counters[w.signal], 1u);
-      if (k.stamps && s == 0) {  // the timeline: the unit's epilogue (its pieces ran on many blocks)
-        unsigned long long* e = k.stamps + 4 * (size_t)(k.unit_base[wi] + a.u);
-        e[0] = ((unsigned long long)wi << 48) | ((unsigned long long)blockIdx.x << 32) | a.u;
-        e[1] = t0;
-        e[2] = t0;
-        e[3] = global_ns();
-      }
-    }
-  };
+  unsigned n = 0;  // pieces listed (the same on every warp: every warp takes every slot)
   for (;;) {
     // the slot, thread 0 filling the ring meanwhile (bounded: a hang becomes the error word)
     {
@@ -165,7 +190,7 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
       __syncwarp();
       if (lane == 0) mbar_arrive(&r->empty[pos.slot]);
       pos.next();
-      settle();
+      ring_flush(c, k, w, q, wi, s, n, rl, arrive, part);
       return true;
     }
     const unsigned g = p % q.groups, i = (p / q.groups) % q.nw, rg = p / (q.groups * q.nw);
@@ -182,6 +207,7 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
     __syncwarp();
     if (lane == 0) mbar_arrive(&r->empty[pos.slot]);  // the bytes are in registers: the slot can refill
     pos.next();
+    if (threadIdx.x == 0) rl->unit[n] = ring_unit(w, q, rg, g);
     if (warp < nt) {
       const float sc = fp8_tile_scale(S[i], q.K, rg, g) * 0x1p56f;
       const uint4 xa = lds16(xs + kt + 16 * cq), xb = lds16(xs + kt + 16 * cq + 8);
@@ -203,14 +229,10 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
         }
       }
     }
-    // The unit's arrival: release (this warp's sums first; the last arriver's acquire fence is in
-    // settle); its result is looked at after the next piece, so its round trip overlaps that piece.
-    __syncwarp();
-    const unsigned u = ring_unit(w, q, rg, g);
-    unsigned old = 0;
-    if (lane == 0) old = atom_add_release(arrive + u, 1u);
-    settle();
-    a = RingArrival{u, old, true};
+    if (++n == RING_LIST) {
+      ring_flush(c, k, w, q, wi, s, n, rl, arrive, part);
+      n = 0;
+    }
   }
 }
 

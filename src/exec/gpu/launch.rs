@@ -19,8 +19,8 @@ use crate::isa::{slot, Opcode, Program, Word};
 pub const SMEM_PER_SM: u32 = 228 * 1024;
 pub const SMEM_PER_BLOCK: u32 = 227 * 1024;
 /// Room left per block for the kernels' static shared memory (K_GEMV's ticket slots, the megakernel's
-/// unit and wait flags: tens of bytes; ptxas reports them).
-const STATIC_SMEM_ROOM: u32 = 256;
+/// unit and wait flags and its ring's piece list: 544 bytes; ptxas reports them).
+const STATIC_SMEM_ROOM: u32 = 1024;
 
 /// Refuses a GPU with less shared memory than the launch shapes are sized for (SMEM_PER_SM,
 /// SMEM_PER_BLOCK: the H200's), rather than launches the driver would refuse mid-run.
