@@ -190,6 +190,9 @@ k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, 
 #ifndef MK_RING_PIPE
 #define MK_RING_PIPE 2      // tickets in flight on a pump
 #endif
+#ifndef RING_TRYWAIT
+#define RING_TRYWAIT 0      // consumer warps 1.. wait for a slot in mbarrier.try_wait's suspended form (1) or spin (0)
+#endif
 #define RING_END 0xffffffffu  // a slot's header: the word has no more pieces for this block
 // The ring's slots: MK_RING_SLOTS of an M = 1 program (the M-row GEMVs keep their inputs where the
 // slots would be: no ring words); launch.rs sizes the shared memory the same way.

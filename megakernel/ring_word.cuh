@@ -17,9 +17,9 @@ __device__ __forceinline__ const unsigned short* ring_prep(const DevCtx& c, cons
 __device__ __forceinline__ void red_add_release(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ float4 ld_cg4(const float* p) {
-  float4 v;
-  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+__device__ __forceinline__ float ld_cg(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 
@@ -35,12 +35,13 @@ __device__ __forceinline__ unsigned ring_unit_pieces(const Word& w, const RingGe
 }
 
 // The epilogue of unit u by one warp (lane l: row 32 rg + l of each of the unit's row groups), once all
-// its pieces' tile sums are in `part` (piece p's at p x 256: [32 rows][8 tiles], row l's 8 tiles in
-// two 16-byte loads; the loads of RING_EPI_GROUPS groups in flight at once). ORDER: fp8_row_group's (a
-// group partial = 0 + tile 0 + tile 1 + .. in tile order; a row = 0 + partial g0 + partial g0 + 1 + ..
-// in group order; gate's total then up's), so the bits are the discrete path's. Split-K words
-// (FLAG_PARTIAL) store each group partial for their reduce word instead.
-#define RING_EPI_GROUPS 4
+// its pieces' tile sums are in `part` (piece p's at p x 256: [8 tiles][32 rows], so that a warp's
+// stores of its tile and the epilogue's loads of a tile are 128 contiguous bytes), the loads of
+// RING_EPI_GROUPS groups in flight at once (one round trip for a unit of up to 8 k-groups). ORDER:
+// fp8_row_group's (a group partial = 0 + tile 0 + tile 1 + .. in tile order; a row = 0 + partial g0 +
+// partial g0 + 1 + .. in group order; gate's total then up's), so the bits are the discrete path's.
+// Split-K words (FLAG_PARTIAL) store each group partial for their reduce word instead.
+#define RING_EPI_GROUPS 8
 __device__ __noinline__ void ring_epilogue(const DevCtx& c, const Word& w, const RingGeo& q, unsigned u, const float* part) {
   const GemvSpan s = gemv_span(w, u, q.K);
   const unsigned lane = threadIdx.x & 31;
@@ -53,24 +54,24 @@ __device__ __noinline__ void ring_epilogue(const DevCtx& c, const Word& w, const
     float tot[2] = {0.f, 0.f};
     for (unsigned i = 0; i < q.nw; ++i)
       for (unsigned g0 = s.g0; g0 < s.g1; g0 += RING_EPI_GROUPS) {
-        float4 v[RING_EPI_GROUPS][2];
+        float v[RING_EPI_GROUPS][KGROUP / 128];
 #pragma unroll
-        for (unsigned j = 0; j < RING_EPI_GROUPS; ++j)
-          if (g0 + j < s.g1) {
-            const float* pp = part + (size_t)((rg * q.nw + i) * q.groups + g0 + j) * 256 + lane * 8;
-            v[j][0] = ld_cg4(pp);
-            v[j][1] = ld_cg4(pp + 4);
-          }
+        for (unsigned j = 0; j < RING_EPI_GROUPS; ++j) {
+          const unsigned g = g0 + j;
+          const unsigned nt = g < s.g1 ? (min(q.K, (g + 1) * KGROUP) - g * KGROUP) / 128 : 0;
+          const float* pp = part + (size_t)((rg * q.nw + i) * q.groups + g) * 256 + lane;
+#pragma unroll
+          for (unsigned t = 0; t < KGROUP / 128; ++t) v[j][t] = t < nt ? ld_cg(pp + t * 32) : 0.f;
+        }
 #pragma unroll
         for (unsigned j = 0; j < RING_EPI_GROUPS; ++j) {
           const unsigned g = g0 + j;
           if (g >= s.g1) break;
           const unsigned nt = (min(q.K, (g + 1) * KGROUP) - g * KGROUP) / 128;
-          const float t8[8] = {v[j][0].x, v[j][0].y, v[j][0].z, v[j][0].w, v[j][1].x, v[j][1].y, v[j][1].z, v[j][1].w};
           float sum = 0.f;
 #pragma unroll
-          for (unsigned t = 0; t < 8; ++t)
-            if (t < nt) sum += t8[t];
+          for (unsigned t = 0; t < KGROUP / 128; ++t)
+            if (t < nt) sum += v[j][t];
           if (partial) B<float>(c, w.ops[SLOT_OUT0])[(size_t)g * w.rows + row] = sum;
           else tot[i] += sum;
         }
@@ -174,6 +175,14 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
       unsigned long long t0 = 0;
       for (unsigned it = 0;; ++it) {
         if (threadIdx.x == 0) pump.fill(prog, n_words, c, k, r, slots);
+#if RING_TRYWAIT  // the other warps wait in the barrier's suspended form instead of spinning
+        if (warp != 0) {
+          unsigned ok;
+          asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                       : "=r"(ok) : "r"(smem_addr(&r->full[pos.slot])), "r"(pos.round & 1) : "memory");
+          if (ok) break;
+        } else
+#endif
         if (mbar_test(&r->full[pos.slot], pos.round & 1)) break;
         if ((it & 15) == 0) {
           if (it == 0) t0 = global_ns();
@@ -208,7 +217,11 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
     if (lane == 0) mbar_arrive(&r->empty[pos.slot]);  // the bytes are in registers: the slot can refill
     pos.next();
     if (threadIdx.x == 0) rl->unit[n] = ring_unit(w, q, rg, g);
+#ifdef MK_LOADS_ONLY  // probe (wrong results): the pieces' bytes taken, no arithmetic, no sums stored
+    if (false) {
+#else
     if (warp < nt) {
+#endif
       const float sc = fp8_tile_scale(S[i], q.K, rg, g) * 0x1p56f;
       const uint4 xa = lds16(xs + kt + 16 * cq), xb = lds16(xs + kt + 16 * cq + 8);
       const uint4 xc = lds16(xs + kt + 64 + 16 * cq), xd = lds16(xs + kt + 72 + 16 * cq);
@@ -217,15 +230,15 @@ __device__ __noinline__ bool ring_pieces(const Word* prog, unsigned n_words, con
 #else
       const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
 #endif
-      float* pp = part + (size_t)p * 256 + warp;  // [row][tile]
+      float* pp = part + (size_t)p * 256 + warp * 32;  // [tile][row]
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
         fp8_tile_mma(wv[h], xw, d, e);
         // D's column 0 (lanes cq = 0): rows g8 (d[0]) and g8 + 8 (d[2]) of half h; fp8_tiles' values
         if (cq == 0) {
-          pp[(h * 16 + g8) * 8] = sc * (d[0] + e[0]);
-          pp[(h * 16 + g8 + 8) * 8] = sc * (d[2] + e[2]);
+          pp[h * 16 + g8] = sc * (d[0] + e[0]);
+          pp[h * 16 + g8 + 8] = sc * (d[2] + e[2]);
         }
       }
     }

@@ -132,7 +132,7 @@ c_struct! {
         n_steps: u32 = "unsigned",
         /// The weight ring (ring.cuh): [2][n_words] piece tickets (two sets by step parity).
         ring_next: u64 = "unsigned*",
-        /// [pieces of every ring word][256]: each piece's tile sums ([32 rows][8 tiles], f32).
+        /// [pieces of every ring word][256]: each piece's tile sums ([8 tiles][32 rows], f32).
         ring_part: u64 = "float*",
         /// [units of every ring word]: each unit's arrival count (WARPS a piece).
         ring_arrive: u64 = "unsigned*",
