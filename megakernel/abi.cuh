@@ -59,9 +59,6 @@ static_assert(sizeof(Word) == 64, "instruction word is 64 bytes");
 #define SB_CANDS 66048
 #define SB_WORDS 70144
 #define MEGA_BLOCKS_PER_SM 2
-#define MK_RING_SLOTS 2
-#define MK_RING_SLOT_BYTES 32768
-#define MK_RING_HDR 128
 #define MROW_X_BYTES 98304
 struct DevCtx {
   void* const* bufs;
@@ -99,9 +96,5 @@ struct MkCtl {
   unsigned* step_done;
   unsigned* tokens;
   unsigned n_steps;
-  unsigned* ring_next;
-  float* ring_part;
-  unsigned* ring_arrive;
-  const unsigned* ring_tab;
 };
-static_assert(sizeof(MkCtl) == 112, "MkCtl as src/exec/gpu/abi.rs lays it out");
+static_assert(sizeof(MkCtl) == 80, "MkCtl as src/exec/gpu/abi.rs lays it out");

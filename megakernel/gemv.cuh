@@ -315,12 +315,6 @@ __device__ __forceinline__ void warp_row_pairs(unsigned r0, unsigned r1, PerRow 
   }
 }
 
-// The GEMV epilogues' arithmetic, one definition for every path (the ops' per-unit epilogues and the
-// megakernel's ring, ring_word.cuh): a residual add h[r] = bf(h[r] + bf(sum)), and gate/up's SwiGLU
-// act[r] = bf(bf(silu(bf(gate))) * bf(up)).
-__device__ __forceinline__ unsigned short epi_residual(float h, float v) { return f2bf(h + bf(v)); }
-__device__ __forceinline__ unsigned short epi_swiglu(float gate, float up) { return f2bf(bf(silu(bf(gate))) * bf(up)); }
-
 // The rows and k-groups of unit u of a GEMV word.
 struct GemvSpan { unsigned r0, r1, g0, g1; };
 __device__ __forceinline__ GemvSpan gemv_span(const Word& w, unsigned u, unsigned K) {
@@ -410,6 +404,6 @@ __device__ void reduce_rows(const DevCtx& c, const Word& w, unsigned u, bool res
     unsigned short* y = B<unsigned short>(rv, w.ops[SLOT_OUT0]);
     float s = 0.f;
     for (unsigned g = 0; g < w.arg0; ++g) s += p[(size_t)g * w.rows + r];
-    y[r] = residual ? epi_residual(bf2f(y[r]), s) : f2bf(s);
+    y[r] = residual ? f2bf(bf2f(y[r]) + bf(s)) : f2bf(s);
   }
 }

@@ -1,20 +1,16 @@
 // The megakernel: one cooperatively launched persistent kernel (MEGA_BLOCKS_PER_SM blocks per SM, the
-// generated header's: 2) that executes the whole program of one step, or of n_steps steps (the in-kernel
-// token loop: EndStep advances the control block on the device, a grid join separates steps). A block is
-// THREADS consumer threads and the weight ring's loader warp (ring.cuh). Blocks walk the words in
-// program order. The fp8 GEMV words of an M = 1 program (`ring_word`) are streamed: the loader takes
-// their pieces (one k-group of one 32-row group, 32 KB) by ticket, across words and steps, into the
-// block's ring, and the consumer warps compute whatever their loader brought (ring_word.cuh); every
-// other word's units are handed out dynamically (an integer atomic per word). Either way which block
-// runs a piece or a unit never changes its bits: a unit is a fixed piece of work and calls the same op_*
-// as the discrete path's k_* kernels, and a ring word's partials are summed in the discrete path's
-// order by the warp that completes its unit. Before a word's units or pieces run, its counter must
-// reach the word's target (acquire load by one thread, bounded by a wall-clock limit: a hang becomes an
-// error naming the first word that hung); after a unit, its counter is incremented (release). Integer
-// atomics only. The host zeroes the counters, tickets, arrival counts and the step count before every
-// launch; within a launch they only grow: in step s a word's unit tickets are s * (units + gridDim.x)
-// onwards (every block takes each word's units plus one ticket past the end, per step) and its wait
-// target is wait_target + s * wait_stride (its counter's increments per step).
+// generated header's: 2, at the GEMV kernels' 128 registers) that
+// executes the whole program of one step, or of n_steps steps (the in-kernel token loop: EndStep
+// advances the control block on the device, a grid join separates steps). Blocks walk the words in
+// program order; the units of a word are handed out dynamically (an integer atomic per word), so which
+// block runs a unit never changes its bits: a unit is a fixed piece of work and calls the same op_* as
+// the discrete path's k_* kernels. Before a unit runs, its word's counter must reach the word's target
+// (acquire load by one thread, bounded by a wall-clock limit: a hang becomes an error naming the first
+// word that hung); after it, its counter is incremented (release). Integer atomics only. The host
+// zeroes the counters, unit tickets and the step count before every launch; within a launch they only
+// grow: in step s a word's tickets are s * (units + gridDim.x) onwards (every block takes each word's
+// units plus one ticket past the end, per step) and its wait target is wait_target + s * wait_stride
+// (its counter's increments per step).
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
@@ -46,14 +42,6 @@ __device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u
   }
 }
 
-// A join of the consumer threads that also tells each whether any of them passed true.
-__device__ __forceinline__ bool block_any(bool v) {
-  unsigned r;
-  asm volatile("{ .reg .pred p, q; setp.ne.u32 q, %1, 0; bar.red.or.pred p, 0, %2, q; selp.u32 %0, 1, 0, p; }"
-               : "=r"(r) : "r"((unsigned)v), "n"(THREADS) : "memory");
-  return r != 0;
-}
-
 // Thread 0 waits until *p >= target (acquire), bounded by the time limit and stopping at once when
 // another block already stopped; on a timeout `code` (1 + the word, or n_words + 1 for the join
 // between steps) and the step `s` are recorded, the first hang kept. Returns to every thread whether
@@ -77,12 +65,9 @@ __device__ bool block_wait(const MkCtl& k, const unsigned* p, unsigned target, u
   return ok;
 }
 
-// The consumers' walk over the words of every step (THREADS threads; `smem` after the ring). Returns
-// (every consumer thread alike) when the launch's steps are done, at the device-side stop, or at a hang.
-__device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, const MkCtl& k, MkRing* ring, unsigned char* slots, char* smem,
-                        RingPos& pos, MkPump& pump) {
+extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
+  extern __shared__ __align__(16) char smem[];
   __shared__ unsigned unit_s[2], ok_s, stop_s, ready_s;
-  __shared__ RingList ring_list;
   unsigned par = 0;
   const unsigned G = gridDim.x;
   for (unsigned s = 0; s < k.n_steps; ++s) {
@@ -100,22 +85,6 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
     unsigned prepared = 0xffffffffu;  // the word whose GEMV input shared memory holds ; none at a step's start
     for (unsigned wi = 0; wi < n_words; ++wi) {
       Word w = prog[wi];
-      if (ring_word(c, w)) {
-        // A ring word: its input once the producers are done, then the pieces the loader brought, to
-        // the word's end marker; a barrier after (the next word's preparation overwrites the input).
-        if (w.wait != NO_COUNTER) {
-          const unsigned* ctr = &k.counters[w.wait];
-          const unsigned target = w.wait_target + s * k.wait_stride[wi];
-          if (threadIdx.x == 0) ready_s = ld_acquire(ctr) >= target;
-          BLOCK_SYNC();
-          if (!ready_s && !block_wait(k, ctr, target, wi + 1, s, &ok_s)) return;
-        }
-        const unsigned short* xs = ring_prep(c, w, smem);
-        const bool failed = !ring_pieces(prog, n_words, c, k, w, wi, s, ring, slots, pos, pump, &ring_list, xs, n_words + 2);
-        if (block_any(failed)) return;
-        prepared = 0xffffffffu;
-        continue;
-      }
       const unsigned first_ticket = s * (w.units + G);
       // The counter is looked at until the block has once seen it at its target (it only
       // grows within a launch: later units of the word need no look), and the next unit's ticket is
@@ -174,25 +143,4 @@ __device__ void consume(const Word* prog, unsigned n_words, const DevCtx& c, con
       atomicAdd(k.step_done, 1u);
     }
   }
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megakernel(const Word* prog, unsigned n_words, DevCtx c, MkCtl k) {
-  extern __shared__ __align__(16) char smem[];
-  MkRing* ring = (MkRing*)smem;
-  unsigned char* slots = (unsigned char*)smem + MK_RING_HDR;
-  RingPos pos{0, 0};
-  MkPump pump{};
-  if (threadIdx.x == 0) {
-    for (unsigned i = 0; i < MK_SLOTS; ++i) {
-      mbar_init(&ring->full[i], 1);
-      mbar_init(&ring->empty[i], WARPS);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    if (MK_SLOTS > 0) pump.seek(prog, n_words, c, k);
-    else pump.s = k.n_steps;
-  }
-  BLOCK_SYNC();
-  consume(prog, n_words, c, k, ring, slots, smem + MK_RING_HDR + (size_t)MK_SLOTS * MK_RING_SLOT_BYTES, pos, pump);
-  // a launch that ends early (the device-side stop, a hang) leaves no copy in flight
-  if (threadIdx.x == 0) ring_drain(k, ring, pos, pump);
 }

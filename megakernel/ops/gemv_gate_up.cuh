@@ -10,7 +10,7 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
   // the epilogue of row `row` of row view r: gate's total arrives first (i = 0), then up's
   auto act = [&](float& acc, const DevCtx& r, int i, unsigned row, float v) {
     if (i == 0) acc = v;
-    else B<unsigned short>(r, w.ops[SLOT_OUT0])[row] = epi_swiglu(acc, v);
+    else B<unsigned short>(r, w.ops[SLOT_OUT0])[row] = f2bf(bf(silu(bf(acc))) * bf(v));
   };
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
@@ -40,6 +40,6 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
     float acc[2] = {0.f, 0.f};
     unsigned rows[2] = {r, r};
     dot_rows<2>(c, wids, rows, xs, 0, groups, [&](int i, unsigned, float v) { acc[i] += v; });  // ORDER: k-groups in order
-    if ((threadIdx.x & 31) == 0) out[r] = epi_swiglu(acc[0], acc[1]);
+    if ((threadIdx.x & 31) == 0) out[r] = f2bf(bf(silu(bf(acc[0]))) * bf(acc[1]));
   }
 }

@@ -74,5 +74,5 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
 __device__ void op_gemv_gated_norm_residual(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   gemv_rows(c, w, u, w.ops[SLOT_W0], smem, [&](unsigned nx) { return gated_norm_input(c, w, smem, fresh, nx); },
             [&](const DevCtx& r, unsigned row) { return bf2f(B<unsigned short>(r, w.ops[SLOT_OUT0])[row]); },
-            [&](const DevCtx& r, unsigned row, float v, float hr) { B<unsigned short>(r, w.ops[SLOT_OUT0])[row] = epi_residual(hr, v); });
+            [&](const DevCtx& r, unsigned row, float v, float hr) { B<unsigned short>(r, w.ops[SLOT_OUT0])[row] = f2bf(hr + bf(v)); });
 }

@@ -34,12 +34,6 @@ pub const SB_WORDS: usize = SB_CANDS + SAMPLE_CAP;
 /// has the discrete kernels' 128 registers (3 blocks of 80 registers measured 13.54 ms/token with the
 /// earlier GEMV; 2 of 128 with this one 12.19, results/issue25_c992b85).
 pub const MEGA_BLOCKS_PER_SM: u32 = 2;
-/// The megakernel's weight ring a block (M = 1 programs; ring.cuh): slots of one piece (32 rows x one
-/// k-group of fp8: 32 KB), after MK_RING_HDR bytes of barriers and headers. 2 slots: with the ops' 35
-/// KB (down_proj's prepared input) two blocks fill 200 of an SM's 228 KB.
-pub const MK_RING_SLOTS: u32 = 2;
-pub const MK_RING_SLOT_BYTES: u32 = 32 * 1024;
-pub const MK_RING_HDR: u32 = 128;
 /// M-row steps (M > 1): the most shared memory a GEMV word's M prepared inputs may take for its unit to
 /// run the M rows in one weight pass (launch.rs `mrow_gemv`, gemv.cuh `mrow_gemv`); a word whose inputs
 /// do not fit runs its rows one after another. 96 KiB: the 27B's widest normed input (6,144) at M = 8,
@@ -109,7 +103,7 @@ c_struct! {
 
 c_struct! {
     /// The megakernel's control (a kernel parameter next to DevCtx).
-    MkCtl, 112 {
+    MkCtl, 80 {
         /// [n_counters]
         counters: u64 = "unsigned*",
         /// [n_words]: the next unit of each word to hand out.
@@ -130,14 +124,6 @@ c_struct! {
         tokens: u64 = "unsigned*",
         /// Steps in this launch (>= 1; the timeline needs 1).
         n_steps: u32 = "unsigned",
-        /// The weight ring (ring.cuh): [2][n_words] piece tickets (two sets by step parity).
-        ring_next: u64 = "unsigned*",
-        /// [pieces of every ring word][256]: each piece's tile sums ([8 tiles][32 rows], f32).
-        ring_part: u64 = "float*",
-        /// [units of every ring word]: each unit's arrival count (WARPS a piece).
-        ring_arrive: u64 = "unsigned*",
-        /// [n_words][2]: a ring word's first piece in ring_part and first unit in ring_arrive.
-        ring_tab: u64 = "const unsigned*",
     }
 }
 
@@ -161,9 +147,6 @@ pub fn header() -> String {
         ("SB_CANDS", SB_CANDS),
         ("SB_WORDS", SB_WORDS),
         ("MEGA_BLOCKS_PER_SM", MEGA_BLOCKS_PER_SM as usize),
-        ("MK_RING_SLOTS", MK_RING_SLOTS as usize),
-        ("MK_RING_SLOT_BYTES", MK_RING_SLOT_BYTES as usize),
-        ("MK_RING_HDR", MK_RING_HDR as usize),
         ("MROW_X_BYTES", MROW_X_BYTES as usize),
     ] {
         s += &format!("#define {name} {v}\n");
@@ -183,7 +166,7 @@ mod tests {
         assert!(h.contains("#define OP_END_STEP 16\n"));
         assert!(h.contains("#define KGROUP 1024\n#define ATTN_PART 256\n"));
         assert!(h.contains("struct DevCtx {\n  void* const* bufs;\n"));
-        assert!(h.contains("  const unsigned* ring_tab;\n};\nstatic_assert(sizeof(MkCtl) == 112"));
+        assert!(h.contains("  unsigned n_steps;\n};\nstatic_assert(sizeof(MkCtl) == 80"));
         // The sampler's regions do not overlap: 256 + 65,536 counts after the count word.
         assert!(SB_COUNT < SB_HI && SB_HI + 256 == SB_FULL && SB_FULL + 65536 == SB_CANDS);
         assert_eq!(SAMPLE_CAP.count_ones(), 1, "the bitonic sort pads to a power of two");

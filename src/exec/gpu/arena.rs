@@ -37,13 +37,6 @@ pub struct Layout {
     /// The megakernel's counters, unit tickets, error word and its step, finished-step count.
     pub mk: usize,
     pub mk_stride: usize,
-    /// The weight ring's (zeroed before every launch): piece tickets [2][n_words], then the arrival
-    /// counts of every ring word's units; `ring_zero` bytes.
-    pub ring_ctl: usize,
-    pub ring_zero: usize,
-    /// [n_words][2]: each ring word's first piece and first unit; the pieces' tile sums (1 KiB each).
-    pub ring_tab: usize,
-    pub ring_part: usize,
     pub mk_tokens: usize,
     /// Each word's first timeline slot; the stamps (four u64 per unit of a step).
     pub tl_base: usize,
@@ -140,29 +133,12 @@ pub fn build(
     let t_rope = take(max_ctx * 2 * rot * 4);
     let words = prog.encode_words();
     let total_units: usize = prog.words.iter().map(|w| w.units as usize).sum();
-    // the weight ring's tables: per ring word its first piece and first unit (launch.rs `ring_word`)
-    let (mut pieces, mut ring_units, mut tab) = (0u64, 0u64, Vec::with_capacity(2 * prog.words.len()));
-    for w in &prog.words {
-        tab.extend([pieces as u32, ring_units as u32]);
-        if super::launch::ring_word(prog, w) {
-            pieces += super::launch::ring_pieces(prog, w);
-            ring_units += w.units as u64;
-        }
-    }
-    if pieces > u32::MAX as u64 / 256 {
-        crate::bail!("gpu: the program's ring words have {pieces} pieces (at most {})", u32::MAX / 256);
-    }
-    let ring_zero = 4 * (2 * prog.words.len() + ring_units as usize);
     let layout = Layout {
         places,
         prog: take(words.len()),
         // (zeroed before every launch) counters, next units, the error word and its step, step_done
         mk: take(4 * (prog.n_counters as usize + prog.words.len() + 3)),
         mk_stride: take(4 * prog.words.len()),
-        ring_ctl: take(ring_zero),
-        ring_zero,
-        ring_tab: take(4 * tab.len()),
-        ring_part: take(1024 * pieces as usize),
         mk_tokens: take(4 * max_ctx),
         tl_base: take(4 * prog.words.len()),
         tl: take(32 * total_units),
@@ -220,7 +196,6 @@ pub fn build(
     });
     put(layout.tl_base, &le32(first_units))?;
     put(layout.mk_stride, &le32(super::launch::wait_strides(prog)))?;
-    put(layout.ring_tab, &le32(tab))?;
     let ctx = DevCtx {
         bufs: base + t_bufs as u64,
         scales: base + t_scales as u64,

@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 10] = [
+pub const KNOWN: [Known; 8] = [
     Known {
         name: "GEMV_MIN_BLOCKS",
         default: 2,
@@ -40,22 +40,6 @@ pub const KNOWN: [Known; 10] = [
         max: 4,
         flag: false,
         what: "GDN out_proj's launch bounds alone (default: GEMV_MIN_BLOCKS)",
-    },
-    Known {
-        name: "RING_TRYWAIT",
-        default: 0,
-        min: 0,
-        max: 1,
-        flag: false,
-        what: "megakernel ring: consumer warps 1.. wait for a slot suspended (1) or spinning (0)",
-    },
-    Known {
-        name: "MK_RING_PIPE",
-        default: 2,
-        min: 1,
-        max: 8,
-        flag: false,
-        what: "megakernel ring: piece tickets in flight on a block's pump",
     },
     Known {
         name: "ATTN_UNROLL",

@@ -7,7 +7,7 @@
 
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
-use super::abi::{DevCtx, MEGA_BLOCKS_PER_SM, MK_RING_HDR, MK_RING_SLOTS, MK_RING_SLOT_BYTES, MROW_X_BYTES, THREADS};
+use super::abi::{DevCtx, MEGA_BLOCKS_PER_SM, MROW_X_BYTES, THREADS};
 use super::{cu, GpuExec};
 use crate::error::{Error, Result};
 use crate::isa::access::{ATTN_HEAD_DIM, ATTN_PART, GDN_HEAD_DIM, KGROUP};
@@ -19,8 +19,8 @@ use crate::isa::{slot, Opcode, Program, Word};
 pub const SMEM_PER_SM: u32 = 228 * 1024;
 pub const SMEM_PER_BLOCK: u32 = 227 * 1024;
 /// Room left per block for the kernels' static shared memory (K_GEMV's ticket slots, the megakernel's
-/// unit and wait flags and its ring's piece list: 544 bytes; ptxas reports them).
-const STATIC_SMEM_ROOM: u32 = 1024;
+/// unit and wait flags: tens of bytes; ptxas reports them).
+const STATIC_SMEM_ROOM: u32 = 256;
 
 /// Refuses a GPU with less shared memory than the launch shapes are sized for (SMEM_PER_SM,
 /// SMEM_PER_BLOCK: the H200's), rather than launches the driver would refuse mid-run.
@@ -98,42 +98,10 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     }) as u32
 }
 
-/// Whether the megakernel streams word `w` through its weight ring (ring.cuh `ring_word`): an fp8 GEMV
-/// of an M = 1 program.
-pub fn ring_word(p: &Program, w: &Word) -> bool {
-    let fp8 = w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1);
-    p.target.m_rows == 1
-        && fp8
-        && matches!(
-            w.opcode,
-            Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp
-        )
-}
-
-/// A ring word's pieces (ring.cuh `ring_geo`): row groups of 32 x weights x k-groups.
-pub fn ring_pieces(p: &Program, w: &Word) -> u64 {
-    let k = w.op(slot::W0).map(|b| p.buffers[b].cols).unwrap_or(0);
-    let nw = if w.opcode == Opcode::GemvGateUp { 2 } else { 1 };
-    (w.rows as u64 / 32) * nw * k.div_ceil(KGROUP as u64)
-}
-
-/// The megakernel's weight ring a block: its header and slots (none for an M > 1 program).
-pub fn ring_bytes(p: &Program) -> u32 {
-    MK_RING_HDR + if p.target.m_rows == 1 { MK_RING_SLOTS * MK_RING_SLOT_BYTES } else { 0 }
-}
-
-/// The megakernel's dynamic shared memory: the ring, then every word's needs (one launch runs them
-/// all; a ring word keeps only its prepared input and the block sums there), checked to fit
-/// MEGA_BLOCKS_PER_SM blocks on an SM.
+/// The megakernel's dynamic shared memory: every word's needs (one launch runs them all), checked to
+/// fit MEGA_BLOCKS_PER_SM blocks on an SM.
 pub fn mega_smem_bytes(p: &Program) -> Result<u32> {
-    let word = |w: &Word| {
-        if ring_word(p, w) {
-            xrow_bytes(w.op(slot::IN0).map(|b| p.buffers[b].cols as u32).unwrap_or(0)) + 32
-        } else {
-            smem_bytes(p, w)
-        }
-    };
-    let need = ring_bytes(p) + p.words.iter().map(word).max().unwrap_or(0);
+    let need = p.words.iter().map(|w| smem_bytes(p, w)).max().unwrap_or(0);
     if MEGA_BLOCKS_PER_SM * (need + 1024 + STATIC_SMEM_ROOM) > SMEM_PER_SM {
         crate::bail!(
             "gpu: the megakernel needs {need} bytes of shared memory a block; {MEGA_BLOCKS_PER_SM} blocks do not fit an SM"
@@ -285,9 +253,7 @@ mod tests {
         let need = p.words.iter().map(|w| smem_bytes(&p, w)).max().unwrap();
         // down_proj's x of 17,408 bf16 is the largest, with its row group's tile sums
         assert_eq!(need as usize, 17_408 * 2 + 32 + 17 * 9 * 32 * 4);
-        // the megakernel: the ring, then down_proj's x and the block sums (a ring word's tile sums are
-        // in global memory)
-        assert_eq!(mega_smem_bytes(&p).unwrap(), 128 + 2 * 32_768 + 17_408 * 2 + 32);
+        assert_eq!(mega_smem_bytes(&p).unwrap(), need);
         let mut big = p.clone();
         let down = big.words.iter().position(|w| w.opcode == Opcode::GemvResidual).unwrap();
         let x = big.words[down].op(slot::IN0).unwrap();
@@ -315,7 +281,7 @@ mod tests {
         }
         // the widest: GDN out_proj's 8 gated-norm inputs of 6,144 and one k-group's tile sums of 8 rows
         let need = mega_smem_bytes(&p).unwrap();
-        assert_eq!(need, 128 + 8 * 6_144 * 2 + 32 + 8 * 8 * 32 * 4);
+        assert_eq!(need, 8 * 6_144 * 2 + 32 + 8 * 8 * 32 * 4);
         // M = 1: no word is an M-row word
         let one = crate::compiler::compile(&cfg, "qwen3.5-27b", &crate::compiler::h200(1)).unwrap();
         assert!(one.words.iter().all(|w| mrow_gemv(&one, w).is_none()));

@@ -119,8 +119,6 @@ impl GpuExec {
         // counters, tickets, the error word and its step, the finished-step count
         let n_ctl = n_counters + n_words + 3;
         self.zero(self.layout.mk, self.layout.mk + 4 * n_ctl, "zero the megakernel counters")?;
-        let rc = self.layout.ring_ctl;
-        self.zero(rc, rc + self.layout.ring_zero, "zero the weight ring's tickets and arrival counts")?;
         let (b, mk) = (self.base, self.base + self.layout.mk as u64);
         let ctl = MkCtl {
             counters: mk,
@@ -133,10 +131,6 @@ impl GpuExec {
             step_done: mk + 4 * (n_ctl as u64 - 1),
             tokens: b + self.layout.mk_tokens as u64,
             n_steps,
-            ring_next: b + rc as u64,
-            ring_part: b + self.layout.ring_part as u64,
-            ring_arrive: b + rc as u64 + 8 * n_words as u64,
-            ring_tab: b + self.layout.ring_tab as u64,
         };
         // MEGA_BLOCKS_PER_SM blocks per SM (its launch bounds); the cooperative launch fails, instead of
         // hanging, if they cannot all be resident.
@@ -166,12 +160,6 @@ impl GpuExec {
         let pos = u32::from_le_bytes(pos);
         let e = u32::from_le_bytes([err[0], err[1], err[2], err[3]]);
         let step = u32::from_le_bytes([err[4], err[5], err[6], err[7]]);
-        if e as usize == n_words + 2 {
-            crate::bail!(
-                "megakernel: the weight ring (a block waiting for a slot) in step {step} of the launch waited more than {} s (a hang, stopped)",
-                MEGA_WAIT_TIMEOUT_NS / 1_000_000_000
-            );
-        }
         if e as usize == n_words + 1 {
             crate::bail!(
                 "megakernel: the join before step {step} of the launch waited more than {} s (a hang, stopped)",
