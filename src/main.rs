@@ -151,6 +151,10 @@ enum Cmd {
         max_context: u32,
         #[command(flatten)]
         shape: Shape,
+        /// Lower the MTP drafter's step instead (issue 27): its fc's hidden half from the target's
+        /// residual stream (`target`) or from the drafter's own (`own`).
+        #[arg(long, value_parser = ["target", "own"])]
+        drafter: Option<String>,
         /// The program file to write (RON).
         #[arg(long)]
         out: PathBuf,
@@ -345,6 +349,9 @@ enum GpuCmd {
         /// GEMV unit shapes of the checked program (balanced or fixed).
         #[arg(long, default_value = "balanced")]
         units: mk::isa::UnitPolicy,
+        /// Check the MTP drafter's program instead (issue 27).
+        #[arg(long)]
+        drafter: bool,
     },
 }
 
@@ -451,6 +458,7 @@ fn run(cli: Cli) -> Result<()> {
             rows,
             max_context,
             shape: Shape { units, unit_rows, gdn },
+            drafter,
             out,
         } => {
             let (cfg, name) = match (preset, config) {
@@ -460,7 +468,13 @@ fn run(cli: Cli) -> Result<()> {
             };
             let target =
                 mk::isa::Target { sms, threads, m_rows: rows, max_context, units, gemv_unit_rows: unit_rows, gdn };
-            let prog = mk::compiler::compile(&cfg, &name, &target)?;
+            let prog = match drafter.as_deref() {
+                None => mk::compiler::compile(&cfg, &name, &target)?,
+                Some(d) => {
+                    let input = if d == "own" { mk::compiler::DraftInput::Own } else { mk::compiler::DraftInput::Target };
+                    mk::compiler::compile_drafter(&cfg, &format!("{name}-mtp"), &target, input)?
+                }
+            };
             let summary = mk::isa::validate::validate(&prog)?;
             std::fs::write(&out, prog.to_ron()?)
                 .map_err(|e| mk::error::Error::new(format!("write {}: {e}", out.display())))?;
@@ -472,8 +486,8 @@ fn run(cli: Cli) -> Result<()> {
                 summary.counters
             );
         }
-        Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache, defines, units } } => {
-            mk::verify::gpu::ops(&dir, steps, &cache, &Defines::parse(&defines)?, units)?
+        Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache, defines, units, drafter } } => {
+            mk::verify::gpu::ops(&dir, steps, &cache, &Defines::parse(&defines)?, units, drafter)?
         }
         Cmd::Gpu { cmd: GpuCmd::Gemv { preset, reps, cache } } => {
             mk::verify::gemv::run(&preset, reps.max(1), &cache).map(|_| ())?

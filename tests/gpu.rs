@@ -29,8 +29,8 @@ fn every_op_matches_the_cpu_and_a_broken_gemv_is_caught() {
     }
     let broken = Defines::parse(&["MK_BREAK_GEMV".to_string()]).unwrap();
     let units = mk::isa::UnitPolicy::Balanced;
-    mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units).unwrap();
-    let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units).unwrap_err().to_string();
+    mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units, false).unwrap();
+    let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units, false).unwrap_err().to_string();
     assert!(e.contains("op check FAILED") && e.contains("LmHead -> logits") && e.contains("GemvNorm"), "{e}");
 }
 

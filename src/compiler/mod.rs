@@ -92,7 +92,76 @@ struct Builder<'a> {
     layer: u16,
 }
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
+    fn new(cfg: &ModelConfig, t: &'a Target) -> Builder<'a> {
+        Builder {
+            t,
+            specs: expected_tensors(cfg),
+            buffers: Vec::new(),
+            words: Vec::new(),
+            prev: None,
+            n_counters: 0,
+            partial: Vec::new(),
+            partial_need: Vec::new(),
+            layer: 0,
+        }
+    }
+    /// The attention layers' activations and scratch (every attention layer of a program shares them).
+    fn attn_bufs(&mut self, cfg: &ModelConfig, ctrl: u16, h: u16) -> AttnBufs {
+        let parts = self.t.max_context as usize / ATTN_PART;
+        let q = self.act("q", 2 * cfg.attn_q_dim());
+        let k = self.act("k", cfg.attn_kv_dim());
+        let v = self.act("v", cfg.attn_kv_dim());
+        let scores = self.scratch("attn_scores", cfg.n_heads * parts * ATTN_PART);
+        let stats = self.scratch("attn_stats", cfg.n_heads * parts * 2);
+        let attn_part = self.scratch("attn_partial", cfg.n_heads * parts * ATTN_HEAD_DIM);
+        let attn_out = self.act("attn_out", cfg.attn_q_dim());
+        AttnBufs { ctrl, h, q, k, v, scores, stats, attn_part, attn_out, parts }
+    }
+    /// The logits and the lm_head units' candidates.
+    fn head_bufs(&mut self, cfg: &ModelConfig) -> (u16, u16) {
+        let logits = self.act("logits", cfg.vocab);
+        let cand = self.scratch("candidates", 2 * (cfg.vocab as u32).div_ceil(LM_UNIT_ROWS) as usize);
+        (logits, cand)
+    }
+    /// The lm_head over `h` through the final norm `norm`, the argmax and the hand-off (every program's
+    /// last three stages; `bufs` from head_bufs).
+    fn head(&mut self, cfg: &ModelConfig, ctrl: u16, h: u16, norm: &str, bufs: (u16, u16)) -> Result<()> {
+        let (logits, cand) = bufs;
+        let lm_units = (cfg.vocab as u32).div_ceil(LM_UNIT_ROWS);
+        self.layer = 0;
+        let mut lm = self.word(Opcode::LmHead, cfg.vocab as u32, LM_UNIT_ROWS);
+        lm.ops[slot::W0] = self.weight("lm_head.weight")?;
+        lm.ops[slot::W1] = self.weight(norm)?;
+        lm.ops[slot::IN0] = h;
+        lm.ops[slot::OUT0] = logits;
+        lm.ops[slot::OUT1] = cand;
+        self.stage(vec![lm]);
+        let mut am = self.word(Opcode::Argmax, 1, 1);
+        am.arg0 = lm_units;
+        am.ops[slot::IN0] = cand;
+        am.ops[slot::OUT0] = ctrl;
+        self.stage(vec![am]);
+        let mut end = self.word(Opcode::EndStep, 1, 1);
+        end.ops[slot::IN0] = ctrl;
+        self.stage(vec![end]);
+        for i in 0..self.partial.len() {
+            let need = self.partial_need[i];
+            self.buffers[self.partial[i] as usize].cols = need;
+        }
+        Ok(())
+    }
+    fn program(self, name: &str, shape: String) -> Program {
+        Program {
+            format: FORMAT,
+            model: name.to_string(),
+            shape,
+            target: self.t.clone(),
+            n_counters: self.n_counters,
+            buffers: self.buffers,
+            words: self.words,
+        }
+    }
     fn buf(&mut self, name: &str, kind: BufKind, rows: u64, cols: u64, elem_bytes: u32) -> u16 {
         self.buffers.push(Buffer { name: name.to_string(), kind, rows, cols, elem_bytes });
         (self.buffers.len() - 1) as u16
@@ -169,7 +238,7 @@ impl Builder<'_> {
         let row_units = w.row_units();
         let stage_units = (stage_rows as u32).div_ceil(unit_rows).max(row_units);
         let k_parts = match self.t.units {
-            _ if op == Opcode::GemvGateUp || groups < 2 => 1,
+            _ if op == Opcode::GemvGateUp || op == Opcode::MtpFc || groups < 2 => 1,
             UnitPolicy::Balanced => split_parts(row_units, stage_units - row_units, groups, slots),
             UnitPolicy::Fixed => {
                 let want = SPLIT_BELOW_UNITS_PER_SM * self.t.sms;
@@ -366,19 +435,8 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
         }
         t
     };
-    let mut b = Builder {
-        t,
-        specs: expected_tensors(cfg),
-        buffers: Vec::new(),
-        words: Vec::new(),
-        prev: None,
-        n_counters: 0,
-        partial: Vec::new(),
-        partial_need: Vec::new(),
-        layer: 0,
-    };
+    let mut b = Builder::new(cfg, t);
     let (hd, p) = (cfg.hidden, cfg.prefix.clone());
-    let parts = t.max_context as usize / ATTN_PART;
     // Activations and scratch, shared by all layers (ordered reuse).
     // One control row per row m: (position + m, token m, next token m).
     let ctrl = b.buf("ctrl", BufKind::Control, t.m_rows as u64, CTRL_LEN as u64, 4);
@@ -394,18 +452,9 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
     };
     // The recurrence's output: gated-normed by GdnStep (fused), raw for GemvGatedNormResidual (split).
     let core = b.act("core", cfg.gdn_value_dim());
-    let q = b.act("q", 2 * cfg.attn_q_dim());
-    let k = b.act("k", cfg.attn_kv_dim());
-    let v = b.act("v", cfg.attn_kv_dim());
-    let scores = b.scratch("attn_scores", cfg.n_heads * parts * ATTN_PART);
-    let stats = b.scratch("attn_stats", cfg.n_heads * parts * 2);
-    let attn_part = b.scratch("attn_partial", cfg.n_heads * parts * ATTN_HEAD_DIM);
-    let attn_out = b.act("attn_out", cfg.attn_q_dim());
-    let ab = AttnBufs { ctrl, h, q, k, v, scores, stats, attn_part, attn_out, parts };
+    let ab = b.attn_bufs(cfg, ctrl, h);
     let act = b.act("act", cfg.intermediate);
-    let logits = b.act("logits", cfg.vocab);
-    let lm_units = (cfg.vocab as u32).div_ceil(LM_UNIT_ROWS);
-    let cand = b.scratch("candidates", 2 * lm_units as usize);
+    let head = b.head_bufs(cfg);
 
     let embed = b.weight(&format!("{p}embed_tokens.weight"))?;
     let mut e = b.word(Opcode::Embed, hd as u32, EMBED_UNIT);
@@ -513,26 +562,7 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
         }
         b.ffn(cfg, &lp, h, act)?;
     }
-    b.layer = 0;
-    let mut lm = b.word(Opcode::LmHead, cfg.vocab as u32, LM_UNIT_ROWS);
-    lm.ops[slot::W0] = b.weight("lm_head.weight")?;
-    lm.ops[slot::W1] = b.weight(&format!("{p}norm.weight"))?;
-    lm.ops[slot::IN0] = h;
-    lm.ops[slot::OUT0] = logits;
-    lm.ops[slot::OUT1] = cand;
-    b.stage(vec![lm]);
-    let mut am = b.word(Opcode::Argmax, 1, 1);
-    am.arg0 = lm_units;
-    am.ops[slot::IN0] = cand;
-    am.ops[slot::OUT0] = ctrl;
-    b.stage(vec![am]);
-    let mut end = b.word(Opcode::EndStep, 1, 1);
-    end.ops[slot::IN0] = ctrl;
-    b.stage(vec![end]);
-    for i in 0..b.partial.len() {
-        let need = b.partial_need[i];
-        b.buffers[b.partial[i] as usize].cols = need;
-    }
+    b.head(cfg, ctrl, h, &format!("{p}norm.weight"), head)?;
     let shape = format!(
         "hidden {}, {} layers ({} GDN + {} attention), FFN {}, vocab {}",
         cfg.hidden,
@@ -542,13 +572,65 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
         cfg.intermediate,
         cfg.vocab
     );
-    Ok(Program {
-        format: FORMAT,
-        model: name.to_string(),
-        shape,
-        target: t.clone(),
-        n_counters: b.n_counters,
-        buffers: b.buffers,
-        words: b.words,
-    })
+    Ok(b.program(name, shape))
+}
+
+/// What the MTP drafter's fc takes as its hidden half (issue 27): the target's residual stream through
+/// the target's final norm (a round's first draft, and the rows that rebuild the drafter's KV at the
+/// kept positions), or the drafter's own through `mtp.norm` (a round's later drafts). Both programs
+/// hold the same state buffers (`k_cache.0`, `v_cache.0`): an executor gives them one storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DraftInput {
+    Target,
+    Own,
+}
+
+/// Lowers the checkpoint's MTP head (`mtp.*`, the shared embedding and lm_head) into the program of one
+/// draft step (model::mtp::draft_step's arithmetic): ctrl's token is t(p + 1) and its position p, `h_in`
+/// the residual stream the fc's hidden half is normed from (DraftInput), `h` the drafter's own; the
+/// embedding, MtpFc, one full-attention decoder layer with its own KV cache (the target's attention
+/// and FFN lowering), `mtp.norm` folded into the lm_head, the argmax (the drafted token) and the
+/// hand-off (position p + 1, the drafted token next: a round's drafts chain).
+pub fn compile_drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftInput) -> Result<Program> {
+    t.check().context("compile the drafter")?;
+    if cfg.mtp_layers == 0 {
+        bail!("compile the drafter: the model has no MTP head (mtp_num_hidden_layers = 0)");
+    }
+    if t.m_rows != 1 {
+        bail!("compile the drafter: a draft step is one row (the target's M = {})", t.m_rows);
+    }
+    let mut b = Builder::new(cfg, t);
+    let (hd, p) = (cfg.hidden, cfg.prefix.clone());
+    let ctrl = b.buf("ctrl", BufKind::Control, 1, CTRL_LEN as u64, 4);
+    // (State: the host hands it in before the step, no word of the step writes it)
+    let h_in = b.buf("h_in", BufKind::State, 1, hd as u64, 2);
+    let e = b.act("e", hd);
+    let h = b.act("h", hd);
+    let ab = b.attn_bufs(cfg, ctrl, h);
+    let act = b.act("act", cfg.intermediate);
+    let head = b.head_bufs(cfg);
+    let mut em = b.word(Opcode::Embed, hd as u32, EMBED_UNIT);
+    em.ops[slot::W0] = b.weight(&format!("{p}embed_tokens.weight"))?;
+    em.ops[slot::IN0] = ctrl;
+    em.ops[slot::OUT0] = e;
+    b.stage(vec![em]);
+    let (mut fc, _) = b.gemv(Opcode::MtpFc, hd, 2 * hd, h, 0, hd, "mtp.fc.weight");
+    fc.ops[slot::W0] = b.weight("mtp.fc.weight")?;
+    fc.ops[slot::W1] = b.weight("mtp.pre_fc_norm_embedding.weight")?;
+    fc.ops[slot::W2] = b.weight("mtp.pre_fc_norm_hidden.weight")?;
+    fc.ops[slot::W3] = b.weight(match input {
+        DraftInput::Target => format!("{p}norm.weight"),
+        DraftInput::Own => "mtp.norm.weight".to_string(),
+    }
+    .as_str())?;
+    fc.ops[slot::IN0] = e;
+    fc.ops[slot::IN1] = h_in;
+    b.stage(vec![fc]);
+    let lp = "mtp.layers.0.";
+    let in_norm = b.weight(&format!("{lp}input_layernorm.weight"))?;
+    b.attention_layer(cfg, lp, 0, &ab, in_norm)?;
+    b.ffn(cfg, lp, h, act)?;
+    b.head(cfg, ctrl, h, "mtp.norm.weight", head)?;
+    let shape = format!("MTP drafter ({input:?} input): hidden {}, one attention layer, FFN {}, vocab {}", hd, cfg.intermediate, cfg.vocab);
+    Ok(b.program(name, shape))
 }

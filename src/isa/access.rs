@@ -112,6 +112,12 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                     a.row(slot::OUT0, m, rs.start, rs.end, true);
                 }
             }
+            Opcode::MtpFc => {
+                let k = a.cols(slot::IN0);
+                a.row(slot::IN0, m, 0, k, false);
+                a.r(slot::IN1, 0, k);
+                a.row(slot::OUT0, m, rs.start, rs.end, true);
+            }
             Opcode::GemvGatedNormResidual => {
                 let k = a.cols(slot::IN0);
                 a.row(slot::IN0, m, 0, k, false);

@@ -68,10 +68,15 @@ pub enum Opcode {
     /// SiLU, l2norm, gates, fp32 state update, then the gated RMSNorm of its output (GdnConv, GdnRecur
     /// and GemvGatedNormResidual's input preparation in one word, the same arithmetic).
     GdnStep = 17,
+    /// The MTP drafter's fc (issue 27): h = bf(W . [bf(rmsnorm(e; W1)), bf(rmsnorm(g; W2))]) with e = IN0
+    /// (the drafted token's embedding) and g = bf(rmsnorm(IN1; W3)) (a residual stream, the target's or
+    /// the drafter's own, through its final norm; a State buffer the host writes before the step): the
+    /// embedding half first.
+    MtpFc = 18,
 }
 
 impl Opcode {
-    pub const ALL: [Opcode; 17] = [
+    pub const ALL: [Opcode; 18] = [
         Opcode::Embed,
         Opcode::GemvNorm,
         Opcode::GemvGateUp,
@@ -89,6 +94,7 @@ impl Opcode {
         Opcode::Argmax,
         Opcode::EndStep,
         Opcode::GdnStep,
+        Opcode::MtpFc,
     ];
 
     pub fn from_u16(v: u16) -> Option<Opcode> {

@@ -109,6 +109,14 @@ pub(super) fn required(op: Opcode) -> [Option<BufKind>; slot::COUNT] {
             set(slot::OUT0, Control);
         }
         Opcode::EndStep => set(slot::IN0, Control),
+        Opcode::MtpFc => {
+            for s in [slot::W0, slot::W1, slot::W2, slot::W3] {
+                set(s, Weight);
+            }
+            set(slot::IN0, Activation);
+            set(slot::IN1, State); // the residual stream the host hands in before the step
+            set(slot::OUT0, Activation);
+        }
     }
     r
 }
@@ -196,8 +204,10 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
             );
         }
     }
-    if matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp)
-        && w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1)
+    if matches!(
+        w.opcode,
+        Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp | Opcode::MtpFc
+    ) && w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1)
     {
         // the GPU reads fp8 weights a chunk of 32 rows x one k-group at a time (exec::gpu::layout)
         let wt = &p.buffers[w.ops[slot::W0] as usize];
@@ -333,6 +343,16 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
             vector(slot::W1, w.rows as u64)?;
             vector(slot::W2, 4 * cols(slot::IN0))?;
             vector(slot::W3, GDN_HEAD_DIM as u64)?;
+        }
+        Opcode::MtpFc => {
+            // [e, g] of two inputs of one width, the fc over both, a norm weight for each
+            if cols(slot::IN1) != k {
+                bail!("{at}: shape: the fc's inputs differ in width ({k} and {})", cols(slot::IN1));
+            }
+            matrix(slot::W0, 2 * k)?;
+            for s in [slot::W1, slot::W2, slot::W3] {
+                vector(s, k)?;
+            }
         }
         _ => {}
     }

@@ -34,10 +34,37 @@ pub fn open_units(
     Ok((ck, prog, d))
 }
 
-/// `mk gpu ops`: every op of `steps` + 1 steps against the CPU interpreter, within opcheck's tolerance.
-pub fn ops(dir: &Path, steps: u32, cache: &Path, defines: &Defines, units: crate::isa::UnitPolicy) -> Result<()> {
-    let (ck, prog, mut d) = open_units(dir, 1024, cache, defines, units)?;
+/// `mk gpu ops`: every op of `steps` + 1 steps against the CPU interpreter, within opcheck's tolerance;
+/// with `drafter`, of the MTP drafter's program (`compile_drafter`, its hidden half handed the target
+/// program's residual stream after one step on the interpreter).
+pub fn ops(
+    dir: &Path,
+    steps: u32,
+    cache: &Path,
+    defines: &Defines,
+    units: crate::isa::UnitPolicy,
+    drafter: bool,
+) -> Result<()> {
+    let (ck, prog, mut d) = if drafter {
+        let ck = Checkpoint::open(dir)?;
+        let mut t = crate::compiler::h200(1);
+        t.units = units;
+        t.max_context = 1024;
+        let p = crate::compiler::compile_drafter(&ck.config, "checkpoint-mtp", &t, crate::compiler::DraftInput::Target)?;
+        let d = GpuExec::new(Gpu::open()?, &p, &Upload::new(&ck)?, cache, defines)?;
+        (ck, p, d)
+    } else {
+        open_units(dir, 1024, cache, defines, units)?
+    };
     let mut it = crate::exec::interp::Interp::new(&prog, &ck)?;
+    if drafter {
+        let target = crate::compiler::compile(&ck.config, "checkpoint", &prog.target)?;
+        let mut ti = crate::exec::interp::Interp::new(&target, &ck)?;
+        ti.step(9419, crate::exec::interp::Order::Program)?;
+        let h = ti.buffer("h").unwrap_or_default().to_vec();
+        let Some(at) = prog.buffer_id("h_in") else { crate::bail!("gpu ops: the drafter's program has no h_in") };
+        it.bufs[at] = h;
+    }
     let tokens: Vec<u32> = std::iter::once(9419).chain(1..=steps).collect();
     let stats = super::opcheck::check(&prog, &mut it, &mut d, &tokens)?;
     print!("{}", super::opcheck::print(&stats));

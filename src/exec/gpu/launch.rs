@@ -82,6 +82,12 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
         return x + 32 + red;
     }
     (match w.opcode {
+        // the fc's input is both halves (2 x IN0's width); the tile sums' room also holds the hidden
+        // half's first norm while the input is prepared (ops/mtp_fc.cuh)
+        Opcode::MtpFc => {
+            let k2 = k(slot::W0);
+            (k2 * 2).div_ceil(16) * 16 + 4 * 8 + (k2.div_ceil(KGROUP) * 9 * 32 * 4).max(k(slot::IN0) * 2)
+        }
         op if is_gemv(op) => gemv(k(slot::IN0)),
         // q, k, v, norms, two exchange rows, GdnStep's output, gates and norm weight (GDN_STEP_SMEM in
         // gdn_recur.cuh)
@@ -156,7 +162,12 @@ pub fn wait_strides(prog: &Program) -> Vec<u32> {
 fn is_gemv(op: Opcode) -> bool {
     matches!(
         op,
-        Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvGatedNormResidual | Opcode::GemvResidual | Opcode::LmHead
+        Opcode::GemvNorm
+            | Opcode::GemvGateUp
+            | Opcode::GemvGatedNormResidual
+            | Opcode::GemvResidual
+            | Opcode::LmHead
+            | Opcode::MtpFc
     )
 }
 

@@ -113,7 +113,13 @@ impl GpuExec {
         let mega_smem = launch::mega_smem_bytes(prog)?;
         let stream = gpu.stream.clone();
         let (arena, base, layout, ctx) = arena::build(&stream, prog, weights, defines.get("GRAPH_STAMPS") != 0)?;
-        let src = rows_source(m_rows as u32);
+        // An MTP drafter's program (MtpFc) compiles the megakernel's dispatch with its case (MK_MTP: left
+        // out of every other program's, where it would move ptxas's allocation; ops/mtp_fc.cuh).
+        let src = if prog.words.iter().any(|w| w.opcode == Opcode::MtpFc) {
+            format!("#define MK_MTP 1\n{}", rows_source(m_rows as u32))
+        } else {
+            rows_source(m_rows as u32)
+        };
         let (module, module_hash) = gpu.module(&src, cache, defines)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = cu(module.load_function(name), &format!("cuModuleGetFunction ({name})"))?;

@@ -70,6 +70,15 @@ impl<'a> Interp<'a> {
                     }
                 }
             }
+            Opcode::MtpFc => {
+                // ORDER: [the embedding half, the hidden half] (model::mtp::draft_step's)
+                let mut x = self.rms(self.input(&w, slot::IN0), self.vecw(&w, slot::W1), eps);
+                let g = self.rms(self.input(&w, slot::IN1), self.vecw(&w, slot::W3), eps);
+                x.extend(self.rms(&g, self.vecw(&w, slot::W2), eps));
+                let lin = self.lin(&w, slot::W0);
+                let vals: Vec<f32> = rs.clone().map(|r| bf(lin.row_dot(&x, r))).collect();
+                self.out(&w, slot::OUT0)[rs].copy_from_slice(&vals);
+            }
             Opcode::ReduceStore | Opcode::ReduceResidual => {
                 let (groups, rows) = (w.arg0 as usize, w.rows as usize);
                 let part = self.input(&w, slot::IN0);

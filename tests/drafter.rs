@@ -1,0 +1,131 @@
+//! The MTP drafter as a program (issue 27, item 1): the compiler's drafter programs on the interpreter
+//! against the CPU reference's `model::mtp::draft_step`, bit for bit (logits, the drafted token and the
+//! drafter's KV cache), in program order and in random dependency-respecting orders, with a negative
+//! control (the fc's two norm weights exchanged between its halves).
+
+mod common;
+
+use mk::compiler::{compile, compile_drafter, h200, DraftInput};
+use mk::exec::interp::{Interp, Order};
+use mk::isa::{slot, Opcode, Program};
+use mk::model::checkpoint::Checkpoint;
+use mk::model::config::ModelConfig;
+use mk::model::mtp::{draft_step, MtpState, MtpWeights};
+use mk::model::forward::Weights;
+
+fn bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+fn token(i: usize, vocab: usize) -> u32 {
+    ((i as u64 * 2_654_435_761 + 12_345) % vocab as u64) as u32
+}
+
+/// Copies buffer `name` of `from` into `to` (the drafter's programs share their state: one storage).
+fn copy_buffer(from: &Interp, to: &mut Interp, prog: &Program, name: &str) {
+    let v = from.buffer(name).unwrap().to_vec();
+    to.bufs[prog.buffer_id(name).unwrap()] = v;
+}
+
+/// `rows` rows fed from the target's hidden states (positions 0..rows: token p + 1, the target's
+/// residual at p), then `chain` drafts chained on the drafter's own output; each row's logits, token
+/// and the drafter's KV cache against draft_step. Returns the first difference.
+fn drafts(rows: usize, chain: usize, order: Order, broken: bool) -> Option<String> {
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let m = MtpWeights::from_checkpoint(&ck).unwrap();
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let t = h200(1);
+    let target = compile(&cfg, "tiny", &t).unwrap();
+    let mut from_target = compile_drafter(&cfg, "tiny-mtp", &t, DraftInput::Target).unwrap();
+    let own = compile_drafter(&cfg, "tiny-mtp", &t, DraftInput::Own).unwrap();
+    if broken {
+        // the negative control: the fc's norm weights exchanged between the halves (the program still
+        // validates: both are vectors of the hidden size)
+        let fc = from_target.words.iter_mut().find(|x| x.opcode == Opcode::MtpFc).unwrap();
+        fc.ops.swap(slot::W1, slot::W2);
+    }
+    let vocab = cfg.vocab;
+    let mut tgt = Interp::new(&target, &ck).unwrap();
+    let mut dt = Interp::new(&from_target, &ck).unwrap();
+    let mut st = MtpState::new(&cfg, t.max_context as usize);
+    let eps = cfg.rms_eps as f32;
+    let norm = ck.f32_vec(&format!("{}norm.weight", cfg.prefix));
+    let mut fed: Vec<u32> = (0..=rows).map(|i| token(i, vocab)).collect();
+    for p in 0..rows {
+        tgt.step(fed[p], Order::Program).unwrap();
+        let h = tgt.buffer("h").unwrap().to_vec();
+        let mut hidden = vec![0f32; h.len()];
+        mk::model::ops::rms_norm_block(&h, &norm, eps, &mut hidden);
+        let (want, _) = draft_step(&w, &m, &mut st, fed[p + 1], &hidden, p).unwrap();
+        dt.bufs[from_target.buffer_id("h_in").unwrap()] = h;
+        let tok = dt.step(fed[p + 1], order).unwrap();
+        if !bits(&want, dt.logits()) {
+            return Some(format!("row {p} (from the target): the logits differ"));
+        }
+        if tok != mk::model::ops::argmax(&want) as u32 {
+            return Some(format!("row {p}: drafted {tok}"));
+        }
+    }
+    // chained drafts: the drafter's own residual through mtp.norm, its KV cache carried over
+    let mut ch = Interp::new(&own, &ck).unwrap();
+    for name in ["k_cache.0", "v_cache.0", "ctrl", "h"] {
+        copy_buffer(&dt, &mut ch, &own, name);
+    }
+    let mtp_norm = ck.f32_vec("mtp.norm.weight");
+    let (mut tok, mut pos) = (dt.buffer("ctrl").unwrap()[mk::isa::access::CTRL_TOKEN] as u32, rows);
+    for j in 0..chain {
+        let h = ch.buffer("h").unwrap().to_vec();
+        let mut hidden = vec![0f32; h.len()];
+        mk::model::ops::rms_norm_block(&h, &mtp_norm, eps, &mut hidden);
+        let (want, _) = draft_step(&w, &m, &mut st, tok, &hidden, pos).unwrap();
+        ch.bufs[own.buffer_id("h_in").unwrap()] = h;
+        let next = ch.step(tok, order).unwrap();
+        if !bits(&want, ch.logits()) {
+            return Some(format!("chained draft {j} (position {pos}): the logits differ"));
+        }
+        fed.push(next);
+        (tok, pos) = (next, pos + 1);
+    }
+    let kv = pos * cfg.attn_kv_dim();
+    if !bits(&ch.buffer("k_cache.0").unwrap()[..kv], &st.k_cache[..kv])
+        || !bits(&ch.buffer("v_cache.0").unwrap()[..kv], &st.v_cache[..kv])
+    {
+        return Some("the drafter's KV cache differs".into());
+    }
+    None
+}
+
+#[test]
+fn the_drafter_program_is_draft_step_bit_for_bit() {
+    assert_eq!(drafts(6, 4, Order::Program, false), None);
+}
+
+#[test]
+fn the_drafter_program_in_any_order_is_draft_step_bit_for_bit() {
+    assert_eq!(drafts(3, 2, Order::Shuffled(7), false), None);
+}
+
+#[test]
+fn negative_control_swapped_fc_norms_are_caught() {
+    let d = drafts(2, 0, Order::Program, true).expect("the broken drafter must differ");
+    assert!(d.contains("row 0"), "{d}");
+}
+
+#[test]
+fn the_drafter_programs_validate_and_refuse_what_they_cannot_run() {
+    let cfg = ModelConfig::preset("qwen3.5-27b").unwrap();
+    for input in [DraftInput::Target, DraftInput::Own] {
+        let p = compile_drafter(&cfg, "qwen3.5-27b-mtp", &h200(1), input).unwrap();
+        mk::isa::validate::validate(&p).unwrap();
+        let fc = p.words.iter().find(|w| w.opcode == Opcode::MtpFc).unwrap();
+        assert_eq!(p.buffers[fc.ops[slot::W0] as usize].cols, 2 * cfg.hidden as u64);
+        assert_eq!(p.words.iter().filter(|w| w.opcode == Opcode::LmHead).count(), 1);
+    }
+    let e = compile_drafter(&cfg, "x", &h200(4), DraftInput::Target).unwrap_err().to_string();
+    assert!(e.contains("one row"), "{e}");
+    let mut none = cfg.clone();
+    none.mtp_layers = 0;
+    let e = compile_drafter(&none, "x", &h200(1), DraftInput::Target).unwrap_err().to_string();
+    assert!(e.contains("no MTP head"), "{e}");
+}
