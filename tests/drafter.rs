@@ -10,8 +10,8 @@ use mk::exec::interp::{Interp, Order};
 use mk::isa::{slot, Opcode, Program};
 use mk::model::checkpoint::Checkpoint;
 use mk::model::config::ModelConfig;
-use mk::model::mtp::{draft_step, MtpState, MtpWeights};
 use mk::model::forward::Weights;
+use mk::model::mtp::{draft_step, MtpState, MtpWeights};
 
 fn bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())

@@ -618,11 +618,13 @@ pub fn compile_drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftIn
     fc.ops[slot::W0] = b.weight("mtp.fc.weight")?;
     fc.ops[slot::W1] = b.weight("mtp.pre_fc_norm_embedding.weight")?;
     fc.ops[slot::W2] = b.weight("mtp.pre_fc_norm_hidden.weight")?;
-    fc.ops[slot::W3] = b.weight(match input {
-        DraftInput::Target => format!("{p}norm.weight"),
-        DraftInput::Own => "mtp.norm.weight".to_string(),
-    }
-    .as_str())?;
+    fc.ops[slot::W3] = b.weight(
+        match input {
+            DraftInput::Target => format!("{p}norm.weight"),
+            DraftInput::Own => "mtp.norm.weight".to_string(),
+        }
+        .as_str(),
+    )?;
     fc.ops[slot::IN0] = e;
     fc.ops[slot::IN1] = h_in;
     b.stage(vec![fc]);
@@ -631,6 +633,9 @@ pub fn compile_drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftIn
     b.attention_layer(cfg, lp, 0, &ab, in_norm)?;
     b.ffn(cfg, lp, h, act)?;
     b.head(cfg, ctrl, h, "mtp.norm.weight", head)?;
-    let shape = format!("MTP drafter ({input:?} input): hidden {}, one attention layer, FFN {}, vocab {}", hd, cfg.intermediate, cfg.vocab);
+    let shape = format!(
+        "MTP drafter ({input:?} input): hidden {}, one attention layer, FFN {}, vocab {}",
+        hd, cfg.intermediate, cfg.vocab
+    );
     Ok(b.program(name, shape))
 }

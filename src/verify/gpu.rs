@@ -50,7 +50,8 @@ pub fn ops(
         let mut t = crate::compiler::h200(1);
         t.units = units;
         t.max_context = 1024;
-        let p = crate::compiler::compile_drafter(&ck.config, "checkpoint-mtp", &t, crate::compiler::DraftInput::Target)?;
+        let p =
+            crate::compiler::compile_drafter(&ck.config, "checkpoint-mtp", &t, crate::compiler::DraftInput::Target)?;
         let d = GpuExec::new(Gpu::open()?, &p, &Upload::new(&ck)?, cache, defines)?;
         (ck, p, d)
     } else {

@@ -1,0 +1,373 @@
+//! `mk`'s arguments: every command and option (clap), with what each is; main.rs runs them.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "mk",
+    version,
+    about = "Qwen3.5-27B research inference engine: megakernel, CUDA-graph path, experiment runner"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Run an experiment (RON spec): diffs and timings of the paths, a results folder with charts.
+    Run {
+        /// The experiment file (RON; experiments/README.md lists them).
+        file: PathBuf,
+        /// Where results go (results/<experiment>/<utc>_<gpu-or-cpu>_<sha>/).
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// Where synthetic checkpoints of presets are generated on first use.
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        #[command(flatten)]
+        shape: Shape,
+        /// A CUDA tunable NAME=VALUE added to (or replacing one of) the experiment's `defines`, e.g.
+        /// ATTN_UNROLL=8 (repeatable; recorded with the run).
+        #[arg(long = "define", value_name = "NAME=VALUE")]
+        define: Vec<String>,
+    },
+    /// Re-render the charts of a results folder from its files.
+    Chart {
+        /// A results folder (results/<experiment>/<utc>_<gpu-or-cpu>_<sha>).
+        dir: PathBuf,
+        /// Use a record whose run did not finish (interrupted or failed): its figures are partial.
+        #[arg(long)]
+        unfinished: bool,
+    },
+    /// A/B report of two results folders (table, and a chart in the second).
+    Compare {
+        /// The A results folder.
+        a: PathBuf,
+        /// The B results folder (the chart is written here).
+        b: PathBuf,
+        /// Use records whose runs did not finish.
+        #[arg(long)]
+        unfinished: bool,
+    },
+    /// The crossover: path B's speed-up over path A against A's ms/token, across results folders
+    /// (e.g. tiny, small and 27B runs of both GPU paths); table and OUT/crossover.png.
+    Crossover {
+        /// Results folders (each with both paths timed).
+        dirs: Vec<PathBuf>,
+        /// The reference path.
+        #[arg(long, default_value = "graph")]
+        a: String,
+        /// The path whose speed-up is drawn.
+        #[arg(long, default_value = "megakernel")]
+        b: String,
+        /// Where crossover.png goes.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+        /// Use records whose runs did not finish.
+        #[arg(long)]
+        unfinished: bool,
+    },
+    /// Write a synthetic checkpoint in the real release format (config.json, shards, index).
+    Synth {
+        /// tiny, small or qwen3.5-27b.
+        #[arg(long)]
+        preset: String,
+        /// Seed of the weights (the same bytes on every machine for a seed).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The checkpoint folder to write (refused when it holds files, unless --force).
+        #[arg(long)]
+        out: PathBuf,
+        /// Write into a folder that already holds files (its checkpoint files are replaced).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Validate a checkpoint folder: every tensor's name, dtype and shape, scales, and every value.
+    Check {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Skip the scan of every weight byte for NaN/Inf (fast: headers and scales only).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Activation and logit statistics of a checkpoint under the CPU reference (random token ids).
+    Stats {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Random token ids fed (1 to the model's 262,144 positions).
+        #[arg(long, default_value_t = 32)]
+        tokens: usize,
+        /// Seed of the token ids.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Compare the CPU reference against oracle goldens (teacher-forced), with the calibrated envelope.
+    Golden {
+        /// Checkpoint folder the goldens were recorded on.
+        dir: PathBuf,
+        /// Folder of golden .safetensors files (scripts/oracle_goldens.py).
+        goldens: PathBuf,
+        /// Override RoPE theta (a negative control: a wrong theta must fail).
+        #[arg(long)]
+        rope_theta: Option<f64>,
+        /// Compare only the first N prompts (default: all).
+        #[arg(long)]
+        max_prompts: Option<usize>,
+    },
+    /// Compare the CPU reference op by op against an oracle trace (scripts/oracle_trace.py).
+    Trace {
+        /// The checkpoint folder the trace was recorded on.
+        dir: PathBuf,
+        /// The trace (.safetensors).
+        trace: PathBuf,
+    },
+    /// Lower a model into the instruction program of one decode step (RON).
+    Compile {
+        /// A preset (tiny, small, qwen3.5-27b) ...
+        #[arg(long, conflicts_with = "config")]
+        preset: Option<String>,
+        /// ... or a real config.json.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// SMs of the target GPU (the H200 has 132).
+        #[arg(long, default_value_t = 132)]
+        sms: u32,
+        /// Threads a block (the kernels run 256).
+        #[arg(long, default_value_t = 256)]
+        threads: u32,
+        /// Activation rows per step (1-8; >1 verifies speculative drafts).
+        #[arg(long, default_value_t = 1)]
+        rows: u32,
+        /// KV cache positions (a multiple of 256).
+        #[arg(long, default_value_t = 32768)]
+        max_context: u32,
+        #[command(flatten)]
+        shape: Shape,
+        /// Lower the MTP drafter's step instead (issue 27): its fc's hidden half from the target's
+        /// residual stream (`target`) or from the drafter's own (`own`).
+        #[arg(long, value_parser = ["target", "own"])]
+        drafter: Option<String>,
+        /// The program file to write (RON).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// GPU utilities.
+    Gpu {
+        #[command(subcommand)]
+        cmd: GpuCmd,
+    },
+    /// Inspect a compiled program.
+    Program {
+        #[command(subcommand)]
+        cmd: ProgramCmd,
+    },
+    /// Generation with the CPU reference forward (greedy, or sampled); prints the token ids.
+    Generate {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Prompt token ids, comma-separated (at least one).
+        #[arg(long, value_delimiter = ',', required = true, num_args = 1..)]
+        prompt: Vec<u32>,
+        /// Tokens to generate.
+        #[arg(long, default_value_t = 16)]
+        steps: usize,
+        /// 0: greedy (argmax, lowest id on ties).
+        #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+        temperature: f32,
+        /// Keep the k most likely ids (0: all).
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        /// Keep the smallest set of ids whose probability reaches p (1: all).
+        #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+        top_p: f32,
+        /// Seed of the sampling draws.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Speculative decoding with the MTP head: K drafts a round (1-7; greedy only, CPU reference;
+        /// prints the rounds' acceptance on stderr). Off when absent.
+        #[arg(long, value_name = "K")]
+        speculate: Option<usize>,
+    },
+    /// Text to token ids: one JSON string per stdin line, one JSON array of ids per stdout line.
+    Tokenize,
+    /// Token ids to text: one JSON array of ids per stdin line, one JSON string per stdout line.
+    Detokenize,
+    /// Render a chat request (JSON: messages, tools, add_generation_prompt, enable_thinking) with the chat template.
+    ChatRender {
+        /// The request (JSON).
+        file: PathBuf,
+        /// Print the token ids (a JSON array) instead of the text.
+        #[arg(long)]
+        ids: bool,
+    },
+}
+
+/// How the compiler cuts the program's work (the same bits whichever: the tests use them to exercise
+/// split-K and the split GDN lowering on small presets; M > 1 programs lower GDN split themselves).
+#[derive(clap::Args)]
+pub struct Shape {
+    /// GEMV unit shapes: balanced (makespan-chosen split-K parts) or fixed (the first policy).
+    #[arg(long, default_value = "balanced")]
+    pub units: mk::isa::UnitPolicy,
+    /// Output rows per GEMV unit (a multiple of 8, 8-256).
+    #[arg(long, default_value_t = mk::isa::DEFAULT_GEMV_UNIT_ROWS)]
+    pub unit_rows: u32,
+    /// GDN lowering: fused (one GdnStep word a layer) or split (GdnConv, GdnRecur, gated norm in out_proj).
+    #[arg(long, default_value = "fused")]
+    pub gdn: mk::isa::GdnLowering,
+}
+
+#[derive(Subcommand)]
+pub enum GpuCmd {
+    /// Compile the CUDA sources with NVRTC only (no GPU needed).
+    Compile {
+        /// The GPU architecture to compile for (the H200's is sm_90).
+        #[arg(long, default_value = "sm_90")]
+        arch: String,
+        /// Print ptxas's resource usage per kernel (registers, spills, shared memory).
+        #[arg(long)]
+        resources: bool,
+        /// Also write the CUBIN to this file, with line info (for cuobjdump -sass / nvdisasm -g).
+        #[arg(long)]
+        cubin: Option<std::path::PathBuf>,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+        /// Compile as an M-row program (verification steps of M rows, 1-8) compiles.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+        m: u32,
+    },
+    /// The GPU sampler against the CPU's: for several (temperature, top-k, top-p) settings, every
+    /// GPU-sampled token must equal `model::sample` on the step's logits with the same draw; a negative
+    /// control (the CPU with another seed) must disagree.
+    Sample {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Sampled steps per setting.
+        #[arg(long, default_value_t = 32)]
+        steps: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
+    /// Runs `steps` greedy tokens through the graph path, synchronised per step and then pipelined (one
+    /// replay in flight ahead): device memory before and after (nothing may allocate after startup),
+    /// the time per token of each, and that both produce the same tokens.
+    Soak {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Greedy steps.
+        #[arg(long, default_value_t = 1000)]
+        steps: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
+    /// The megakernel's in-kernel token loop: `steps` greedy tokens through the graph (one replay per
+    /// step), then through the megakernel with `per_launch` steps per cooperative launch; tokens and
+    /// every non-weight buffer must be the same bits. Then the device-side stop (the launch must end
+    /// at the step that produced the stop token) and ms/token of the graph, the megakernel at one step
+    /// per launch and at `per_launch`.
+    Multistep {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Greedy steps (at least 2).
+        #[arg(long, default_value_t = 64)]
+        steps: u32,
+        /// Steps per cooperative launch of the megakernel.
+        #[arg(long, default_value_t = 16)]
+        per_launch: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
+    /// M-row verification steps (M tokens at positions pos .. pos + M in one graph replay or one
+    /// megakernel launch) against one-row steps, bit for bit: every row's logits and token and the
+    /// final states, on both paths, with a negative control (two tokens swapped); then ms per step.
+    Rows {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// The Ms to check (2-8), comma separated; each divides --tokens.
+        #[arg(long, value_delimiter = ',', default_value = "2,3,4,8")]
+        m: Vec<u32>,
+        /// Tokens fed from position 0 (264 crosses position 256, the second attention partition).
+        #[arg(long, default_value_t = 264)]
+        tokens: u32,
+        /// Timed steps per path and M.
+        #[arg(long, default_value_t = 20)]
+        reps: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
+    /// Decode step v2's fp8 GEMV (megakernel/ring.cuh) on every fp8 shape of a preset: checked against
+    /// the CPU in f64, then its bandwidth beside the same kernel with the arithmetic off (loads only).
+    Gemv {
+        /// tiny, small or qwen3.5-27b.
+        #[arg(long, default_value = "qwen3.5-27b")]
+        preset: String,
+        /// Timed rotations per shape and kernel (medians).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+    },
+    /// Every op on the GPU against the CPU op on the same inputs (the CPU interpreter), per opcode.
+    Ops {
+        /// Checkpoint folder.
+        dir: PathBuf,
+        /// Decode steps (token ids 1..=steps after the prompt id 9419).
+        #[arg(long, default_value_t = 3)]
+        steps: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+        /// GEMV unit shapes of the checked program (balanced or fixed).
+        #[arg(long, default_value = "balanced")]
+        units: mk::isa::UnitPolicy,
+        /// Check the MTP drafter's program instead (issue 27).
+        #[arg(long)]
+        drafter: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ProgramCmd {
+    /// Print the CUDA header generated from the instruction set (megakernel/abi.cuh).
+    Header,
+    /// List the words: index, opcode, layer, rows, units, bytes streamed, wait and signal.
+    Show {
+        /// The program file (RON).
+        file: PathBuf,
+    },
+    /// Counts: a line `instructions: N`, counts per opcode, bytes per step.
+    Stats {
+        /// The program file (RON).
+        file: PathBuf,
+    },
+    /// Run the static validator.
+    Check {
+        /// The program file (RON).
+        file: PathBuf,
+    },
+}
