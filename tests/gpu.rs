@@ -32,6 +32,10 @@ fn every_op_matches_the_cpu_and_a_broken_gemv_is_caught() {
     mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units, false).unwrap();
     let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units, false).unwrap_err().to_string();
     assert!(e.contains("op check FAILED") && e.contains("LmHead -> logits") && e.contains("GemvNorm"), "{e}");
+    // the MTP drafter's program (issue 27): its MtpFc and every other word, and the same control
+    mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units, true).unwrap();
+    let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units, true).unwrap_err().to_string();
+    assert!(e.contains("op check FAILED") && e.contains("MtpFc -> h"), "{e}");
 }
 
 #[test]
