@@ -129,3 +129,52 @@ fn the_drafter_programs_validate_and_refuse_what_they_cannot_run() {
     let e = compile_drafter(&none, "x", &h200(1), DraftInput::Target).unwrap_err().to_string();
     assert!(e.contains("no MTP head"), "{e}");
 }
+
+/// Greedy speculation on programs with the MTP drafter's programs (exec::interp::spec::speculate_mtp):
+/// the plain greedy tokens, and the same drafts (every one) and acceptance as the CPU reference's MTP
+/// rounds (model::spec_generate), at k = 3 and k = 1; a drafter with its fc's norms exchanged drafts
+/// otherwise (the negative control).
+#[test]
+fn speculation_with_the_drafter_programs_is_the_references() {
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let m = MtpWeights::from_checkpoint(&ck).unwrap();
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let prompt: Vec<u32> = (0..5).map(|i| token(i, cfg.vocab)).collect();
+    let steps = 24;
+    let greedy =
+        mk::model::forward::generate(&w, &prompt, steps, &mk::model::sample::SamplingParams::greedy(), 0).unwrap();
+    let run = |k: usize, broken: bool| {
+        let mut t = h200(k as u32 + 1);
+        t.max_context = 256;
+        let target = compile(&cfg, "tiny", &t).unwrap();
+        let mut t1 = h200(1);
+        t1.max_context = 256;
+        let mut dt = compile_drafter(&cfg, "tiny-mtp", &t1, DraftInput::Target).unwrap();
+        let own = compile_drafter(&cfg, "tiny-mtp", &t1, DraftInput::Own).unwrap();
+        if broken {
+            dt.words.iter_mut().find(|x| x.opcode == Opcode::MtpFc).unwrap().ops.swap(slot::W1, slot::W2);
+        }
+        let (mut it, mut a, mut b) =
+            (Interp::new(&target, &ck).unwrap(), Interp::new(&dt, &ck).unwrap(), Interp::new(&own, &ck).unwrap());
+        let progs = mk::exec::interp::spec::MtpPrograms { from_target: &mut a, own: &mut b };
+        mk::exec::interp::spec::speculate_mtp(&mut it, progs, &prompt, steps).unwrap()
+    };
+    for k in [3usize, 1] {
+        let (toks, stats) = run(k, false);
+        let drafter = mk::model::spec_generate::Drafter::Mtp(&m);
+        let (want, want_stats) =
+            mk::model::spec_generate::generate_speculative(&w, &drafter, &prompt, steps, k).unwrap();
+        assert_eq!(toks, greedy, "k = {k}: the plain greedy tokens");
+        assert_eq!(toks, want, "k = {k}");
+        // the same drafts, round by round (none is accepted with synthetic weights: the drafts are what
+        // tells a wrong drafter)
+        assert_eq!(stats, want_stats, "k = {k}: the reference's rounds, drafts and acceptance");
+        assert_eq!(stats.drafts.len(), stats.rounds * k);
+        if k == 3 {
+            let (bt, bs) = run(k, true);
+            assert_eq!(bt, greedy, "a wrong drafter still emits the target's tokens");
+            assert_ne!(bs.drafts, want_stats.drafts, "the negative control: a wrong drafter's drafts");
+        }
+    }
+}

@@ -35,6 +35,9 @@ pub struct SpecStats {
     pub rounds: usize,
     pub drafted: usize,
     pub accepted: usize,
+    /// Every drafted token, round after round (what two drafters' runs compare when none is accepted:
+    /// synthetic weights agree with their own drafts almost never).
+    pub drafts: Vec<u32>,
 }
 
 impl std::fmt::Display for SpecStats {
@@ -119,6 +122,7 @@ pub fn generate_speculative(
                 })
                 .collect(),
         };
+        stats.drafts.extend(&draft);
         let mut rows = vec![t];
         rows.extend(&draft);
         let (outs, round) = verify(w, &mut st, &rows)?;

@@ -7,8 +7,11 @@
 //! continuation (`truth`, given), the rest certainly wrong. Its tokens must be plain greedy decoding's
 //! whatever `agree` is, since only the target's choices are ever emitted.
 //!
-//! Owns: `speculate_forced`. Refuses: M < 2, agree > k, an empty prompt, more positions than the
-//! program's context holds (prompt + steps + one round's rows).
+//! `speculate_mtp` drafts with the MTP drafter's programs instead (`compiler::compile_drafter`), the
+//! reference's MTP rounds (`model::spec_generate`) on programs.
+//!
+//! Owns: `speculate_forced`, `speculate_mtp`. Refuses: M < 2, agree > k, an empty prompt, more positions
+//! than the programs' context holds (prompt + steps + one round's rows), a drafter without `h_in`.
 
 use super::Interp;
 use crate::bail;
@@ -65,6 +68,7 @@ pub fn speculate_forced(
                 }
             })
             .collect();
+        stats.drafts.extend(&draft);
         let mut rows = vec![t];
         rows.extend(&draft);
         let (target, round) = it.verify_rows(&rows)?;
@@ -73,6 +77,110 @@ pub fn speculate_forced(
         stats.rounds += 1;
         stats.drafted += k;
         stats.accepted += emitted.len() - 1;
+        out.extend(&emitted);
+    }
+    out.truncate(steps);
+    Ok((out, stats))
+}
+
+/// The MTP drafter's two programs on the interpreter (`compiler::compile_drafter`): `from_target` for a
+/// round's first draft and the rows that rebuild the drafter's KV at the kept positions (its `h_in` the
+/// target's residual stream), `own` for the chained drafts (its `h_in` the drafter's own). One KV storage
+/// in effect: `from_target`'s is the drafter's cache, copied into `own` before a round's chained drafts.
+pub struct MtpPrograms<'i, 'a> {
+    pub from_target: &'i mut Interp<'a>,
+    pub own: &'i mut Interp<'a>,
+}
+
+/// One draft step of `d` at position `pos` on token `tok` with `h_in`; returns the drafted token and the
+/// drafter's residual stream after it.
+fn draft_on(d: &mut Interp, pos: usize, tok: u32, h_in: &[f32]) -> Result<(u32, Vec<f32>)> {
+    let (ctrl, at) = (d.ctrl, d.prog.buffer_id("h_in"));
+    let Some(at) = at else { bail!("speculation: {} is not a drafter's program (no h_in)", d.prog.model) };
+    if d.bufs[at].len() != h_in.len() {
+        bail!("speculation: the drafter's h_in holds {}, the target's h {}", d.bufs[at].len(), h_in.len());
+    }
+    d.bufs[at].copy_from_slice(h_in);
+    d.bufs[ctrl][crate::isa::access::CTRL_POS] = pos as f32;
+    let next = d.step(tok, super::Order::Program)?;
+    Ok((next, d.buffer("h").unwrap_or_default().to_vec()))
+}
+
+/// `steps` tokens after `prompt`, greedy, on `it`'s M-row program with k = M - 1 drafts a round from the
+/// MTP drafter's programs (`model::spec_generate`'s MTP rounds on programs: row p of the drafter takes
+/// token p + 1 and the target's hidden at p; its drafts chain on its own output). Its tokens must be
+/// plain greedy decoding's, and its drafts the reference's.
+pub fn speculate_mtp(it: &mut Interp, mtp: MtpPrograms, prompt: &[u32], steps: usize) -> Result<(Vec<u32>, SpecStats)> {
+    let m = it.prog.target.m_rows as usize;
+    let k = m.saturating_sub(1);
+    if m < 2 {
+        bail!("speculation: the program has M = {m} rows (a verification step needs at least 2)");
+    }
+    if prompt.is_empty() {
+        bail!("speculation: an empty prompt");
+    }
+    let ctx = it.prog.target.max_context.min(mtp.from_target.prog.target.max_context) as usize;
+    if prompt.len().div_ceil(m) * m + steps + m > ctx {
+        bail!(
+            "speculation: {} prompt tokens and {steps} steps (M = {m}) pass the programs' context {ctx}",
+            prompt.len()
+        );
+    }
+    let hd = it.cfg.hidden;
+    let rows_of = |it: &Interp| it.buffer_full("h").unwrap_or_default();
+    // the prompt, M rows a step; the drafter's rows over it (row p: token p + 1, hidden p)
+    let (mut next, mut h_prev, mut fed) = (0, Vec::new(), 0);
+    for chunk in prompt.chunks(m) {
+        let mut rows = chunk.to_vec();
+        rows.resize(m, 0);
+        let (toks, round) = it.verify_rows(&rows)?;
+        let h = rows_of(it);
+        it.commit_rows(round, chunk.len())?;
+        for (r, hr) in h.chunks_exact(hd).take(chunk.len()).enumerate() {
+            let p = fed + r;
+            if p + 1 < prompt.len() {
+                draft_on(mtp.from_target, p, prompt[p + 1], hr)?;
+            }
+            h_prev = hr.to_vec();
+        }
+        fed += chunk.len();
+        next = toks[chunk.len() - 1];
+    }
+    let mut out = vec![next];
+    let mut stats = SpecStats::default();
+    while out.len() < steps {
+        let t = *out.last().unwrap_or(&0);
+        let pos = it.pos(); // t's position (not yet fed)
+        let mut draft = Vec::with_capacity(k);
+        let (mut tok, mut h) = draft_on(mtp.from_target, pos - 1, t, &h_prev)?;
+        draft.push(tok);
+        if k > 1 {
+            for name in ["k_cache.0", "v_cache.0"] {
+                let v = mtp.from_target.buffer(name).unwrap_or_default().to_vec();
+                let Some(at) = mtp.own.prog.buffer_id(name) else { bail!("speculation: the drafter has no {name}") };
+                mtp.own.bufs[at] = v;
+            }
+        }
+        for i in 1..k {
+            (tok, h) = draft_on(mtp.own, pos - 1 + i, tok, &h)?;
+            draft.push(tok);
+        }
+        stats.drafts.extend(&draft);
+        let mut rows = vec![t];
+        rows.extend(&draft);
+        let (target, round) = it.verify_rows(&rows)?;
+        let hs = rows_of(it);
+        let emitted = accept_greedy(&draft, &target)?;
+        let kept = emitted.len();
+        it.commit_rows(round, kept)?;
+        stats.rounds += 1;
+        stats.drafted += k;
+        stats.accepted += kept - 1;
+        // the drafter's rows at the kept positions from the target's hidden states
+        for r in 0..kept - 1 {
+            draft_on(mtp.from_target, pos + r, rows[r + 1], &hs[r * hd..(r + 1) * hd])?;
+        }
+        h_prev = hs[(kept - 1) * hd..kept * hd].to_vec();
         out.extend(&emitted);
     }
     out.truncate(steps);
