@@ -51,7 +51,7 @@ fn drafts(rows: usize, chain: usize, order: Order, broken: bool) -> Option<Strin
     let mut st = MtpState::new(&cfg, t.max_context as usize);
     let eps = cfg.rms_eps as f32;
     let norm = ck.f32_vec(&format!("{}norm.weight", cfg.prefix));
-    let mut fed: Vec<u32> = (0..=rows).map(|i| token(i, vocab)).collect();
+    let fed: Vec<u32> = (0..=rows).map(|i| token(i, vocab)).collect();
     for p in 0..rows {
         tgt.step(fed[p], Order::Program).unwrap();
         let h = tgt.buffer("h").unwrap().to_vec();
@@ -84,7 +84,9 @@ fn drafts(rows: usize, chain: usize, order: Order, broken: bool) -> Option<Strin
         if !bits(&want, ch.logits()) {
             return Some(format!("chained draft {j} (position {pos}): the logits differ"));
         }
-        fed.push(next);
+        if next != mk::model::ops::argmax(&want) as u32 {
+            return Some(format!("chained draft {j}: drafted {next}"));
+        }
         (tok, pos) = (next, pos + 1);
     }
     let kv = pos * cfg.attn_kv_dim();

@@ -1,6 +1,8 @@
 // op_mtp_fc: the MTP drafter's fc (issue 27): h[r] = bf(W . [bf(rmsnorm(e; W1)), bf(rmsnorm(g; W2))]),
 // e = IN0, g = bf(rmsnorm(IN1; W3)) (the residual stream handed in, through its final norm); the
-// embedding half first (model::mtp::draft_step's order). Checked by `mk gpu ops DIR --drafter`.
+// embedding half first (model::mtp::draft_step's order). Checked by `mk gpu ops DIR --drafter` with the
+// release's bf16 fc (every checkpoint's: mtp.fc is not quantised); the fp8 form (the 2^64 input scale,
+// g in the tile sums' room) and the megakernel's case (the op check runs k_mtp_fc) have not run yet.
 
 // The fc's prepared input (into shared memory, when `fresh`): both halves normed by block_rmsnorm (its
 // order), times 2^64 for an fp8 fc; g passes through the tile sums' room first (the GEMV's, unused

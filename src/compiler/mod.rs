@@ -189,9 +189,9 @@ impl<'a> Builder<'a> {
     fn word(&self, op: Opcode, rows: u32, unit_rows: u32) -> Word {
         let mut w = Word::new(op);
         w.layer = self.layer;
-        w.m_rows = self.t.m_rows as u8; // 1-8, checked by compile()
+        w.m_rows = self.t.m_rows as u8; // 1-8, checked by compile() and compile_drafter()
         w.rows = rows;
-        w.unit_rows = unit_rows as u16; // the constants here and GEMV unit rows <= 256, checked by compile()
+        w.unit_rows = unit_rows as u16; // the constants here and GEMV unit rows <= 256, checked by compile() and compile_drafter()
         w.units = w.row_units();
         w
     }
@@ -415,15 +415,22 @@ pub fn split_parts(row_units: u32, other: u32, groups: u32, slots: u32) -> u32 {
     (1..=groups).min_by_key(|&k| (cost(k), k)).unwrap_or(1)
 }
 
-/// Lowers `cfg` for `t` into the program of one decode step.
-pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
-    t.check().context("compile")?;
+/// What every lowering needs of the model and the target (the kernels' head sizes, unit rows that fit a
+/// word's 16 bits and the GEMV kernels' shapes).
+fn check(cfg: &ModelConfig, t: &Target, what: &str) -> Result<()> {
+    t.check().context(what.to_string())?;
     if cfg.head_dim != ATTN_HEAD_DIM || cfg.gdn_k_dim != GDN_HEAD_DIM || cfg.gdn_v_dim != GDN_HEAD_DIM {
-        bail!("compile: head dims must be {ATTN_HEAD_DIM} (attention) and {GDN_HEAD_DIM} (GDN)");
+        bail!("{what}: head dims must be {ATTN_HEAD_DIM} (attention) and {GDN_HEAD_DIM} (GDN)");
     }
     if t.gemv_unit_rows % 8 != 0 || !(8..=256).contains(&t.gemv_unit_rows) {
-        bail!("compile: GEMV unit rows {} (a multiple of 8 from 8 to 256)", t.gemv_unit_rows);
+        bail!("{what}: GEMV unit rows {} (a multiple of 8 from 8 to 256)", t.gemv_unit_rows);
     }
+    Ok(())
+}
+
+/// Lowers `cfg` for `t` into the program of one decode step.
+pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
+    check(cfg, t, "compile")?;
     // M > 1 (a verification step over M consecutive positions) lowers GDN split: every op runs its
     // rows in order inside each unit, and the fused step's conv ring slots of a group's q/k channels
     // (written by the group's first head, read by the others) would be overwritten by one head's later
@@ -592,7 +599,7 @@ pub enum DraftInput {
 /// and FFN lowering), `mtp.norm` folded into the lm_head, the argmax (the drafted token) and the
 /// hand-off (position p + 1, the drafted token next: a round's drafts chain).
 pub fn compile_drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftInput) -> Result<Program> {
-    t.check().context("compile the drafter")?;
+    check(cfg, t, "compile the drafter")?;
     if cfg.mtp_layers == 0 {
         bail!("compile the drafter: the model has no MTP head (mtp_num_hidden_layers = 0)");
     }

@@ -119,7 +119,9 @@ pub fn speculate_mtp(it: &mut Interp, mtp: MtpPrograms, prompt: &[u32], steps: u
     if prompt.is_empty() {
         bail!("speculation: an empty prompt");
     }
-    let ctx = it.prog.target.max_context.min(mtp.from_target.prog.target.max_context) as usize;
+    let ctx =
+        it.prog.target.max_context.min(mtp.from_target.prog.target.max_context).min(mtp.own.prog.target.max_context)
+            as usize;
     if prompt.len().div_ceil(m) * m + steps + m > ctx {
         bail!(
             "speculation: {} prompt tokens and {steps} steps (M = {m}) pass the programs' context {ctx}",
@@ -158,6 +160,9 @@ pub fn speculate_mtp(it: &mut Interp, mtp: MtpPrograms, prompt: &[u32], steps: u
             for name in ["k_cache.0", "v_cache.0"] {
                 let v = mtp.from_target.buffer(name).unwrap_or_default().to_vec();
                 let Some(at) = mtp.own.prog.buffer_id(name) else { bail!("speculation: the drafter has no {name}") };
+                if mtp.own.bufs[at].len() != v.len() {
+                    bail!("speculation: the drafter's two programs hold {name} of different sizes");
+                }
                 mtp.own.bufs[at] = v;
             }
         }
