@@ -160,7 +160,7 @@ fn speculation_with_the_drafter_programs_is_the_references() {
         let (mut it, mut a, mut b) =
             (Interp::new(&target, &ck).unwrap(), Interp::new(&dt, &ck).unwrap(), Interp::new(&own, &ck).unwrap());
         let progs = mk::exec::interp::spec::MtpPrograms { from_target: &mut a, own: &mut b };
-        mk::exec::interp::spec::speculate_mtp(&mut it, progs, &prompt, steps).unwrap()
+        mk::exec::interp::spec::speculate_mtp(&mut it, progs, &prompt, steps, None).unwrap()
     };
     for k in [3usize, 1] {
         let (toks, stats) = run(k, false);
@@ -179,4 +179,45 @@ fn speculation_with_the_drafter_programs_is_the_references() {
             assert_ne!(bs.drafts, want_stats.drafts, "the negative control: a wrong drafter's drafts");
         }
     }
+}
+
+/// With every draft forced to the greedy continuation (so every row of a round is kept), the drafter's KV
+/// cache after speculation on programs is the one the reference's draft steps build row by row over the
+/// emitted sequence (row p: token p + 1, the target's hidden at p): the rebuild over whole rounds.
+#[test]
+fn the_drafter_cache_rebuilt_over_whole_rounds_is_the_sequential_one() {
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let m = MtpWeights::from_checkpoint(&ck).unwrap();
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let prompt: Vec<u32> = (0..3).map(|i| token(i, cfg.vocab)).collect();
+    let (steps, k) = (13, 3);
+    let greedy =
+        mk::model::forward::generate(&w, &prompt, steps + k + 1, &mk::model::sample::SamplingParams::greedy(), 0)
+            .unwrap();
+    let (mut t, mut t1) = (h200(k as u32 + 1), h200(1));
+    t.max_context = 256;
+    t1.max_context = 256;
+    let target = compile(&cfg, "tiny", &t).unwrap();
+    let dt = compile_drafter(&cfg, "tiny-mtp", &t1, DraftInput::Target).unwrap();
+    let own = compile_drafter(&cfg, "tiny-mtp", &t1, DraftInput::Own).unwrap();
+    let (mut it, mut a, mut b) =
+        (Interp::new(&target, &ck).unwrap(), Interp::new(&dt, &ck).unwrap(), Interp::new(&own, &ck).unwrap());
+    let progs = mk::exec::interp::spec::MtpPrograms { from_target: &mut a, own: &mut b };
+    let (toks, stats) = mk::exec::interp::spec::speculate_mtp(&mut it, progs, &prompt, steps, Some(&greedy)).unwrap();
+    assert_eq!(toks, greedy[..steps]);
+    assert_eq!(stats.accepted, stats.rounds * k, "every forced draft kept");
+    // the reference: the target's hidden states over the fed sequence, then the drafter row by row
+    let fed: Vec<u32> = prompt.iter().chain(&greedy).copied().take(it.pos() + 1).collect();
+    let mut st = mk::model::forward::State::new(&cfg, 256);
+    let hidden: Vec<Vec<f32>> =
+        fed[..it.pos()].iter().map(|&x| mk::model::forward::step_hidden(&w, &mut st, x, None).unwrap().1).collect();
+    let mut ms = MtpState::new(&cfg, 256);
+    let rows = it.pos() - 1; // the settled rows (the next round's first draft writes row it.pos() - 1)
+    for p in 0..rows {
+        draft_step(&w, &m, &mut ms, fed[p + 1], &hidden[p], p).unwrap();
+    }
+    let kv = rows * cfg.attn_kv_dim();
+    assert!(bits(&a.buffer("k_cache.0").unwrap()[..kv], &ms.k_cache[..kv]), "the drafter's keys over {rows} rows");
+    assert!(bits(&a.buffer("v_cache.0").unwrap()[..kv], &ms.v_cache[..kv]), "the drafter's values over {rows} rows");
 }

@@ -109,8 +109,16 @@ fn draft_on(d: &mut Interp, pos: usize, tok: u32, h_in: &[f32]) -> Result<(u32, 
 /// `steps` tokens after `prompt`, greedy, on `it`'s M-row program with k = M - 1 drafts a round from the
 /// MTP drafter's programs (`model::spec_generate`'s MTP rounds on programs: row p of the drafter takes
 /// token p + 1 and the target's hidden at p; its drafts chain on its own output). Its tokens must be
-/// plain greedy decoding's, and its drafts the reference's.
-pub fn speculate_mtp(it: &mut Interp, mtp: MtpPrograms, prompt: &[u32], steps: usize) -> Result<(Vec<u32>, SpecStats)> {
+/// plain greedy decoding's, and its drafts the reference's. `agree`: a test's forced acceptance (the
+/// drafter runs, but a round's drafts are replaced by `truth`, the greedy continuation, so that every row
+/// is kept and the drafter's KV is rebuilt over whole rounds); None for the drafter's own drafts.
+pub fn speculate_mtp(
+    it: &mut Interp,
+    mtp: MtpPrograms,
+    prompt: &[u32],
+    steps: usize,
+    agree: Option<&[u32]>,
+) -> Result<(Vec<u32>, SpecStats)> {
     let m = it.prog.target.m_rows as usize;
     let k = m.saturating_sub(1);
     if m < 2 {
@@ -154,7 +162,10 @@ pub fn speculate_mtp(it: &mut Interp, mtp: MtpPrograms, prompt: &[u32], steps: u
         let t = *out.last().unwrap_or(&0);
         let pos = it.pos(); // t's position (not yet fed)
         let mut draft = Vec::with_capacity(k);
+        // (a forced draft replaces the drafted token, as input of the next draft step too)
+        let forced = |i: usize, tok: u32| agree.map_or(tok, |tr| tr.get(out.len() + i).copied().unwrap_or(0));
         let (mut tok, mut h) = draft_on(mtp.from_target, pos - 1, t, &h_prev)?;
+        tok = forced(0, tok);
         draft.push(tok);
         if k > 1 {
             for name in ["k_cache.0", "v_cache.0"] {
@@ -168,6 +179,7 @@ pub fn speculate_mtp(it: &mut Interp, mtp: MtpPrograms, prompt: &[u32], steps: u
         }
         for i in 1..k {
             (tok, h) = draft_on(mtp.own, pos - 1 + i, tok, &h)?;
+            tok = forced(i, tok);
             draft.push(tok);
         }
         stats.drafts.extend(&draft);
