@@ -132,6 +132,18 @@ fn the_drafter_programs_validate_and_refuse_what_they_cannot_run() {
     assert!(e.contains("no MTP head"), "{e}");
 }
 
+/// The tiny target's M = k + 1 program and the drafter's two programs, 256 positions each.
+fn spec_programs(cfg: &ModelConfig, k: usize) -> (Program, Program, Program) {
+    let (mut t, mut t1) = (h200(k as u32 + 1), h200(1));
+    t.max_context = 256;
+    t1.max_context = 256;
+    (
+        compile(cfg, "tiny", &t).unwrap(),
+        compile_drafter(cfg, "tiny-mtp", &t1, DraftInput::Target).unwrap(),
+        compile_drafter(cfg, "tiny-mtp", &t1, DraftInput::Own).unwrap(),
+    )
+}
+
 /// Greedy speculation on programs with the MTP drafter's programs (exec::interp::spec::speculate_mtp):
 /// the plain greedy tokens, and the same drafts (every one) and acceptance as the CPU reference's MTP
 /// rounds (model::spec_generate), at k = 3 and k = 1; a drafter with its fc's norms exchanged drafts
@@ -147,13 +159,7 @@ fn speculation_with_the_drafter_programs_is_the_references() {
     let greedy =
         mk::model::forward::generate(&w, &prompt, steps, &mk::model::sample::SamplingParams::greedy(), 0).unwrap();
     let run = |k: usize, broken: bool| {
-        let mut t = h200(k as u32 + 1);
-        t.max_context = 256;
-        let target = compile(&cfg, "tiny", &t).unwrap();
-        let mut t1 = h200(1);
-        t1.max_context = 256;
-        let mut dt = compile_drafter(&cfg, "tiny-mtp", &t1, DraftInput::Target).unwrap();
-        let own = compile_drafter(&cfg, "tiny-mtp", &t1, DraftInput::Own).unwrap();
+        let (target, mut dt, own) = spec_programs(&cfg, k);
         if broken {
             dt.words.iter_mut().find(|x| x.opcode == Opcode::MtpFc).unwrap().ops.swap(slot::W1, slot::W2);
         }
@@ -195,12 +201,7 @@ fn the_drafter_cache_rebuilt_over_whole_rounds_is_the_sequential_one() {
     let greedy =
         mk::model::forward::generate(&w, &prompt, steps + k + 1, &mk::model::sample::SamplingParams::greedy(), 0)
             .unwrap();
-    let (mut t, mut t1) = (h200(k as u32 + 1), h200(1));
-    t.max_context = 256;
-    t1.max_context = 256;
-    let target = compile(&cfg, "tiny", &t).unwrap();
-    let dt = compile_drafter(&cfg, "tiny-mtp", &t1, DraftInput::Target).unwrap();
-    let own = compile_drafter(&cfg, "tiny-mtp", &t1, DraftInput::Own).unwrap();
+    let (target, dt, own) = spec_programs(&cfg, k);
     let (mut it, mut a, mut b) =
         (Interp::new(&target, &ck).unwrap(), Interp::new(&dt, &ck).unwrap(), Interp::new(&own, &ck).unwrap());
     let progs = mk::exec::interp::spec::MtpPrograms { from_target: &mut a, own: &mut b };
