@@ -48,6 +48,9 @@ static_assert(sizeof(Word) == 64, "instruction word is 64 bytes");
 #define THREADS 256
 #define KGROUP 1024
 #define ATTN_PART 256
+#define CTRL_LEN 4
+#define CTRL_COMMIT 3
+#define GDN_HIST_HEAD 258
 #define MAX_GROUP 8
 #define SAMPLE_MAX 2048
 #define SAMPLE_CAP 4096

@@ -314,10 +314,12 @@ __device__ __forceinline__ float* mrow_red(char* smem, unsigned K, bool x_smem) 
 // input. EndStep runs once over every row. M_ROWS == 1: the op, once. f(c, row): row is true inside the
 // row loop (each row re-prepares its input).
 // Whether word w's unit takes the M rows of a step itself (M_ROWS > 1): the M-row GEMVs (`mrow_gemv`),
-// the split-K reduces (rows independent: one loop over (row, output) pairs) and GdnRecur (its state
-// column in registers across the rows, gdn_head).
+// the split-K reduces (rows independent: one loop over (row, output) pairs), GdnRecur (its state
+// column in registers across the rows, gdn_head) and GdnConv (the deferred commit: its channels' ring
+// window in registers across the rows).
 __device__ __forceinline__ bool mrow_word(const DevCtx& c, const Word& w) {
-  return M_ROWS > 1 && (mrow_gemv(c, w) || w.opcode == OP_REDUCE_STORE || w.opcode == OP_REDUCE_RESIDUAL || w.opcode == OP_GDN_RECUR);
+  return M_ROWS > 1 && (mrow_gemv(c, w) || w.opcode == OP_REDUCE_STORE || w.opcode == OP_REDUCE_RESIDUAL ||
+                        w.opcode == OP_GDN_RECUR || w.opcode == OP_GDN_CONV);
 }
 
 template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, F f) {

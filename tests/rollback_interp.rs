@@ -1,15 +1,17 @@
-//! Rollback by replay on the interpreter (issue 27, item 5): on the tiny preset, rounds of an M = 4
-//! verification step (the last token and three drafts) each keep n = 1 ..= 4 rows (every accept count
-//! 0 ..= 3), over 270 positions (across the first attention partition boundary, 256), and of M = 3 (a
-//! step of M moves the positions by M, which the conv ring of 4 slots would not tell apart from the
-//! replay's at M = 4); after every round
-//! the kept rows' logits, every conv ring and recurrent state, the KV caches below the position, and the
-//! position equal those of the direct reference stepping only the kept tokens, bit for bit. The
-//! negative control replays without restoring the frozen state and must be caught.
+//! Rollback on the interpreter (issue 27, item 5): on the tiny preset, rounds of an M = 4 verification
+//! step (the last token and three drafts) each keep n = 1 ..= 4 rows (every accept count 0 ..= 3), over
+//! 270 positions (across the first attention partition boundary, 256), and of M = 3 (a step of M moves
+//! the positions by M, which the conv ring of 4 slots would not tell apart from a commit at M = 4).
+//! The GDN updates are deferred (the next step commits the kept rows: `exec::interp` rollback.rs), so
+//! each round's kept rows' logits are compared with the direct reference stepping only the kept
+//! tokens (a wrong commit of the last round shows in them), and the committed state after a flush:
+//! every conv ring and recurrent state, the KV caches below the position, and the position, bit for
+//! bit. Flushed after every round (the state compared each round) and only at the end (the commit
+//! carried by the next real step). The negative control keeps the rejected rows' GDN updates.
 
 mod common;
 use mk::compiler::{compile, h200};
-use mk::exec::interp::Interp;
+use mk::exec::interp::{Interp, Order};
 use mk::model::checkpoint::Checkpoint;
 use mk::model::config::ModelConfig;
 use mk::model::forward::{step, State, Weights};
@@ -21,9 +23,9 @@ fn token(i: usize, salt: u64, vocab: usize) -> u32 {
     ((i as u64 * 2_654_435_761 + 9419 + salt * 40_503) % vocab as u64) as u32
 }
 
-/// Runs rounds of M = `m` rows until position `until`; round s keeps `keep(s)` rows. Returns the first
-/// difference.
-fn rounds(m: usize, until: usize, keep: impl Fn(usize) -> usize, negative: bool) -> Option<String> {
+/// Runs rounds of M = `m` rows until position `until`; round s keeps `keep(s)` rows; `flush_each`:
+/// flush and compare the state after every round (else at the end). Returns the first difference.
+fn rounds(m: usize, until: usize, keep: impl Fn(usize) -> usize, flush_each: bool, negative: bool) -> Option<String> {
     let ck = Checkpoint::open(common::tiny()).unwrap();
     let w = Weights::from_checkpoint(&ck);
     let cfg = ModelConfig::preset("tiny").unwrap();
@@ -36,11 +38,11 @@ fn rounds(m: usize, until: usize, keep: impl Fn(usize) -> usize, negative: bool)
     while it.pos() < until {
         let pos = it.pos();
         let toks: Vec<u32> = (0..m).map(|r| token(pos + r, r as u64, vocab)).collect();
-        let (_, round) = it.verify_rows(&toks).unwrap();
+        it.step_rows(&toks, Order::Program).unwrap();
         let got = it.logits_rows();
         let n = keep(s);
-        let commit = if negative { Interp::commit_rows_without_restore } else { Interp::commit_rows };
-        commit(&mut it, round, n).unwrap();
+        let commit = if negative { Interp::commit_rows_keeping_all } else { Interp::commit_rows };
+        commit(&mut it, n).unwrap();
         for (r, &t) in toks[..n].iter().enumerate() {
             let want = step(&w, &mut st, t, None).unwrap();
             if !bits(&want, &got[r * vocab..(r + 1) * vocab]) {
@@ -50,8 +52,11 @@ fn rounds(m: usize, until: usize, keep: impl Fn(usize) -> usize, negative: bool)
         if it.pos() != pos + n {
             return Some(format!("round {s}: position {} after keeping {n} rows from {pos}", it.pos()));
         }
-        if let Some(d) = common::state_difference(&it, &st, cfg.attn_kv_dim(), Some(pos + n)) {
-            return Some(format!("round {s} (position {pos}, keeping {n}): {d}"));
+        if flush_each || it.pos() >= until {
+            it.flush_rows().unwrap();
+            if let Some(d) = common::state_difference(&it, &st, cfg.attn_kv_dim(), Some(pos + n)) {
+                return Some(format!("round {s} (position {pos}, keeping {n}): {d}"));
+            }
         }
         s += 1;
     }
@@ -62,36 +67,41 @@ fn rounds(m: usize, until: usize, keep: impl Fn(usize) -> usize, negative: bool)
 fn every_accept_count_rolls_back_to_the_sequential_state_bit_for_bit() {
     // n = 1, 2, 3, 4, 1, 2, .., with a run of full rounds (positions 150-190); the boundary at 256 is
     // crossed by the round at 253
-    assert_eq!(rounds(M, 270, |s| if (60..70).contains(&s) { M } else { 1 + s % M }, false), None);
-    assert_eq!(rounds(3, 40, |s| 1 + s % 3, false), None);
+    assert_eq!(rounds(M, 270, |s| if (60..70).contains(&s) { M } else { 1 + s % M }, true, false), None);
+    assert_eq!(rounds(M, 270, |s| 1 + (s * 7) % M, false, false), None);
+    assert_eq!(rounds(3, 40, |s| 1 + s % 3, true, false), None);
 }
 
 #[test]
-fn negative_control_a_replay_without_the_frozen_state_is_caught() {
-    let e = rounds(M, 12, |s| 1 + s % M, true).expect("the doubled state updates must show");
+fn negative_control_keeping_the_rejected_rows_gdn_updates_is_caught() {
+    let e = rounds(M, 12, |s| 1 + s % M, true, true).expect("the rejected rows' updates must show");
     assert!(e.starts_with("round 0") && e.contains("state"), "{e}");
+    let e = rounds(M, 12, |s| 1 + s % M, false, true).expect("and in the next round's logits");
+    assert!(e.starts_with("round 1") && e.contains("logits"), "{e}");
 }
 
 #[test]
-fn commits_outside_the_round_and_fused_programs_are_refused() {
+fn commits_outside_a_step_and_one_row_programs_are_refused() {
     let ck = Checkpoint::open(common::tiny()).unwrap();
     let cfg = ModelConfig::preset("tiny").unwrap();
     let p = compile(&cfg, "tiny", &h200(M as u32)).unwrap();
     let mut it = Interp::new(&p, &ck).unwrap();
+    let e = it.commit_rows(1).unwrap_err().to_string();
+    assert!(e.contains("no verification step"), "{e}");
     for n in [0, M + 1] {
-        let (_, round) = it.verify_rows(&[1, 2, 3, 4]).unwrap();
-        let e = it.commit_rows(round, n).unwrap_err().to_string();
+        it.step_rows(&[1, 2, 3, 4], Order::Program).unwrap();
+        let e = it.commit_rows(n).unwrap_err().to_string();
         assert!(e.contains(&format!("commit of {n} rows of a 4-row verification step")), "{e}");
     }
-    // a round that is not the last step's would rewind the state
-    let (_, old) = it.verify_rows(&[1, 2, 3, 4]).unwrap();
-    it.verify_rows(&[5, 6, 7, 8]).unwrap();
-    let e = it.commit_rows(old, 2).unwrap_err().to_string();
-    assert!(e.contains("stale round"), "{e}");
+    // one commit a step: a second would rewind twice
+    it.step_rows(&[1, 2, 3, 4], Order::Program).unwrap();
+    it.commit_rows(2).unwrap();
+    let e = it.commit_rows(1).unwrap_err().to_string();
+    assert!(e.contains("one commit a step"), "{e}");
     let one = compile(&cfg, "tiny", &h200(1)).unwrap();
     let mut it = Interp::new(&one, &ck).unwrap();
-    let e = it.verify_rows(&[1]).err().unwrap().to_string();
-    assert!(e.contains("rollback needs the split GDN lowering"), "{e}");
+    let e = it.commit_rows(1).err().unwrap().to_string();
+    assert!(e.contains("M = 1"), "{e}");
 }
 
 #[test]

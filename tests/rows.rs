@@ -1,7 +1,7 @@
 //! M rows (a verification step over M consecutive positions): on the tiny preset, the CPU interpreter
 //! running an M-row program equals the direct reference forward run one token at a time, bit for bit:
 //! every row's logits, its greedy token, and the conv / recurrent states and KV caches after the last
-//! step; in program order and in random dependency-respecting orders, across the first attention
+//! step (flushed: an M-row step's GDN updates are committed by the next step); in program order and in random dependency-respecting orders, across the first attention
 //! partition boundary (position 256). The negative control swaps two tokens of one step: the
 //! comparison must then report a difference.
 
@@ -66,7 +66,14 @@ fn compare(p: &mk::isa::Program, n: usize, order: impl Fn(usize) -> Order, swap:
             return Some(format!("step {s}: position {} after the step, want {}", it.pos(), (s + 1) * m));
         }
     }
-    common::state_difference(&it, &st, w.cfg.attn_kv_dim(), None)
+    // the GDN states of an M-row step are committed by the next step (the deferred commit): flush
+    if let Err(e) = it.flush_rows() {
+        return Some(format!("flush: {e}"));
+    }
+    if it.pos() != n {
+        return Some(format!("position {} after the flush, want {n}", it.pos()));
+    }
+    common::state_difference(&it, &st, w.cfg.attn_kv_dim(), Some(n))
 }
 
 #[test]
@@ -90,13 +97,19 @@ fn m_row_programs_lower_gdn_split_and_keep_one_row_per_buffer() {
     bad.words[i].opcode = Opcode::GdnStep;
     let e = validate(&bad).unwrap_err().to_string();
     assert!(e.contains("GdnStep runs M = 1 only"), "{e}");
-    // An access past its row's columns (here the argmax's next-token slot, with a control block of two
+    // An access past its row's columns (here the GDN conv's commit count, with a control block of three
     // columns) would reach the next row: refused, though it lies inside the buffer.
     let mut bad = p.clone();
     let c = bad.buffer_id("ctrl").unwrap();
-    bad.buffers[c].cols = 2;
+    bad.buffers[c].cols = 3;
     let e = validate(&bad).unwrap_err().to_string();
-    assert!(e.contains("(Argmax") && e.contains("ctrl[2, 3), outside its row 0 of 2 columns"), "{e}");
+    assert!(e.contains("(GdnConv") && e.contains("ctrl[3, 4), outside its row 0 of 3 columns"), "{e}");
+    // An M-row program's GDN words keep their rows for the deferred commit: without them, refused
+    let mut bad = p.clone();
+    let i = bad.words.iter().position(|w| w.opcode == Opcode::GdnRecur).unwrap();
+    bad.words[i].ops[mk::isa::slot::ST1] = mk::isa::NONE;
+    let e = validate(&bad).unwrap_err().to_string();
+    assert!(e.contains("operand st1 missing"), "{e}");
 }
 
 #[test]

@@ -7,7 +7,42 @@ __device__ __forceinline__ unsigned short conv_out4(const float* tp, unsigned sh
   float acc = t0 * bf2f(x1) + t1 * bf2f(x2) + t2 * bf2f(x3) + t3 * bf2f(x_new);
   return f2bf(silu(bf(acc)));
 }
+// The deferred form (M-row programs, ISA `GdnConv`; M_ROWS > 1, every row in one unit on row 0's view):
+// for each channel, the previous step's first n = ctrl[0][CTRL_COMMIT] kept inputs go into the ring at
+// positions pos - n .. pos - 1 (the commit), then row m's output from the committed ring and rows < m
+// (a window of three in registers), the ring left as committed, row m's input kept (ST1 [M][channels])
+// for the next step's commit. conv_out4 for every output: the bits of one-row steps.
+__device__ void gdn_conv_rows(const DevCtx& c, const Word& w, unsigned u) {
+  const unsigned* ctrl = B<unsigned>(c, w.ops[SLOT_IN1]);
+  const unsigned pos = ctrl[0], n = ctrl[CTRL_COMMIT];
+  const float* t = B<float>(c, w.ops[SLOT_W0]);
+  unsigned short* ring = B<unsigned short>(c, w.ops[SLOT_ST0]);
+  unsigned short* kept = B<unsigned short>(c, w.ops[SLOT_ST1]);
+  const unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows), C = w.rows;
+  for (unsigned ch = r0 + threadIdx.x; ch < r1; ch += THREADS) {
+    unsigned short* r = ring + 4 * ch;
+    // position pos - n + i, mod 4 (n <= M <= 8)
+    for (unsigned i = 0; i < n; ++i) r[(pos + 3 * n + i) % 4] = kept[i * C + ch];
+    unsigned short x1 = r[(pos + 1) % 4], x2 = r[(pos + 2) % 4], x3 = r[(pos + 3) % 4];
+    const float* tp = t + 4 * ch;
+    const float taps[4] = {tp[0], tp[1], tp[2], tp[3]};
+#pragma unroll
+    for (unsigned m = 0; m < M_ROWS; ++m) {
+      const DevCtx rv = row_view(c, m);
+      const unsigned short x = B<unsigned short>(rv, w.ops[SLOT_IN0])[ch];
+      B<unsigned short>(rv, w.ops[SLOT_OUT0])[ch] = conv_out4(taps, x1, x2, x3, x);
+      kept[m * C + ch] = x;
+      x1 = x2;
+      x2 = x3;
+      x3 = x;
+    }
+  }
+}
 __device__ void op_gdn_conv(const DevCtx& c, const Word& w, unsigned u, char*, bool) {
+  if (M_ROWS > 1) {
+    gdn_conv_rows(c, w, u);
+    return;
+  }
   unsigned pos = B<unsigned>(c, w.ops[SLOT_IN1])[0];
   const unsigned short* qkv = B<unsigned short>(c, w.ops[SLOT_IN0]);
   const float* t = B<float>(c, w.ops[SLOT_W0]);

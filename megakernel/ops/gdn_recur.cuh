@@ -5,18 +5,21 @@
 // A thread loads its half of a state column into registers first (its loads
 // all in flight, issued before the norms so their latency overlaps them), then works from registers and
 // stores it back once.
-// The head's body, shared by op_gdn_recur and op_gdn_step (GdnStep), for MR rows (an M-row step's
-// GdnRecur: the rows one after another on row views, the state column kept in registers between them
-// and stored once after the last: the values a row loop would store and load back, so the bits of M
-// one-row steps): `mixed(m, qs, ks, vs)` fills shared q, k and v of head j for row m (f32 of the bf16
+// The head's body, shared by op_gdn_recur and op_gdn_step (GdnStep), over one row or several (an M-row
+// step's GdnRecur: the kept rows it commits, then its own rows, one after another, the state column
+// kept in registers between them and stored once where the commit ends: the values a row loop would
+// store and load back, so the bits of one-row steps): `mixed(m, qs, ks, vs)` fills shared q, k and v of head j for row m (f32 of the bf16
 // conv outputs; called by every thread, for row 0 after the state loads are issued, followed by a block
 // barrier), `out(m, v, o)` takes row m's output element v (one thread each). Every thread reaches the
 // end (no early return: the caller may join the block after it).
 // Shared memory: GDN_STEP_SMEM floats.
 // q, k, v, the two norms, two exchange rows; GdnStep's output, gates and norm weight
 #define GDN_STEP_SMEM (7 * 128 + 2)
-template <int MR, typename Mixed, typename Out>
-__device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out) {
+// gdn_rows: the body over `rows` rows (MR == 1: one), the state stored back after row `store` only (none
+// when store >= rows), `gates(m, b, a)` giving row m's raw b and a (called by every thread).
+template <int MR, typename Gates, typename Mixed, typename Out>
+__device__ void gdn_rows(const DevCtx& c, const Word& w, unsigned j, char* smem, unsigned rows_, unsigned store_, Gates gates, Mixed mixed, Out out) {
+  const unsigned rows = MR == 1 ? 1u : rows_, store = MR == 1 ? 0u : store_;
   const unsigned d = 128;
   float* qs = (float*)smem;
   float* ks = qs + d;
@@ -33,11 +36,10 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
   float col[64];
 #pragma unroll
   for (unsigned k = 0; k < d / 2; ++k) col[k] = S[(k0 + k) * d + v];
-  for (unsigned m = 0; m < MR; ++m) {
+  for (unsigned m = 0; m < rows; ++m) {
   // The head's gate inputs, loaded with the state (one round trip for all), then q, k and v.
-  const DevCtx rv = MR == 1 ? c : row_view(c, m);
-  const unsigned short b_raw = B<unsigned short>(rv, w.ops[SLOT_IN1])[j];
-  const unsigned short a_raw = B<unsigned short>(rv, w.ops[SLOT_IN2])[j];
+  unsigned short b_raw, a_raw;
+  gates(m, b_raw, a_raw);
   const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
   mixed(m, qs, ks, vs);
   BLOCK_SYNC();
@@ -94,7 +96,7 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
 #pragma unroll
     for (unsigned k = 0; k < d / 2; ++k) {
       float sn = col[k] * decay + ks[k] * delta;
-      if (m + 1 == MR) S[k * d + v] = sn;
+      if (m == store) S[k * d + v] = sn;
       col[k] = sn;
       o += sn * qs[k];
     }
@@ -106,32 +108,96 @@ __device__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem,
 #pragma unroll
     for (unsigned k = 0; k < d / 2; ++k) {
       float sn = col[k] * decay + ks[k0 + k] * delta;
-      if (m + 1 == MR) S[(k0 + k) * d + v] = sn;
+      if (m == store) S[(k0 + k) * d + v] = sn;
       col[k] = sn;
       o += sn * qs[k0 + k];
     }
     out(m, v, f2bf(o));
   }
-  if (m + 1 < MR) BLOCK_SYNC();  // the next row refills q, k, v and the exchange rows
+  if (m + 1 < rows) BLOCK_SYNC();  // the next row refills q, k, v and the exchange rows
   }
 
 }
 
+// gdn_head: MR rows of the word's own inputs (IN1 = b, IN2 = a on row views), the state stored after
+// the last (GdnStep's, and a one-row program's GdnRecur).
+template <int MR, typename Mixed, typename Out>
+__device__ __forceinline__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out) {
+  gdn_rows<MR>(
+      c, w, j, smem, MR, MR - 1,
+      [&](unsigned m, unsigned short& b, unsigned short& a) {
+        const DevCtx rv = MR == 1 ? c : row_view(c, m);
+        b = B<unsigned short>(rv, w.ops[SLOT_IN1])[j];
+        a = B<unsigned short>(rv, w.ops[SLOT_IN2])[j];
+      },
+      mixed, out);
+}
+
+// The deferred form (M-row programs, ISA `GdnRecur`): the previous step's first n = ctrl[0][CTRL_COMMIT]
+// kept rows of head j (ST1 [M][heads][GDN_HIST_HEAD]: k, v, b, a) replayed into the state (q = 0,
+// outputs dropped: the state update does not read q), the state stored after the last of them, then the
+// step's M rows from it in registers (not stored), each row's k, v, b and a kept for the next commit.
+// Rows n + m read kept rows written only after rows < n read them (a barrier between rows).
+__device__ void gdn_recur_rows(const DevCtx& c, const Word& w, unsigned j, char* smem) {
+  const unsigned d = 128, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d, t = threadIdx.x;
+  const unsigned n = B<unsigned>(c, w.ops[SLOT_IN3])[CTRL_COMMIT];
+  unsigned short* kept = B<unsigned short>(c, w.ops[SLOT_ST1]);
+  auto row = [&](unsigned r) { return kept + ((size_t)r * hv + j) * GDN_HIST_HEAD; };
+  gdn_rows<M_ROWS>(
+      c, w, j, smem, n + M_ROWS, n - 1,
+      [&](unsigned m, unsigned short& b, unsigned short& a) {
+        if (m < n) {
+          b = row(m)[2 * d];
+          a = row(m)[2 * d + 1];
+        } else {
+          const DevCtx rv = row_view(c, m - n);
+          b = B<unsigned short>(rv, w.ops[SLOT_IN1])[j];
+          a = B<unsigned short>(rv, w.ops[SLOT_IN2])[j];
+          if (t == 0) {
+            row(m - n)[2 * d] = b;
+            row(m - n)[2 * d + 1] = a;
+          }
+        }
+      },
+      [&](unsigned m, float* qs, float* ks, float* vs) {
+        if (t < d) {
+          if (m < n) {
+            qs[t] = 0.f;
+            ks[t] = bf2f(row(m)[t]);
+            vs[t] = bf2f(row(m)[d + t]);
+          } else {
+            const unsigned short* mx = B<unsigned short>(row_view(c, m - n), w.ops[SLOT_IN0]);
+            const unsigned short kq = mx[key_dim + qk * d + t], vq = mx[2 * key_dim + j * d + t];
+            qs[t] = bf2f(mx[qk * d + t]);
+            ks[t] = bf2f(kq);
+            vs[t] = bf2f(vq);
+            row(m - n)[t] = kq;
+            row(m - n)[d + t] = vq;
+          }
+        }
+      },
+      [&](unsigned m, unsigned v, unsigned short o) {
+        if (m >= n) B<unsigned short>(row_view(c, m - n), w.ops[SLOT_OUT0])[j * d + v] = o;
+      });
+}
+
 __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
+  if (M_ROWS > 1) {
+    gdn_recur_rows(c, w, u, smem);
+    return;
+  }
   const unsigned d = 128;
   unsigned j = u, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d;
   const unsigned short* mixed = B<unsigned short>(c, w.ops[SLOT_IN0]);
   unsigned short* core = B<unsigned short>(c, w.ops[SLOT_OUT0]);
-  // M-row steps: every row in one unit (for_rows leaves GdnRecur's rows to it)
-  gdn_head<M_ROWS>(
+  gdn_head<1>(
       c, w, j, smem,
-      [&](unsigned m, float* qs, float* ks, float* vs) {
-        const unsigned short* mx = M_ROWS == 1 ? mixed : B<unsigned short>(row_view(c, m), w.ops[SLOT_IN0]);
+      [&](unsigned, float* qs, float* ks, float* vs) {
         if (threadIdx.x < d) {
-          qs[threadIdx.x] = bf2f(mx[qk * d + threadIdx.x]);
-          ks[threadIdx.x] = bf2f(mx[key_dim + qk * d + threadIdx.x]);
-          vs[threadIdx.x] = bf2f(mx[2 * key_dim + j * d + threadIdx.x]);
+          qs[threadIdx.x] = bf2f(mixed[qk * d + threadIdx.x]);
+          ks[threadIdx.x] = bf2f(mixed[key_dim + qk * d + threadIdx.x]);
+          vs[threadIdx.x] = bf2f(mixed[2 * key_dim + j * d + threadIdx.x]);
         }
       },
-      [&](unsigned m, unsigned v, unsigned short o) { (M_ROWS == 1 ? core : B<unsigned short>(row_view(c, m), w.ops[SLOT_OUT0]))[j * d + v] = o; });
+      [&](unsigned, unsigned v, unsigned short o) { core[j * d + v] = o; });
 }

@@ -18,7 +18,7 @@ pub use drafter::{compile_drafter, DraftInput};
 
 use crate::bail;
 use crate::error::{Context, Result};
-use crate::isa::access::{ATTN_HEAD_DIM, CHUNK_ROWS, CTRL_LEN, GDN_HEAD_DIM, KGROUP};
+use crate::isa::access::{ATTN_HEAD_DIM, CHUNK_ROWS, CTRL_LEN, GDN_HEAD_DIM, GDN_HIST_HEAD, KGROUP};
 use crate::isa::{
     slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FORMAT, NONE,
     NO_COUNTER,
@@ -531,12 +531,25 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                         b.residual_stage(o, split, h);
                     }
                     GdnLowering::Split => {
+                        // M rows: the rows' inputs kept for the next step's deferred commit (the ring
+                        // and the state advance only over the rows the next step says were kept)
+                        let m = t.m_rows as u64;
+                        let kept = |b: &mut Builder, name: &str, cols: u64| {
+                            if m > 1 {
+                                b.buf(&format!("{name}.{gi}"), BufKind::State, m, cols, 2)
+                            } else {
+                                NONE
+                            }
+                        };
+                        let kept_qkv = kept(&mut b, "gdn_kept_qkv", cfg.gdn_conv_dim() as u64);
+                        let kept_rec = kept(&mut b, "gdn_kept_rows", (cfg.gdn_v_heads * GDN_HIST_HEAD) as u64);
                         let mut c = b.word(Opcode::GdnConv, cfg.gdn_conv_dim() as u32, CONV_UNIT);
                         c.ops[slot::W0] = taps;
                         c.ops[slot::IN0] = qkv;
                         c.ops[slot::IN1] = ctrl;
                         c.ops[slot::OUT0] = conv_out;
                         c.ops[slot::ST0] = ring;
+                        c.ops[slot::ST1] = kept_qkv;
                         b.stage(vec![c]);
                         let mut r = b.word(Opcode::GdnRecur, cfg.gdn_v_heads as u32, 1);
                         r.arg0 = cfg.gdn_k_heads as u32;
@@ -547,6 +560,10 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                         r.ops[slot::IN2] = ga;
                         r.ops[slot::OUT0] = core;
                         r.ops[slot::ST0] = rec;
+                        r.ops[slot::ST1] = kept_rec;
+                        if m > 1 {
+                            r.ops[slot::IN3] = ctrl;
+                        }
                         b.stage(vec![r]);
                         let (mut o, split) = b.gemv(
                             Opcode::GemvGatedNormResidual,

@@ -26,11 +26,20 @@ pub const CHUNK_ROWS: usize = 32;
 /// fixed count) keeps the numerics independent of the GPU's SM count.
 pub const ATTN_PART: usize = 256;
 
+/// bf16 elements of one value head's kept row in GdnRecur's history (its state buffer ST1, `[M][heads]`
+/// of these): the head's k (its q/k group's conv output), its v, then b and a. What the deferred commit
+/// replays: the state update needs no q.
+pub const GDN_HIST_HEAD: usize = 2 * GDN_HEAD_DIM + 2;
+
 /// Control block elements.
 pub const CTRL_POS: usize = 0;
 pub const CTRL_TOKEN: usize = 1;
 pub const CTRL_NEXT: usize = 2;
-pub const CTRL_LEN: usize = 3;
+/// Row 0 of an M-row program (M > 1): how many of the previous step's rows the GDN words commit before
+/// this step's (the deferred commit of `Opcode::GdnConv` / `GdnRecur`). EndStep sets it to M (the next
+/// step keeps every row); a rollback lowers it (and the position) before the next step.
+pub const CTRL_COMMIT: usize = 3;
+pub const CTRL_LEN: usize = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Access {
@@ -145,6 +154,13 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 a.r(slot::ST0, 4 * rs.start, 4 * rs.end);
                 a.wr(slot::ST0, 4 * rs.start, 4 * rs.end);
                 a.row(slot::OUT0, m, rs.start, rs.end, true);
+                if w.op(slot::ST1).is_some() {
+                    // the deferred commit: row 0's commit count, row m's kept input (its channels)
+                    a.row(slot::IN1, 0, CTRL_COMMIT, CTRL_COMMIT + 1, false);
+                    let cols = w.rows as usize;
+                    a.r(slot::ST1, m * cols + rs.start, m * cols + rs.end);
+                    a.wr(slot::ST1, m * cols + rs.start, m * cols + rs.end);
+                }
             }
             Opcode::GdnRecur => {
                 // rows = value heads; arg0 = q/k heads.
@@ -160,6 +176,14 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                     a.r(slot::ST0, j * dk * dk, (j + 1) * dk * dk);
                     a.wr(slot::ST0, j * dk * dk, (j + 1) * dk * dk);
                     a.row(slot::OUT0, m, j * dk, (j + 1) * dk, true);
+                    if w.op(slot::ST1).is_some() {
+                        // the deferred commit: row 0's position and commit count, row m's kept inputs of head j
+                        a.row(slot::IN3, 0, CTRL_POS, CTRL_POS + 1, false);
+                        a.row(slot::IN3, 0, CTRL_COMMIT, CTRL_COMMIT + 1, false);
+                        let at = (m * hv + j) * GDN_HIST_HEAD;
+                        a.r(slot::ST1, at, at + GDN_HIST_HEAD);
+                        a.wr(slot::ST1, at, at + GDN_HIST_HEAD);
+                    }
                 }
             }
             Opcode::GdnStep => {

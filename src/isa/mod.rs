@@ -46,9 +46,15 @@ pub enum Opcode {
     ReduceStore = 6,
     /// h = bf(h + bf(sum_g partial[g])) in group order (split-K reduce with the residual add).
     ReduceResidual = 7,
-    /// Causal conv (ring of 4 by position) + SiLU over a slice of q|k|v channels.
+    /// Causal conv (ring of 4 by position) + SiLU over a slice of q|k|v channels. In an M-row program
+    /// (ST1 = the kept inputs, `[M][channels]`) the ring update is deferred: the unit first commits the
+    /// previous step's first `ctrl[0][COMMIT]` kept inputs into the ring (at positions pos - n .. pos),
+    /// then computes its M rows from the committed ring without writing it, keeping their inputs.
     GdnConv = 8,
-    /// The gated delta rule for one value head: l2norm, gates, fp32 state update, output.
+    /// The gated delta rule for one value head: l2norm, gates, fp32 state update, output. In an M-row
+    /// program (ST1 = the kept rows, `[M][heads][GDN_HIST_HEAD]`; IN3 = ctrl) the state update is
+    /// deferred as GdnConv's: the previous step's first n kept rows are replayed into the state (their
+    /// outputs dropped), then the M rows run from it in registers without writing it back.
     GdnRecur = 9,
     /// k = rope(rmsnorm(k)), v appended to the KV cache at the current position, per KV head.
     AttnKv = 10,
@@ -62,7 +68,8 @@ pub enum Opcode {
     LmHead = 14,
     /// The greedy token: the best candidate, lowest id on ties.
     Argmax = 15,
-    /// Hands the token over (token = next, pos += 1); the counters are reset for the next step.
+    /// Hands the token over (token = next, pos += 1; M rows: pos += M, row 0's commit count = M); the
+    /// counters are reset for the next step.
     EndStep = 16,
     /// The fused GDN step for one value head: its q/k/v channels' causal conv (ring of 4 by position) +
     /// SiLU, l2norm, gates, fp32 state update, then the gated RMSNorm of its output (GdnConv, GdnRecur

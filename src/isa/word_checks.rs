@@ -2,7 +2,7 @@
 //! the shapes an opcode needs, its arguments, and its layer against its weights' names. The rules that
 //! relate words (waits, overlaps, coverage) are `validate.rs`'s.
 
-use super::access::{CHUNK_ROWS, GDN_HEAD_DIM, KGROUP};
+use super::access::{CHUNK_ROWS, GDN_HEAD_DIM, GDN_HIST_HEAD, KGROUP};
 use super::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, NO_COUNTER};
 use crate::bail;
 use crate::error::Result;
@@ -333,10 +333,14 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
                 bail!("{at}: shape: the embedding's width is not h's");
             }
         }
-        Opcode::GdnConv => vector(slot::W0, 4 * w.rows as u64)?,
+        Opcode::GdnConv => {
+            vector(slot::W0, 4 * w.rows as u64)?;
+            deferred_gdn(p, at, w, w.rows as u64)?;
+        }
         Opcode::GdnRecur => {
             vector(slot::W0, w.rows as u64)?;
             vector(slot::W1, w.rows as u64)?;
+            deferred_gdn(p, at, w, w.rows as u64 * GDN_HIST_HEAD as u64)?;
         }
         Opcode::GdnStep => {
             vector(slot::W0, w.rows as u64)?;
@@ -382,6 +386,38 @@ pub(super) fn check_layer(p: &Program, i: usize, w: &Word, last: u16) -> Result<
     }
     if w.layer > last {
         bail!("{}: past the program's last layer, {last}", who(i, w));
+    }
+    Ok(())
+}
+
+/// GdnConv / GdnRecur of an M-row program commit the previous step's kept rows before their own
+/// (`Opcode::GdnConv`'s deferred form): their kept inputs in ST1, a State buffer of M rows of `cols`
+/// bf16 (and GdnRecur's control block in IN3); a one-row program's have neither (the state is written
+/// at once).
+fn deferred_gdn(p: &Program, at: &str, w: &Word, cols: u64) -> Result<()> {
+    let kind = |s: usize| w.op(s).map(|b| &p.buffers[b]);
+    let recur = w.opcode == Opcode::GdnRecur;
+    if w.m_rows == 1 {
+        if kind(slot::ST1).is_some() || recur && kind(slot::IN3).is_some() {
+            bail!("{at}: shape: a one-row program's {:?} writes its state at once (no kept rows, st1 / in3 unused)", w.opcode);
+        }
+        return Ok(());
+    }
+    match kind(slot::ST1) {
+        Some(b) if b.kind == BufKind::State && b.rows == w.m_rows as u64 && b.cols == cols && b.elem_bytes == 2 => {}
+        Some(b) => bail!(
+            "{at}: shape: kept rows {} are [{}, {}] {:?} of {} bytes, the word needs a State buffer [{}, {cols}] of bf16",
+            b.name,
+            b.rows,
+            b.cols,
+            b.kind,
+            b.elem_bytes,
+            w.m_rows
+        ),
+        None => bail!("{at}: shape: operand st1 missing (an M-row program's {:?} keeps its rows there)", w.opcode),
+    }
+    if recur && !kind(slot::IN3).is_some_and(|b| b.kind == BufKind::Control) {
+        bail!("{at}: shape: operand in3 must be the control block (the deferred commit's count)");
     }
     Ok(())
 }

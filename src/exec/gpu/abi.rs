@@ -7,7 +7,7 @@
 
 use cudarc::driver::DeviceRepr;
 
-use crate::isa::access::{ATTN_PART, KGROUP};
+use crate::isa::access::{ATTN_PART, CTRL_COMMIT, CTRL_LEN, GDN_HIST_HEAD, KGROUP};
 
 /// Threads of every block (the sampler's k_sample has its own 1,024).
 pub const THREADS: u32 = 256;
@@ -135,6 +135,9 @@ pub fn header() -> String {
         ("THREADS", THREADS as usize),
         ("KGROUP", KGROUP),
         ("ATTN_PART", ATTN_PART),
+        ("CTRL_LEN", CTRL_LEN),
+        ("CTRL_COMMIT", CTRL_COMMIT),
+        ("GDN_HIST_HEAD", GDN_HIST_HEAD),
         ("MAX_GROUP", MAX_GROUP as usize),
         ("SAMPLE_MAX", SAMPLE_MAX),
         ("SAMPLE_CAP", SAMPLE_CAP),
@@ -164,7 +167,7 @@ mod tests {
     fn the_header_declares_the_structs_and_constants() {
         let h = header();
         assert!(h.contains("#define OP_END_STEP 16\n"));
-        assert!(h.contains("#define KGROUP 1024\n#define ATTN_PART 256\n"));
+        assert!(h.contains("#define KGROUP 1024\n#define ATTN_PART 256\n#define CTRL_LEN 4\n"));
         assert!(h.contains("struct DevCtx {\n  void* const* bufs;\n"));
         assert!(h.contains("  unsigned n_steps;\n};\nstatic_assert(sizeof(MkCtl) == 80"));
         // The sampler's regions do not overlap: 256 + 65,536 counts after the count word.

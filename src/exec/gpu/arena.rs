@@ -290,7 +290,11 @@ impl GpuExec {
             self.put(p.off, bytes, "cuMemcpyHtoD")?;
         }
         self.sync()?;
-        self.pos = self.read_u32(self.ctrl, 0, 1)?[0] as usize;
+        let ctrl = self.read_u32(self.ctrl, 0, crate::isa::access::CTRL_LEN)?;
+        self.pos = ctrl[crate::isa::access::CTRL_POS] as usize;
+        // (M rows: the commit count the snapshot's next step would apply; its rows are not rolled back)
+        self.commit = ctrl[crate::isa::access::CTRL_COMMIT] as usize;
+        self.rows_start = None;
         self.broken = false;
         Ok(())
     }

@@ -62,6 +62,11 @@ pub struct GpuExec {
     pos: usize,
     /// A step failed part way (its state is partly written): every step is refused until `reset`.
     broken: bool,
+    /// M-row programs: the start of the last verification step while its rows may be rolled back, and
+    /// how many of the last step's rows the next step commits into the GDN states (its control block's
+    /// CTRL_COMMIT: the deferred commit, `isa::Opcode::GdnConv`; M after a step, 0 after a reset).
+    pub(super) rows_start: Option<usize>,
+    pub(super) commit: usize,
     /// Two events per word, created at startup, for per-word timing.
     events: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
     /// Two pinned host words, allocated at startup: the tokens of consecutive pipelined steps (each
@@ -173,6 +178,8 @@ impl GpuExec {
             sampling: false,
             pos: 0,
             broken: false,
+            rows_start: None,
+            commit: 0,
             events,
             pinned,
             pinned_ev,
@@ -196,6 +203,8 @@ impl GpuExec {
     /// Zeroes the per-sequence state, the control block (position 0) and the activations.
     pub fn reset(&mut self) -> Result<()> {
         self.pos = 0;
+        self.rows_start = None;
+        self.commit = 0;
         self.broken = false;
         for (i, b) in self.prog.buffers.iter().enumerate() {
             if b.kind != crate::isa::BufKind::Weight {
@@ -507,8 +516,66 @@ impl GpuExec {
         if self.sampling && m > 1 {
             crate::bail!("gpu: sampling takes one row; an M = {m} step is greedy");
         }
+        let start = self.pos;
         let r = self.step_rows_unchecked(tokens, mega, false);
-        self.advance(r, m)
+        self.rows_advance(r, start)
+    }
+
+    /// After a checked M-row step: the position moves on by M, the next step commits all M rows, and
+    /// the step's rows may be rolled back (`commit_rows`) until the next step.
+    fn rows_advance<T>(&mut self, r: Result<T>, start: usize) -> Result<T> {
+        let m = self.prog.target.m_rows as usize;
+        let v = self.advance(r, m)?;
+        self.rows_start = Some(start);
+        self.commit = m;
+        Ok(v)
+    }
+
+    /// Keeps the first `n` rows (1 ..= M) of the last verification step: the position becomes its start
+    /// + n, and the next step commits those n rows into the GDN states (the control block's commit
+    /// count; attention needs nothing: the rows past n are written again before they are read).
+    pub fn commit_rows(&mut self, n: usize) -> Result<()> {
+        self.commit_rows_as(n, n)
+    }
+
+    /// NEGATIVE CONTROL for the rollback checks: the position rolled back but every row committed into
+    /// the GDN states (the rejected drafts' updates kept). Never for use.
+    #[doc(hidden)]
+    pub fn commit_rows_keeping_all(&mut self, n: usize) -> Result<()> {
+        let m = self.prog.target.m_rows as usize;
+        self.commit_rows_as(n, m)
+    }
+
+    fn commit_rows_as(&mut self, n: usize, commit: usize) -> Result<()> {
+        let m = self.prog.target.m_rows as usize;
+        if m < 2 {
+            crate::bail!("gpu: rollback takes an M-row program (this one has M = 1: its GDN state is written at once)");
+        }
+        let Some(start) = self.rows_start.take() else {
+            crate::bail!("gpu: commit with no verification step to commit (one commit a step)");
+        };
+        if n == 0 || n > m {
+            crate::bail!("gpu: commit of {n} rows of a {m}-row verification step (1 ..= {m})");
+        }
+        self.pos = start + n;
+        self.commit = commit;
+        Ok(())
+    }
+
+    /// Applies the pending commit now (for reading the GDN states): one step over padding (token 0 in
+    /// every row) commits the kept rows, then its own rows are dropped (the position back, nothing to
+    /// commit). Its KV writes lie at and past the position, where the next step writes before it reads.
+    pub fn flush_rows(&mut self, mega: bool) -> Result<()> {
+        let m = self.prog.target.m_rows as usize;
+        if m < 2 {
+            crate::bail!("gpu: flush takes an M-row program (this one has M = 1)");
+        }
+        let pos = self.pos;
+        self.step_rows(&vec![0; m], mega)?;
+        self.rows_start = None;
+        self.pos = pos;
+        self.commit = 0;
+        Ok(())
     }
 
     /// One megakernel M-row step that also returns its timeline (the megakernel's unit stamps).
@@ -522,16 +589,19 @@ impl GpuExec {
         }
         self.room(m, "rows")?;
         self.zero(self.layout.tl, self.layout.tl + 32 * self.layout.total_units, "zero the timeline")?;
+        let start = self.pos;
         let r = self.step_rows_unchecked(tokens, true, true);
-        let t = self.advance(r, m)?;
+        let t = self.rows_advance(r, start)?;
         Ok((t, self.read_timeline()?))
     }
 
     fn step_rows_unchecked(&mut self, tokens: &[u32], mega: bool, timeline: bool) -> Result<Vec<u32>> {
         let m = tokens.len();
+        // row m: position pos + m, token m; row 0 also the commit count of the last step's rows
         let mut ctrl = Vec::with_capacity(m * CTRL_LEN);
         for (r, &t) in tokens.iter().enumerate() {
-            ctrl.extend([(self.pos + r) as f32, t as f32, 0.0]);
+            let commit = if r == 0 { self.commit as f32 } else { 0.0 };
+            ctrl.extend([(self.pos + r) as f32, t as f32, 0.0, commit]);
         }
         self.write(self.ctrl, &ctrl)?;
         if mega {

@@ -15,11 +15,10 @@ mod rollback;
 pub mod spec;
 mod units;
 
-pub use rollback::InterpRound;
 
 use crate::bail;
 use crate::error::Result;
-use crate::isa::access::{CTRL_NEXT, CTRL_POS, CTRL_TOKEN};
+use crate::isa::access::{CTRL_COMMIT, CTRL_NEXT, CTRL_POS, CTRL_TOKEN};
 use crate::isa::{slot, BufKind, Opcode, Program, Word, NO_COUNTER};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
@@ -63,6 +62,8 @@ pub struct Interp<'a> {
     pub captured: Vec<(usize, Vec<f32>)>,
     /// Wall time spent in each word, accumulated over steps run in program order.
     pub word_ns: Vec<u64>,
+    /// The start position of the last M-row step while its rows may still be rolled back (rollback.rs).
+    rows_start: Option<usize>,
 }
 
 impl<'a> Interp<'a> {
@@ -129,6 +130,7 @@ impl<'a> Interp<'a> {
             capture: false,
             captured: Vec::new(),
             word_ns: vec![0; prog.words.len()],
+            rows_start: None,
         })
     }
 
@@ -172,6 +174,7 @@ impl<'a> Interp<'a> {
     /// row's greedy next token. The position moves on by M.
     pub fn step_rows(&mut self, tokens: &[u32], order: Order) -> Result<Vec<u32>> {
         let pos = self.set_rows(tokens)?;
+        self.rows_start = None;
         match order {
             Order::Program => self.run_in_order()?,
             Order::Shuffled(seed) => {
@@ -179,6 +182,7 @@ impl<'a> Interp<'a> {
                 self.run_shuffled()?
             }
         }
+        self.rows_start = Some(pos);
         Ok(self.row_tokens())
     }
 
@@ -371,7 +375,17 @@ impl<'a> Interp<'a> {
                 ctrl[CTRL_POS] += m as f32;
             }
             self.select(0);
+            if m > 1 {
+                // the next step keeps every row of this one unless a rollback says otherwise
+                self.bufs[self.ctrl][CTRL_COMMIT] = m as f32;
+            }
             self.counters.iter_mut().for_each(|c| *c = 0);
+            return w.signal as usize;
+        }
+        if matches!(w.opcode, Opcode::GdnConv | Opcode::GdnRecur) && w.op(slot::ST1).is_some() {
+            // the deferred forms take the step's rows themselves (units.rs)
+            self.gdn_deferred(&w, u);
+            self.counters[w.signal as usize] += 1;
             return w.signal as usize;
         }
         for r in 0..m {

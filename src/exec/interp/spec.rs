@@ -1,7 +1,7 @@
 //! Greedy speculation on an M-row program (issue 27): the program-level form of
 //! `model::spec_generate`, the contract the GPU paths will implement. The prompt is fed M rows a step
 //! (its last chunk padded, the padding rolled back); then each round verifies the last emitted token
-//! and k = M - 1 drafts as one M-row step (`verify_rows`), keeps the agreeing prefix plus the target's
+//! and k = M - 1 drafts as one M-row step (`step_rows`), keeps the agreeing prefix plus the target's
 //! own token (`speculate::accept_greedy`) and rolls the rest back (`commit_rows`). Drafts are forced
 //! (controlled acceptance, issue 27 item 6): a round's first `agree` drafts are the target's own greedy
 //! continuation (`truth`, given), the rest certainly wrong. Its tokens must be plain greedy decoding's
@@ -50,8 +50,8 @@ pub fn speculate_forced(
     for chunk in prompt.chunks(m) {
         let mut rows = chunk.to_vec();
         rows.resize(m, 0);
-        let (toks, round) = it.verify_rows(&rows)?;
-        it.commit_rows(round, chunk.len())?;
+        let toks = it.step_rows(&rows, super::Order::Program)?;
+        it.commit_rows(chunk.len())?;
         next = toks[chunk.len() - 1];
     }
     let mut out = vec![next];
@@ -71,9 +71,9 @@ pub fn speculate_forced(
         stats.drafts.extend(&draft);
         let mut rows = vec![t];
         rows.extend(&draft);
-        let (target, round) = it.verify_rows(&rows)?;
+        let target = it.step_rows(&rows, super::Order::Program)?;
         let emitted = accept_greedy(&draft, &target)?;
-        it.commit_rows(round, emitted.len())?;
+        it.commit_rows(emitted.len())?;
         stats.rounds += 1;
         stats.drafted += k;
         stats.accepted += emitted.len() - 1;
@@ -143,9 +143,9 @@ pub fn speculate_mtp(
     for chunk in prompt.chunks(m) {
         let mut rows = chunk.to_vec();
         rows.resize(m, 0);
-        let (toks, round) = it.verify_rows(&rows)?;
+        let toks = it.step_rows(&rows, super::Order::Program)?;
         let h = rows_of(it);
-        it.commit_rows(round, chunk.len())?;
+        it.commit_rows(chunk.len())?;
         for (r, hr) in h.chunks_exact(hd).take(chunk.len()).enumerate() {
             let p = fed + r;
             if p + 1 < prompt.len() {
@@ -185,11 +185,11 @@ pub fn speculate_mtp(
         stats.drafts.extend(&draft);
         let mut rows = vec![t];
         rows.extend(&draft);
-        let (target, round) = it.verify_rows(&rows)?;
+        let target = it.step_rows(&rows, super::Order::Program)?;
         let hs = rows_of(it);
         let emitted = accept_greedy(&draft, &target)?;
         let kept = emitted.len();
-        it.commit_rows(round, kept)?;
+        it.commit_rows(kept)?;
         stats.rounds += 1;
         stats.drafted += k;
         stats.accepted += kept - 1;

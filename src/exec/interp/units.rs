@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use crate::isa::access::{k_groups, CTRL_NEXT, CTRL_TOKEN};
+use crate::isa::access::{k_groups, CTRL_COMMIT, CTRL_NEXT, CTRL_POS, CTRL_TOKEN, GDN_HIST_HEAD};
 use crate::isa::{slot, Opcode, Word, FLAG_PARTIAL};
 use crate::model::forward::{self as fw, GdnGates, ATTN_PART};
 use crate::model::numerics::{bf, bf16_to_f32};
@@ -13,6 +13,78 @@ use crate::model::ops;
 use super::Interp;
 
 impl<'a> Interp<'a> {
+    /// Unit `u` of an M-row program's GdnConv or GdnRecur (the deferred forms, `Opcode::GdnConv`): the
+    /// previous step's first n = ctrl[0][COMMIT] kept rows committed into the state (positions pos - n
+    /// .. pos), then the step's M rows computed from the committed state without writing it, their
+    /// inputs kept (ST1) for the next step's commit. ORDER: the kept rows in order, then the step's rows
+    /// in order, each with the one-row arithmetic (`conv_channels`, `gdn_head`).
+    pub(super) fn gdn_deferred(&mut self, w: &Word, u: u32) {
+        let (m, (rs, _)) = (w.m_rows as usize, w.unit_span(u));
+        self.select(0);
+        let (pos, n) = (self.bufs[self.ctrl][CTRL_POS] as usize, self.bufs[self.ctrl][CTRL_COMMIT] as usize);
+        let (kept_b, st_b, in_b, out_b) =
+            (w.ops[slot::ST1] as usize, w.ops[slot::ST0] as usize, w.ops[slot::IN0] as usize, w.ops[slot::OUT0] as usize);
+        if w.opcode == Opcode::GdnConv {
+            let (cols, len) = (w.rows as usize, rs.len());
+            let taps = self.vecw(w, slot::W0)[4 * rs.start..4 * rs.end].to_vec();
+            for i in 0..n {
+                for c in rs.clone() {
+                    // position pos - n + i (mod 4; n <= M <= 8 may pass pos only in a negative control)
+                    self.bufs[st_b][4 * c + (pos + 4 * n - n + i) % 4] = self.bufs[kept_b][i * cols + c];
+                }
+            }
+            let mut ring = self.bufs[st_b][4 * rs.start..4 * rs.end].to_vec();
+            for r in 0..m {
+                self.select(r);
+                let x = self.bufs[in_b][rs.clone()].to_vec();
+                let mut out = vec![0f32; len];
+                fw::conv_channels(&x, &taps, &mut ring, pos + r, 0..len, &mut out);
+                self.bufs[out_b][rs.clone()].copy_from_slice(&out);
+                self.bufs[kept_b][r * cols + rs.start..r * cols + rs.end].copy_from_slice(&x);
+            }
+        } else {
+            let (dk, dv, hk, hv) = (self.cfg.gdn_k_dim, self.cfg.gdn_v_dim, self.cfg.gdn_k_heads, self.cfg.gdn_v_heads);
+            let key_dim = hk * dk;
+            let (a_log, dt_bias) = (self.vecw(w, slot::W0).to_vec(), self.vecw(w, slot::W1).to_vec());
+            let (b_b, a_b) = (w.ops[slot::IN1] as usize, w.ops[slot::IN2] as usize);
+            let conv_dim = self.prog.buffers[in_b].cols as usize;
+            for j in rs {
+                let qk = j / (hv / hk);
+                let (kc, vc) = (key_dim + qk * dk, 2 * key_dim + j * dv);
+                let gates = |b: f32, a: f32| GdnGates { b, a, a_log: a_log[j], dt_bias: dt_bias[j] };
+                let mut st = self.bufs[st_b][j * dk * dv..(j + 1) * dk * dv].to_vec();
+                let mut drop = vec![0f32; dv];
+                for i in 0..n {
+                    // the kept row: k, v, b, a (q is not needed by the state update: zeros)
+                    let at = (i * hv + j) * GDN_HIST_HEAD;
+                    let kept = &self.bufs[kept_b][at..at + GDN_HIST_HEAD];
+                    let mut mixed = vec![0f32; conv_dim];
+                    mixed[kc..kc + dk].copy_from_slice(&kept[..dk]);
+                    mixed[vc..vc + dv].copy_from_slice(&kept[dk..dk + dv]);
+                    let g = gates(kept[dk + dv], kept[dk + dv + 1]);
+                    fw::gdn_head(&self.cfg, j, &mixed, g, &mut st, &mut drop);
+                }
+                self.bufs[st_b][j * dk * dv..(j + 1) * dk * dv].copy_from_slice(&st);
+                for r in 0..m {
+                    self.select(r);
+                    let (b, a) = (self.bufs[b_b][j], self.bufs[a_b][j]);
+                    let mixed = std::mem::take(&mut self.bufs[in_b]);
+                    let mut o = vec![0f32; dv];
+                    fw::gdn_head(&self.cfg, j, &mixed, gates(b, a), &mut st, &mut o);
+                    self.bufs[out_b][j * dv..(j + 1) * dv].copy_from_slice(&o);
+                    let at = (r * hv + j) * GDN_HIST_HEAD;
+                    let kept = &mut self.bufs[kept_b][at..at + GDN_HIST_HEAD];
+                    kept[..dk].copy_from_slice(&mixed[kc..kc + dk]);
+                    kept[dk..dk + dv].copy_from_slice(&mixed[vc..vc + dv]);
+                    kept[dk + dv] = b;
+                    kept[dk + dv + 1] = a;
+                    self.bufs[in_b] = mixed;
+                }
+            }
+        }
+        self.select(0);
+    }
+
     /// Unit `u` of `w` on the active row.
     pub(super) fn unit_row(&mut self, w: &Word, u: u32) {
         let w = *w;
