@@ -6,8 +6,11 @@
 //! feeds the same token walk through the M = 1 graph one token at a time and through the M-row
 //! program on both paths, and compares every row's logits and greedy token and, at the end, every
 //! state buffer (recurrent and conv states, KV caches), reporting the first difference. The negative
-//! control swaps two tokens of one step: the comparison must catch it at that step. Then the time of
-//! a verification step against M one-row steps.
+//! control swaps two tokens of one step: the comparison must catch it at that step. Rollback (issue
+//! 27, item 5): rounds keeping 1 ..= M rows each (every accept count, then a mixed pattern on both
+//! paths) against the one-row run, every kept row and, flushed at the end, every state buffer; its
+//! negative control keeps the rejected rows' GDN updates. Then the time of a verification step against
+//! M one-row steps, and the forced-acceptance rounds' ms per emitted token.
 //!
 //! Owns: the comparison and its report. Refuses: M outside 2..=8, a token count that is not a
 //! multiple of every M.
@@ -33,16 +36,32 @@ fn program(ck: &Checkpoint, m: u32, max_context: u32) -> Result<Program> {
     crate::compiler::compile(&ck.config, "checkpoint", &t)
 }
 
-/// Every state buffer's bits, by name.
-fn states(d: &GpuExec) -> Result<Vec<(String, Vec<u32>)>> {
+/// Every state buffer's bits, by name; a KV cache (a row a position) only below `positions`.
+fn states(d: &GpuExec, positions: usize) -> Result<Vec<(String, Vec<u32>)>> {
     let p = d.program();
     let mut v = Vec::new();
     for (i, b) in p.buffers.iter().enumerate() {
         if b.kind == BufKind::State {
-            v.push((b.name.clone(), d.read(i, b.elems() as usize)?.iter().map(|x| x.to_bits()).collect()));
+            let n = if b.rows == p.target.max_context as u64 { positions as u64 * b.cols } else { b.elems() };
+            v.push((b.name.clone(), d.read(i, n as usize)?.iter().map(|x| x.to_bits()).collect()));
         }
     }
     Ok(v)
+}
+
+/// The first state buffer of the one-row run that `got` lacks or holds other bits in (an M-row
+/// program's kept rows, which the one-row program has none of, are not compared).
+fn state_difference(got: &[(String, Vec<u32>)], want: &[(String, Vec<u32>)]) -> Option<String> {
+    for (name, b) in want {
+        let Some((_, a)) = got.iter().find(|(n, _)| n == name) else {
+            return Some(format!("state {name}: the M-row program has none"));
+        };
+        if let Some(e) = a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then_some(a.len().min(b.len()))) {
+            let f = |v: &[u32]| v.get(e).map_or(f32::NAN, |x| f32::from_bits(*x));
+            return Some(format!("state {name} element {e}: {} vs {} (one-row)", f(a), f(b)));
+        }
+    }
+    None
 }
 
 /// The one-row run: every position's logits bits and greedy token, the final states.
@@ -80,23 +99,56 @@ fn compare(d: &mut GpuExec, want: &Want, n: usize, mega: bool, swap: Option<usiz
             }
         }
     }
-    let got = states(d)?;
-    if got.len() != want.states.len() {
-        return Ok(Some(format!("{} state buffers vs {} (one-row)", got.len(), want.states.len())));
-    }
-    for (name, a) in &got {
-        let Some((_, b)) = want.states.iter().find(|(n, _)| n == name) else {
-            return Ok(Some(format!("state {name}: the one-row program has none")));
-        };
-        if let Some(e) = a.iter().zip(b).position(|(x, y)| x != y) {
-            return Ok(Some(format!(
-                "state {name} element {e}: {} vs {} (one-row)",
-                f32::from_bits(a[e]),
-                f32::from_bits(b[e])
-            )));
+    // the last step's GDN updates are committed by the next step (the deferred commit): flush
+    d.flush_rows(mega)?;
+    Ok(state_difference(&states(d, n)?, &want.states))
+}
+
+/// Rollback (issue 27, item 5): rounds of M rows from position 0 to `n`, round s keeping the first
+/// `keep(s)` rows (the walk's tokens; the rows past them other tokens, the rejected drafts), committed
+/// with `commit_rows` (`negative`: `commit_rows_keeping_all`, the control). Every kept row's logits and
+/// token against the one-row run's; at `n`, flushed, every state buffer (KV below `n`). Returns the
+/// first difference (None: identical) and the rounds' mean ms per kept row (each round a step and its
+/// commit, synchronised: the host reads the rows' tokens).
+fn rollback(
+    d: &mut GpuExec,
+    want: &Want,
+    n: usize,
+    mega: bool,
+    keep: impl Fn(usize) -> usize,
+    negative: bool,
+) -> Result<(Option<String>, f64)> {
+    let m = d.program().target.m_rows as usize;
+    let vocab = want.logits[0].len();
+    d.reset()?;
+    let (mut pos, mut s, mut ms) = (0, 0, 0.0);
+    while pos < n {
+        let kept = keep(s).clamp(1, m).min(n - pos);
+        let toks: Vec<u32> = (0..m)
+            .map(|r| if r < kept { token(pos + r, vocab) } else { (token(pos + r, vocab) + 1 + r as u32) % vocab as u32 })
+            .collect();
+        let t = std::time::Instant::now();
+        let next = d.step_rows(&toks, mega)?;
+        if negative { d.commit_rows_keeping_all(kept)? } else { d.commit_rows(kept)? };
+        ms += t.elapsed().as_secs_f64() * 1e3;
+        let logits = d.logits()?;
+        for r in 0..kept {
+            let got = &logits[r * vocab..(r + 1) * vocab];
+            if let Some(e) = got.iter().zip(&want.logits[pos + r]).position(|(a, b)| a.to_bits() != *b) {
+                let w = f32::from_bits(want.logits[pos + r][e]);
+                let msg = format!("round {s} (position {pos}, keeping {kept}) row {r}: logits element {e}: {} vs {w} (one-row)", got[e]);
+                return Ok((Some(msg), 0.0));
+            }
+            if next[r] != want.next[pos + r] {
+                let msg = format!("round {s} row {r}: token {} vs {} (one-row)", next[r], want.next[pos + r]);
+                return Ok((Some(msg), 0.0));
+            }
         }
+        pos += kept;
+        s += 1;
     }
-    Ok(None)
+    d.flush_rows(mega)?;
+    Ok((state_difference(&states(d, n)?, &want.states).map(|e| format!("after {s} rounds: {e}")), ms / n as f64))
 }
 
 /// Each opcode's share of a step (microseconds, summed over its words; in first-appearance order).
@@ -138,12 +190,28 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
         want.next.push(d1.step(token(i, vocab), false, |_, _| Ok(()))?);
         want.logits.push(d1.logits()?.iter().map(|x| x.to_bits()).collect());
     }
-    want.states = states(&d1)?;
+    want.states = states(&d1, n)?;
     println!("one-row graph: {n} tokens from position 0 (crossing {} attention partitions)", n.div_ceil(256));
     d1.reset()?;
     let ms1 = time(reps, || d1.step(token(0, vocab), false, |_, _| Ok(())).map(|_| ()))?;
     d1.reset()?;
-    let mk1 = time(reps, || d1.step(token(0, vocab), true, |_, _| Ok(())).map(|_| ()))?;
+    // (the megakernel's: until 2026-12-03 this timed `step(.., eager = true)`, the word-by-word launches)
+    let mk1 = time(reps, || d1.step_mega(token(0, vocab)).map(|_| ()))?;
+    // the MTP drafter's step (issue 27: the draft cost; its full lm_head, h_in as it is: the time of a
+    // step, not its values)
+    let draft = if ck.config.mtp_layers > 0 {
+        let mut t = crate::compiler::h200(1);
+        t.max_context = max_ctx;
+        let pd = crate::compiler::compile_drafter(&ck.config, "checkpoint-mtp", &t, crate::compiler::DraftInput::Own)?;
+        let mut dd = GpuExec::new(Gpu::open()?, &pd, &up, cache, defines)?;
+        dd.reset()?;
+        let g = time(reps, || dd.step(token(0, vocab), false, |_, _| Ok(())).map(|_| ()))?;
+        dd.reset()?;
+        let k = time(reps, || dd.step_mega(token(0, vocab)).map(|_| ()))?;
+        Some((g, k, pd.words.len()))
+    } else {
+        None
+    };
     // each path's M-row step against its own one-row step (the verification step's cost in rows)
     let mut table = vec![format!(
         "{:>3} {:>14} {:>14} {:>14} {:>14}",
@@ -155,6 +223,7 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
     let (_, raw) = d1.step_mega_timeline(token(0, vocab))?;
     let mut shares = vec![(1, opcode_shares(&p1, &raw))];
     let mut bad = 0;
+    let mut rounds = Vec::new();
     for (i, &m) in ms.iter().enumerate() {
         let p = program(&ck, m, max_ctx)?;
         let mut d = GpuExec::new(Gpu::open()?, &p, &up, cache, defines)?;
@@ -181,6 +250,40 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
                 }
             }
         }
+        // rollback: every accept count j (each round keeping j + 1 rows) on the graph, a mixed pattern on
+        // both paths; the negative control keeps the rejected rows' GDN updates
+        let mu = m as usize;
+        let (mut per_row, mut differ) = (Vec::new(), 0);
+        for j in 0..mu {
+            let (e, ms) = rollback(&mut d, &want, n, false, |_| j + 1, false)?;
+            per_row.push(ms);
+            if let Some(e) = e {
+                differ += 1;
+                println!("M = {m}, graph, rollback keeping {} rows a round: DIFFERS: {e}", j + 1);
+            }
+        }
+        bad += differ;
+        if differ == 0 {
+            println!("M = {m}, graph: rollback keeping 1 ..= {m} rows a round: every kept row, and every state after {n} positions, identical to one-row steps");
+        }
+        let mixed = |s: usize| 1 + (s * 5 + s / 3) % mu;
+        for (path, mega) in [("graph", false), ("megakernel", true)] {
+            match rollback(&mut d, &want, n, mega, mixed, false)?.0 {
+                None => println!("M = {m}, {path}: rollback with mixed accept counts: identical to one-row steps"),
+                Some(e) => {
+                    bad += 1;
+                    println!("M = {m}, {path}: rollback with mixed accept counts: DIFFERS: {e}");
+                }
+            }
+        }
+        match rollback(&mut d, &want, n, false, mixed, true)?.0 {
+            Some(e) => println!("negative control (rollback keeping the rejected rows' GDN updates): caught: {e}"),
+            None => {
+                bad += 1;
+                println!("negative control (rollback keeping the rejected rows' GDN updates): NOT caught");
+            }
+        }
+        rounds.push((m, per_row));
         let toks: Vec<u32> = (0..m as usize).map(|i| token(i, vocab)).collect();
         d.reset()?;
         let g = time(reps, || d.step_rows(&toks, false).map(|_| ()))?;
@@ -213,6 +316,18 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
             print!(" {:>9.0}", sh.iter().find(|(o, _)| o == op).map_or(0.0, |x| x.1));
         }
         println!();
+    }
+    if let Some((g, k, words)) = draft {
+        println!(
+            "MTP drafter step ({words} words, the full lm_head; synchronised, mean of {reps}): graph {g:.3} ms, megakernel {k:.3} ms"
+        );
+    }
+    println!(
+        "forced-acceptance rounds on the graph (ms per emitted token: each round a synchronised verification step of M rows and its commit, over {n} positions; j drafts accepted, j + 1 tokens a round; one-row graph step {ms1:.3}):"
+    );
+    for (m, per_row) in &rounds {
+        let cells: Vec<String> = per_row.iter().enumerate().map(|(j, v)| format!("j={j}: {v:.3}")).collect();
+        println!("  M = {m} (k = {}): {}", m - 1, cells.join("  "));
     }
     if bad > 0 {
         bail!("gpu rows: {bad} comparisons failed");
