@@ -151,6 +151,10 @@ pub enum Cmd {
         /// residual stream (`target`) or from the drafter's own (`own`).
         #[arg(long, value_parser = ["target", "own"])]
         drafter: Option<String>,
+        /// With --drafter: the pruned head (issue 27) of this many rows, the working vocabulary the host
+        /// lists before each step.
+        #[arg(long, requires = "drafter")]
+        pruned: Option<usize>,
         /// The program file to write (RON).
         #[arg(long)]
         out: PathBuf,
@@ -348,6 +352,10 @@ pub enum GpuCmd {
         /// Check the MTP drafter's program instead (issue 27).
         #[arg(long)]
         drafter: bool,
+        /// With --drafter: its pruned head of this capacity (rows; a working vocabulary of about 60 %
+        /// of it, every third id, so that a unit past the list's end is checked too).
+        #[arg(long, requires = "drafter")]
+        pruned: Option<usize>,
     },
 }
 

@@ -94,6 +94,7 @@ fn run(cli: Cli) -> Result<()> {
             max_context,
             shape: Shape { units, unit_rows, gdn },
             drafter,
+            pruned,
             out,
         } => {
             let (cfg, name) = match (preset, config) {
@@ -108,7 +109,11 @@ fn run(cli: Cli) -> Result<()> {
                 Some(d) => {
                     let input =
                         if d == "own" { mk::compiler::DraftInput::Own } else { mk::compiler::DraftInput::Target };
-                    mk::compiler::compile_drafter(&cfg, &format!("{name}-mtp"), &target, input)?
+                    let name = format!("{name}-mtp");
+                    match pruned {
+                        Some(cap) => mk::compiler::compile_drafter_pruned(&cfg, &name, &target, input, cap)?,
+                        None => mk::compiler::compile_drafter(&cfg, &name, &target, input)?,
+                    }
                 }
             };
             let summary = mk::isa::validate::validate(&prog)?;
@@ -122,8 +127,8 @@ fn run(cli: Cli) -> Result<()> {
                 summary.counters
             );
         }
-        Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache, defines, units, drafter } } => {
-            mk::verify::gpu::ops(&dir, steps, &cache, &Defines::parse(&defines)?, units, drafter)?
+        Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache, defines, units, drafter, pruned } } => {
+            mk::verify::gpu::ops(&dir, steps, &cache, &Defines::parse(&defines)?, units, drafter, pruned)?
         }
         Cmd::Gpu { cmd: GpuCmd::Gemv { preset, reps, cache } } => {
             mk::verify::gemv::run(&preset, reps.max(1), &cache).map(|_| ())?

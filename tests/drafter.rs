@@ -1,17 +1,18 @@
 //! The MTP drafter as a program (issue 27, item 1): the compiler's drafter programs on the interpreter
 //! against the CPU reference's `model::mtp::draft_step`, bit for bit (logits, the drafted token and the
 //! drafter's KV cache), in program order and in random dependency-respecting orders, with a negative
-//! control (the fc's two norm weights exchanged between its halves).
+//! control (the fc's two norm weights exchanged between its halves); the pruned head (item 2) against
+//! `model::mtp::pruned_argmax` over the same working vocabulary.
 
 mod common;
 
-use mk::compiler::{compile, compile_drafter, h200, DraftInput};
+use mk::compiler::{compile, compile_drafter, compile_drafter_pruned, h200, DraftInput};
 use mk::exec::interp::{Interp, Order};
 use mk::isa::{slot, Opcode, Program};
 use mk::model::checkpoint::Checkpoint;
 use mk::model::config::ModelConfig;
 use mk::model::forward::Weights;
-use mk::model::mtp::{draft_step, MtpState, MtpWeights};
+use mk::model::mtp::{draft_step, pruned_argmax, MtpState, MtpWeights, WorkingVocab};
 
 fn bits(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
@@ -112,6 +113,70 @@ fn the_drafter_program_in_any_order_is_draft_step_bit_for_bit() {
 fn negative_control_swapped_fc_norms_are_caught() {
     let d = drafts(2, 0, Order::Program, true).expect("the broken drafter must differ");
     assert!(d.contains("row 0"), "{d}");
+}
+
+#[test]
+fn the_pruned_head_scores_the_working_vocabulary_only() {
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let m = MtpWeights::from_checkpoint(&ck).unwrap();
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let t = h200(1);
+    let target = compile(&cfg, "tiny", &t).unwrap();
+    let pruned = compile_drafter_pruned(&cfg, "tiny-mtp", &t, DraftInput::Target, 150).unwrap();
+    mk::isa::validate::validate(&pruned).unwrap();
+    let lm = pruned.words.iter().find(|x| x.opcode == Opcode::LmHead).unwrap();
+    assert_eq!(lm.rows, 192, "the capacity rounds up to the head's 64-row units");
+    let (vocab, eps) = (cfg.vocab, cfg.rms_eps as f32);
+    let norm = ck.f32_vec(&format!("{}norm.weight", cfg.prefix));
+    let (mut tgt, mut dt) = (Interp::new(&target, &ck).unwrap(), Interp::new(&pruned, &ck).unwrap());
+    let mut st = MtpState::new(&cfg, t.max_context as usize);
+    // the working vocabulary: a core of 100 ids and the seen ones (some of them the full head's picks)
+    let mut wv = WorkingVocab::new(vocab, 100);
+    let (mut restricted, mut full_kept) = (0, 0);
+    let fed: Vec<u32> = (0..=12).map(|i| token(i, vocab)).collect();
+    for p in 0..12 {
+        tgt.step(fed[p], Order::Program).unwrap();
+        let h = tgt.buffer("h").unwrap().to_vec();
+        let mut hidden = vec![0f32; h.len()];
+        mk::model::ops::rms_norm_block(&h, &norm, eps, &mut hidden);
+        let (full, xn) = draft_step(&w, &m, &mut st, fed[p + 1], &hidden, p).unwrap();
+        let best = mk::model::ops::argmax(&full) as u32;
+        if p % 3 == 0 {
+            wv.add(best).unwrap(); // the session has seen it
+        }
+        wv.add(fed[p + 1]).unwrap();
+        let want = pruned_argmax(&w.lm_head, &xn, &wv).unwrap();
+        dt.set_head_rows(wv.ids()).unwrap();
+        dt.bufs[pruned.buffer_id("h_in").unwrap()] = h;
+        let got = dt.step(fed[p + 1], Order::Program).unwrap();
+        assert_eq!(got, want, "row {p}: the pruned head drafted {got}, pruned_argmax {want}");
+        // its logits by list position are the full head's at those ids, bit for bit
+        for (i, &id) in wv.ids().iter().enumerate() {
+            assert_eq!(dt.logits()[i].to_bits(), full[id as usize].to_bits(), "row {p}: position {i} (id {id})");
+        }
+        if want != best {
+            restricted += 1;
+        } else {
+            full_kept += 1;
+        }
+    }
+    // the list restricts (a head that ignored it would pick the full head's best every time) and keeps
+    // the full head's choice when the vocabulary holds it
+    assert!(restricted > 0 && full_kept > 0, "restricted {restricted}, full head's choice {full_kept}");
+    // refused: lists it cannot take, programs without a pruned head, capacities off the vocabulary
+    let e = dt.set_head_rows(&[5, 3]).unwrap_err().to_string();
+    assert!(e.contains("ascend"), "{e}");
+    let e = dt.set_head_rows(&(0..193).collect::<Vec<u32>>()).unwrap_err().to_string();
+    assert!(e.contains("193 ids for a pruned head of 1 ..= 192"), "{e}");
+    let e = dt.set_head_rows(&[vocab as u32]).unwrap_err().to_string();
+    assert!(e.contains("off the vocabulary"), "{e}");
+    let e = tgt.set_head_rows(&[1]).unwrap_err().to_string();
+    assert!(e.contains("no pruned head"), "{e}");
+    for cap in [0, vocab + 1] {
+        let e = compile_drafter_pruned(&cfg, "x", &t, DraftInput::Own, cap).unwrap_err().to_string();
+        assert!(e.contains("a pruned head of"), "{e}");
+    }
 }
 
 #[test]

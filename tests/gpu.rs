@@ -29,13 +29,17 @@ fn every_op_matches_the_cpu_and_a_broken_gemv_is_caught() {
     }
     let broken = Defines::parse(&["MK_BREAK_GEMV".to_string()]).unwrap();
     let units = mk::isa::UnitPolicy::Balanced;
-    mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units, false).unwrap();
-    let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units, false).unwrap_err().to_string();
+    mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units, false, None).unwrap();
+    let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units, false, None).unwrap_err().to_string();
     assert!(e.contains("op check FAILED") && e.contains("LmHead -> logits") && e.contains("GemvNorm"), "{e}");
     // the MTP drafter's program (issue 27): its MtpFc and every other word, and the same control
-    mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units, true).unwrap();
-    let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units, true).unwrap_err().to_string();
+    mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units, true, None).unwrap();
+    let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units, true, None).unwrap_err().to_string();
     assert!(e.contains("op check FAILED") && e.contains("MtpFc -> h"), "{e}");
+    // its pruned head (256 rows, 153 of them listed: the last unit scores none)
+    mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units, true, Some(256)).unwrap();
+    let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units, true, Some(256)).unwrap_err().to_string();
+    assert!(e.contains("op check FAILED") && e.contains("LmHead -> logits"), "{e}");
 }
 
 #[test]

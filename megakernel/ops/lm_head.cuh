@@ -21,10 +21,29 @@ __device__ __forceinline__ void topk_count(const DevCtx& c, const unsigned short
 // The unit's logits for MR inputs (row m's prepared at xs + m stride, on row view m): each weight row
 // read once for all of them (dot_rows_m), then row m's candidate by lane 0 of warp m, row m's top-k
 // counts by warp 1.
+// The pruned head (IN1 = [n, ids ..], the MTP drafter's, M = 1; ISA LmHead): rows are list positions below
+// n, each scoring W's row ids[pos], logits by position, the candidate's id the list's; a unit past n
+// offers (NaN, FLT_MAX), which every candidate beats.
 template <int MR>
 __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const unsigned short* xs, unsigned stride) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
+#ifdef MK_MTP  // (drafter programs only: the target's lm_head compiles as before)
+  const unsigned* list = MR == 1 && w.ops[SLOT_IN1] != OPERAND_NONE ? B<unsigned>(c, w.ops[SLOT_IN1]) : nullptr;
+#else
+  const unsigned* const list = nullptr;
+#endif
   unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
+  if (list) {
+    r1 = min(r1, list[0]);
+    if (r0 >= r1) {
+      if (threadIdx.x == 0) {
+        float* cand = B<float>(c, w.ops[SLOT_OUT1]);
+        cand[2 * u] = __int_as_float(0x7fc00000);
+        cand[2 * u + 1] = __int_as_float(0x7f7fffff);  // FLT_MAX, as the interpreter's
+      }
+      return;
+    }
+  }
   unsigned groups = (K + KGROUP - 1) / KGROUP;
   unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W0]};
   warp_row_pairs(r0, r1, [&](const unsigned* rows, int n) {
@@ -32,8 +51,9 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
 #pragma unroll
     for (int m = 0; m < MR; ++m) v[0][m] = v[1][m] = 0.f;
     auto part = [&](int i, int m, unsigned, float p) { v[i][m] += p; };  // ORDER: k-groups in order
-    if (n == 2) dot_rows_m<2, MR>(c, wids, rows, xs, stride, 0, groups, part);
-    else dot_rows_m<1, MR>(c, wids, rows, xs, stride, 0, groups, part);
+    const unsigned ids[2] = {list ? list[1 + rows[0]] : rows[0], list && n == 2 ? list[1 + rows[1]] : rows[n - 1]};
+    if (n == 2) dot_rows_m<2, MR>(c, wids, ids, xs, stride, 0, groups, part);
+    else dot_rows_m<1, MR>(c, wids, ids, xs, stride, 0, groups, part);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
       for (int m = 0; m < MR; ++m)
@@ -52,9 +72,9 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
     }
     float* cand = B<float>(r, w.ops[SLOT_OUT1]);
     cand[2 * u] = best;
-    cand[2 * u + 1] = (float)id;
+    cand[2 * u + 1] = (float)(list ? list[1 + id] : id);
   }
-  if (threadIdx.x >= 32 && threadIdx.x < 64)
+  if (!list && threadIdx.x >= 32 && threadIdx.x < 64)
     for (unsigned mm = 0; mm < MR; ++mm) topk_count(c, B<unsigned short>(row_view(c, mm), w.ops[SLOT_OUT0]), r0, r1);
 }
 

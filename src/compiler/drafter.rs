@@ -25,6 +25,28 @@ pub enum DraftInput {
 /// and FFN lowering), `mtp.norm` folded into the lm_head, the argmax (the drafted token) and the
 /// hand-off (position p + 1, the drafted token next: a round's drafts chain).
 pub fn compile_drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftInput) -> Result<Program> {
+    drafter(cfg, name, t, input, None)
+}
+
+/// `compile_drafter` with the pruned head (issue 27, item 2): the lm_head scores only the rows of a list
+/// the host writes before a step (`head_rows`, a Control row [n, ids ..], ids ascending: the working
+/// vocabulary, `model::mtp::WorkingVocab`), at most `capacity` of them (rounded up to the head's unit
+/// rows of 64, at most the vocabulary); its logits are by list position.
+pub fn compile_drafter_pruned(
+    cfg: &ModelConfig,
+    name: &str,
+    t: &Target,
+    input: DraftInput,
+    capacity: usize,
+) -> Result<Program> {
+    let cap = capacity.div_ceil(super::LM_UNIT_ROWS as usize) * super::LM_UNIT_ROWS as usize;
+    if cap == 0 || cap > cfg.vocab {
+        bail!("compile the drafter: a pruned head of {capacity} rows (1 ..= the vocabulary's {})", cfg.vocab);
+    }
+    drafter(cfg, name, t, input, Some(cap))
+}
+
+fn drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftInput, pruned: Option<usize>) -> Result<Program> {
     check(cfg, t, "compile the drafter")?;
     if cfg.mtp_layers == 0 {
         bail!("compile the drafter: the model has no MTP head (mtp_num_hidden_layers = 0)");
@@ -41,7 +63,9 @@ pub fn compile_drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftIn
     let h = b.act("h", hd);
     let ab = b.attn_bufs(cfg, ctrl, h);
     let act = b.act("act", cfg.intermediate);
-    let head = b.head_bufs(cfg);
+    let rows = pruned.unwrap_or(cfg.vocab);
+    let list = pruned.map(|cap| b.buf("head_rows", BufKind::Control, 1, cap as u64 + 1, 4));
+    let head = b.head_bufs_rows(rows);
     let mut em = b.word(Opcode::Embed, hd as u32, EMBED_UNIT);
     em.ops[slot::W0] = b.weight(&format!("{p}embed_tokens.weight"))?;
     em.ops[slot::IN0] = ctrl;
@@ -65,10 +89,13 @@ pub fn compile_drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftIn
     let in_norm = b.weight(&format!("{lp}input_layernorm.weight"))?;
     b.attention_layer(cfg, lp, 0, &ab, in_norm)?;
     b.ffn(cfg, lp, h, act)?;
-    b.head(cfg, ctrl, h, "mtp.norm.weight", head)?;
+    b.head_rows(rows as u32, list, ctrl, h, "mtp.norm.weight", head)?;
     let shape = format!(
-        "MTP drafter ({input:?} input): hidden {}, one attention layer, FFN {}, vocab {}",
-        hd, cfg.intermediate, cfg.vocab
+        "MTP drafter ({input:?} input): hidden {}, one attention layer, FFN {}, vocab {}{}",
+        hd,
+        cfg.intermediate,
+        cfg.vocab,
+        pruned.map_or(String::new(), |c| format!(", pruned head of {c} rows"))
     );
     Ok(b.program(name, shape))
 }

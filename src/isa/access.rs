@@ -260,6 +260,11 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
             Opcode::LmHead => {
                 let k = a.cols(slot::IN0);
                 a.row(slot::IN0, m, 0, k, false);
+                if w.op(slot::IN1).is_some() {
+                    // the pruned head: the row count and the unit's ids (its logits by list position)
+                    a.row(slot::IN1, m, 0, 1, false);
+                    a.row(slot::IN1, m, 1 + rs.start, 1 + rs.end, false);
+                }
                 a.row(slot::OUT0, m, rs.start, rs.end, true);
                 a.row(slot::OUT1, m, 2 * u as usize, 2 * u as usize + 2, true);
             }

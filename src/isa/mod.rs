@@ -65,6 +65,9 @@ pub enum Opcode {
     /// o = bf(sum_p partial_p) per head, times bf(sigmoid(gate)).
     AttnReduceGate = 13,
     /// logits = W . rmsnorm(h) over vocabulary row slices, with each slice's (max, argmax) candidate.
+    /// With IN1 (the pruned head, issue 27: a Control row [n, id 0, .., id n-1], ids ascending, host
+    /// written), rows are positions in that list: W's rows ids[..n] only, logits by position, each
+    /// candidate's id the list's (positions past n score nothing; a unit of none: (NaN, f32::MAX)).
     LmHead = 14,
     /// The greedy token: the best candidate, lowest id on ties.
     Argmax = 15,
@@ -448,6 +451,37 @@ pub fn fnv_hex(parts: &[&[u8]]) -> String {
         }
     }
     format!("{h:016x}")
+}
+
+impl Program {
+    /// The control row a pruned drafter program's head reads (`compile_drafter_pruned`): its buffer and
+    /// [n, ids .., 0 ..] for a working vocabulary `ids` (ascending, distinct, below the weight's rows, at
+    /// most the capacity), for an executor to write before a step.
+    pub fn head_rows(&self, ids: &[u32]) -> Result<(usize, Vec<f32>)> {
+        let p = self;
+        let Some(at) = p.buffer_id("head_rows") else {
+            bail!("head rows: program {} has no pruned head (compile_drafter_pruned)", p.model);
+        };
+        let cap = p.buffers[at].cols as usize - 1;
+        let vocab =
+            p.words.iter().find(|w| w.opcode == Opcode::LmHead).and_then(|w| w.op(slot::W0)).map(|b| p.buffers[b].rows);
+        if ids.is_empty() || ids.len() > cap {
+            bail!("head rows: {} ids for a pruned head of 1 ..= {cap}", ids.len());
+        }
+        if let Some(i) = ids.windows(2).position(|w| w[0] >= w[1]) {
+            bail!("head rows: ids must ascend (id {} at {i} before {})", ids[i], ids[i + 1]);
+        }
+        let vocab = vocab.unwrap_or(0);
+        if let Some(&id) = ids.iter().find(|&&id| id as u64 >= vocab) {
+            bail!("head rows: id {id} is off the vocabulary of {vocab}");
+        }
+        let mut v = vec![0f32; cap + 1];
+        v[0] = ids.len() as f32;
+        for (d, &id) in v[1..].iter_mut().zip(ids) {
+            *d = id as f32;
+        }
+        Ok((at, v))
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,9 @@ pub fn weight_bytes(p: &Program, w: &Word) -> u64 {
             }
             total += if w.opcode == Opcode::Embed {
                 buf.cols * buf.elem_bytes as u64
+            } else if w.opcode == Opcode::LmHead && s == slot::W0 && w.op(slot::IN1).is_some() {
+                // the pruned head: its capacity's rows at most (the list's count is the host's)
+                w.rows as u64 * buf.cols * buf.elem_bytes as u64
             } else {
                 let scale = if buf.elem_bytes == 1 { buf.rows.div_ceil(128) * buf.cols.div_ceil(128) * 2 } else { 0 };
                 buf.elems() * buf.elem_bytes as u64 + scale

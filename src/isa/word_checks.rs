@@ -326,6 +326,16 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
         Opcode::LmHead => {
             matrix(slot::W0, k)?;
             vector(slot::W1, k)?;
+            // the pruned head (the MTP drafter's, issue 27): IN1 = [n, ids ..] of the rows it scores
+            if let Some(b) = buf(slot::IN1) {
+                if b.kind != BufKind::Control || b.elem_bytes != 4 || b.cols != w.rows as u64 + 1 || w.m_rows != 1 {
+                    bail!(
+                        "{at}: shape: the pruned head's row list {} must be a one-row Control buffer of {} u32 (the count, then the ids)",
+                        b.name,
+                        w.rows as u64 + 1
+                    );
+                }
+            }
         }
         Opcode::GemvNorm => vector(slot::W1, k)?,
         Opcode::Embed => {
@@ -399,7 +409,10 @@ fn deferred_gdn(p: &Program, at: &str, w: &Word, cols: u64) -> Result<()> {
     let recur = w.opcode == Opcode::GdnRecur;
     if w.m_rows == 1 {
         if kind(slot::ST1).is_some() || recur && kind(slot::IN3).is_some() {
-            bail!("{at}: shape: a one-row program's {:?} writes its state at once (no kept rows, st1 / in3 unused)", w.opcode);
+            bail!(
+                "{at}: shape: a one-row program's {:?} writes its state at once (no kept rows, st1 / in3 unused)",
+                w.opcode
+            );
         }
         return Ok(());
     }

@@ -44,20 +44,31 @@ pub fn ops(
     defines: &Defines,
     units: crate::isa::UnitPolicy,
     drafter: bool,
+    pruned: Option<usize>,
 ) -> Result<()> {
     let (ck, prog, mut d) = if drafter {
         let ck = Checkpoint::open(dir)?;
         let mut t = crate::compiler::h200(1);
         t.units = units;
         t.max_context = 1024;
-        let p =
-            crate::compiler::compile_drafter(&ck.config, "checkpoint-mtp", &t, crate::compiler::DraftInput::Target)?;
+        let input = crate::compiler::DraftInput::Target;
+        let p = match pruned {
+            Some(cap) => crate::compiler::compile_drafter_pruned(&ck.config, "checkpoint-mtp", &t, input, cap)?,
+            None => crate::compiler::compile_drafter(&ck.config, "checkpoint-mtp", &t, input)?,
+        };
         let d = GpuExec::new(Gpu::open()?, &p, &Upload::new(&ck)?, cache, defines)?;
         (ck, p, d)
     } else {
         open_units(dir, 1024, cache, defines, units)?
     };
     let mut it = crate::exec::interp::Interp::new(&prog, &ck)?;
+    if let Some(cap) = pruned {
+        // every third id, about 60 % of the capacity: the last units score part of their rows or none
+        let n = (cap * 3 / 5).max(1);
+        let ids: Vec<u32> = (0..n as u32).map(|i| 3 * i + 1).collect();
+        it.set_head_rows(&ids)?;
+        d.set_head_rows(&ids)?;
+    }
     if drafter {
         let target = crate::compiler::compile(&ck.config, "checkpoint", &prog.target)?;
         let mut ti = crate::exec::interp::Interp::new(&target, &ck)?;

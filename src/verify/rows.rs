@@ -56,7 +56,9 @@ fn state_difference(got: &[(String, Vec<u32>)], want: &[(String, Vec<u32>)]) -> 
         let Some((_, a)) = got.iter().find(|(n, _)| n == name) else {
             return Some(format!("state {name}: the M-row program has none"));
         };
-        if let Some(e) = a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then_some(a.len().min(b.len()))) {
+        if let Some(e) =
+            a.iter().zip(b).position(|(x, y)| x != y).or((a.len() != b.len()).then_some(a.len().min(b.len())))
+        {
             let f = |v: &[u32]| v.get(e).map_or(f32::NAN, |x| f32::from_bits(*x));
             return Some(format!("state {name} element {e}: {} vs {} (one-row)", f(a), f(b)));
         }
@@ -124,19 +126,33 @@ fn rollback(
     let (mut pos, mut s, mut ms) = (0, 0, 0.0);
     while pos < n {
         let kept = keep(s).clamp(1, m).min(n - pos);
-        let toks: Vec<u32> = (0..m)
-            .map(|r| if r < kept { token(pos + r, vocab) } else { (token(pos + r, vocab) + 1 + r as u32) % vocab as u32 })
-            .collect();
+        let toks: Vec<u32> =
+            (0..m)
+                .map(|r| {
+                    if r < kept {
+                        token(pos + r, vocab)
+                    } else {
+                        (token(pos + r, vocab) + 1 + r as u32) % vocab as u32
+                    }
+                })
+                .collect();
         let t = std::time::Instant::now();
         let next = d.step_rows(&toks, mega)?;
-        if negative { d.commit_rows_keeping_all(kept)? } else { d.commit_rows(kept)? };
+        if negative {
+            d.commit_rows_keeping_all(kept)?
+        } else {
+            d.commit_rows(kept)?
+        };
         ms += t.elapsed().as_secs_f64() * 1e3;
         let logits = d.logits()?;
         for r in 0..kept {
             let got = &logits[r * vocab..(r + 1) * vocab];
             if let Some(e) = got.iter().zip(&want.logits[pos + r]).position(|(a, b)| a.to_bits() != *b) {
                 let w = f32::from_bits(want.logits[pos + r][e]);
-                let msg = format!("round {s} (position {pos}, keeping {kept}) row {r}: logits element {e}: {} vs {w} (one-row)", got[e]);
+                let msg = format!(
+                    "round {s} (position {pos}, keeping {kept}) row {r}: logits element {e}: {} vs {w} (one-row)",
+                    got[e]
+                );
                 return Ok((Some(msg), 0.0));
             }
             if next[r] != want.next[pos + r] {
@@ -199,19 +215,32 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
     let mk1 = time(reps, || d1.step_mega(token(0, vocab)).map(|_| ()))?;
     // the MTP drafter's step (issue 27: the draft cost; its full lm_head, h_in as it is: the time of a
     // step, not its values)
-    let draft = if ck.config.mtp_layers > 0 {
+    // the full head, then the pruned head (item 2) of 32,768 rows holding 16,384 and 32,768 ids (every
+    // seventh id: rows spread over the weight)
+    let mut draft = Vec::new();
+    if ck.config.mtp_layers > 0 {
         let mut t = crate::compiler::h200(1);
         t.max_context = max_ctx;
-        let pd = crate::compiler::compile_drafter(&ck.config, "checkpoint-mtp", &t, crate::compiler::DraftInput::Own)?;
-        let mut dd = GpuExec::new(Gpu::open()?, &pd, &up, cache, defines)?;
-        dd.reset()?;
-        let g = time(reps, || dd.step(token(0, vocab), false, |_, _| Ok(())).map(|_| ()))?;
-        dd.reset()?;
-        let k = time(reps, || dd.step_mega(token(0, vocab)).map(|_| ()))?;
-        Some((g, k, pd.words.len()))
-    } else {
-        None
-    };
+        let cap = 32_768.min(vocab / 7 / 64 * 64);
+        for listed in [None, Some(cap / 2), Some(cap)] {
+            let input = crate::compiler::DraftInput::Own;
+            let pd = match listed {
+                None => crate::compiler::compile_drafter(&ck.config, "checkpoint-mtp", &t, input)?,
+                Some(_) => crate::compiler::compile_drafter_pruned(&ck.config, "checkpoint-mtp", &t, input, cap)?,
+            };
+            let mut dd = GpuExec::new(Gpu::open()?, &pd, &up, cache, defines)?;
+            if let Some(n) = listed {
+                dd.set_head_rows(&(0..n as u32).map(|i| 7 * i).collect::<Vec<u32>>())?;
+            }
+            dd.reset()?;
+            let g = time(reps, || dd.step(token(0, vocab), false, |_, _| Ok(())).map(|_| ()))?;
+            dd.reset()?;
+            let k = time(reps, || dd.step_mega(token(0, vocab)).map(|_| ()))?;
+            let what =
+                listed.map_or("the full lm_head".to_string(), |n| format!("a pruned head of {cap} rows, {n} listed"));
+            draft.push((what, g, k, pd.words.len()));
+        }
+    }
     // each path's M-row step against its own one-row step (the verification step's cost in rows)
     let mut table = vec![format!(
         "{:>3} {:>14} {:>14} {:>14} {:>14}",
@@ -317,9 +346,9 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
         }
         println!();
     }
-    if let Some((g, k, words)) = draft {
+    for (what, g, k, words) in &draft {
         println!(
-            "MTP drafter step ({words} words, the full lm_head; synchronised, mean of {reps}): graph {g:.3} ms, megakernel {k:.3} ms"
+            "MTP drafter step ({words} words, {what}; synchronised, mean of {reps}): graph {g:.3} ms, megakernel {k:.3} ms"
         );
     }
     println!(

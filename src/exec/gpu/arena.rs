@@ -360,11 +360,11 @@ mod tests {
         assert_eq!(v.len(), 3 * n);
         assert_eq!(&v[..n], &at[..], "view 0 is the table itself");
         let id = |name: &str| p.buffer_id(name).unwrap();
-        // h (bf16), the control block (u32 x 3), a KV cache and a weight, in view 2
+        // h (bf16), the control block (u32 x CTRL_LEN), a state buffer and a weight, in view 2
         let h = id("h");
         assert_eq!(v[2 * n + h], at[h] + 2 * p.buffers[h].cols * 2);
         let c = id("ctrl");
-        assert_eq!(v[2 * n + c], at[c] + 2 * 3 * 4);
+        assert_eq!(v[2 * n + c], at[c] + 2 * crate::isa::access::CTRL_LEN as u64 * 4);
         let kv = p.buffers.iter().position(|b| b.kind == BufKind::State).unwrap();
         assert_eq!(v[2 * n + kv], at[kv]);
         let wt = p.buffers.iter().position(|b| b.kind == BufKind::Weight).unwrap();

@@ -187,6 +187,12 @@ impl GpuExec {
         })
     }
 
+    /// A pruned drafter program's working vocabulary for the next steps (`Program::head_rows`).
+    pub fn set_head_rows(&mut self, ids: &[u32]) -> Result<()> {
+        let (at, v) = self.prog.head_rows(ids)?;
+        self.write(at, &v)
+    }
+
     pub fn program(&self) -> &Program {
         &self.prog
     }

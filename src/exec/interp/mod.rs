@@ -15,7 +15,6 @@ mod rollback;
 pub mod spec;
 mod units;
 
-
 use crate::bail;
 use crate::error::Result;
 use crate::isa::access::{CTRL_COMMIT, CTRL_NEXT, CTRL_POS, CTRL_TOKEN};
@@ -132,6 +131,13 @@ impl<'a> Interp<'a> {
             word_ns: vec![0; prog.words.len()],
             rows_start: None,
         })
+    }
+
+    /// A pruned drafter program's working vocabulary for the next steps (`Program::head_rows`).
+    pub fn set_head_rows(&mut self, ids: &[u32]) -> Result<()> {
+        let (at, v) = self.prog.head_rows(ids)?;
+        self.bufs[at] = v;
+        Ok(())
     }
 
     /// The position of row 0 (between steps the active row is 0).

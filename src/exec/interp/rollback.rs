@@ -38,7 +38,9 @@ impl Interp<'_> {
     fn commit_rows_as(&mut self, n: usize, commit: usize) -> Result<()> {
         let m = self.prog.target.m_rows as usize;
         if m < 2 {
-            bail!("interpreter: rollback takes an M-row program (this one has M = 1: its GDN state is written at once)");
+            bail!(
+                "interpreter: rollback takes an M-row program (this one has M = 1: its GDN state is written at once)"
+            );
         }
         let Some(start) = self.rows_start.take() else {
             bail!("interpreter: commit with no verification step to commit (one commit a step)");

@@ -22,8 +22,12 @@ impl<'a> Interp<'a> {
         let (m, (rs, _)) = (w.m_rows as usize, w.unit_span(u));
         self.select(0);
         let (pos, n) = (self.bufs[self.ctrl][CTRL_POS] as usize, self.bufs[self.ctrl][CTRL_COMMIT] as usize);
-        let (kept_b, st_b, in_b, out_b) =
-            (w.ops[slot::ST1] as usize, w.ops[slot::ST0] as usize, w.ops[slot::IN0] as usize, w.ops[slot::OUT0] as usize);
+        let (kept_b, st_b, in_b, out_b) = (
+            w.ops[slot::ST1] as usize,
+            w.ops[slot::ST0] as usize,
+            w.ops[slot::IN0] as usize,
+            w.ops[slot::OUT0] as usize,
+        );
         if w.opcode == Opcode::GdnConv {
             let (cols, len) = (w.rows as usize, rs.len());
             let taps = self.vecw(w, slot::W0)[4 * rs.start..4 * rs.end].to_vec();
@@ -268,9 +272,20 @@ impl<'a> Interp<'a> {
             Opcode::LmHead => {
                 let x = self.rms(self.input(&w, slot::IN0), self.vecw(&w, slot::W1), eps);
                 let lin = self.lin(&w, slot::W0);
-                let vals: Vec<f32> = rs.clone().map(|r| bf(lin.row_dot(&x, r))).collect();
-                let best = ops::argmax(&vals);
-                let (bv, bi) = (vals[best], (rs.start + best) as f32);
+                // the pruned head: list positions [rs) below the count, each scoring W's row ids[pos]
+                let list = w.op(slot::IN1).map(|b| self.bufs[b].clone());
+                let id = |r: usize| list.as_ref().map_or(r, |l| l[1 + r] as usize);
+                let rs = match &list {
+                    Some(l) => rs.start..rs.end.min(l[0] as usize).max(rs.start),
+                    None => rs,
+                };
+                let vals: Vec<f32> = rs.clone().map(|r| bf(lin.row_dot(&x, id(r)))).collect();
+                let (bv, bi) = if vals.is_empty() {
+                    (f32::NAN, f32::MAX)
+                } else {
+                    let best = ops::argmax(&vals);
+                    (vals[best], id(rs.start + best) as f32)
+                };
                 self.out(&w, slot::OUT0)[rs].copy_from_slice(&vals);
                 let cand = self.out(&w, slot::OUT1);
                 cand[2 * u as usize] = bv;
