@@ -298,6 +298,24 @@ pub enum GpuCmd {
         #[arg(long = "define")]
         defines: Vec<String>,
     },
+    /// Greedy speculation with the MTP drafter on both GPU paths (issue 27) against plain greedy
+    /// decoding: the same tokens, with its drafts and with every draft forced to agree; ms per token.
+    Spec {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Drafts a round (1-7), comma separated: the target's M = k + 1 program each.
+        #[arg(long, value_delimiter = ',', default_value = "3")]
+        k: Vec<u32>,
+        /// Tokens generated after the prompt.
+        #[arg(long, default_value_t = 1000)]
+        tokens: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
     /// M-row verification steps (M tokens at positions pos .. pos + M in one graph replay or one
     /// megakernel launch) against one-row steps, bit for bit: every row's logits and token and the
     /// final states, on both paths, with a negative control (two tokens swapped); then ms per step.

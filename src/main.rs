@@ -136,6 +136,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gpu { cmd: GpuCmd::Soak { dir, steps, cache, defines } } => {
             mk::verify::gpu::soak(&dir, steps, &cache, &Defines::parse(&defines)?)?
         }
+        Cmd::Gpu { cmd: GpuCmd::Spec { dir, k, tokens, cache, defines } } => {
+            mk::verify::spec::run(&dir, &k, tokens as usize, &cache, &Defines::parse(&defines)?)?
+        }
         Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, cache, defines } } => {
             mk::verify::rows::run(&dir, &m, tokens as usize, reps as usize, &cache, &Defines::parse(&defines)?)?
         }

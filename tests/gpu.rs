@@ -1,7 +1,8 @@
 //! The GPU tier (issue 26): with a GPU, `cargo test` also runs the checks of the GPU paths on the tiny
 //! preset: every op against the CPU and the op check's negative control, graph against megakernel bit
 //! for bit over many steps (one and many steps a launch, the device-side stop), M-row steps against
-//! one-row steps, the sampler against the CPU's. Without a GPU each test says it skipped and passes.
+//! one-row steps (with rollback), speculation with the MTP drafter against plain decoding, the sampler
+//! against the CPU's. Without a GPU each test says it skipped and passes.
 //! (On the GPU machine: `cargo test --no-run` here, carry the `gpu-*` test binary, run it there.)
 
 mod common;
@@ -57,6 +58,15 @@ fn m_row_steps_equal_one_row_steps() {
         return;
     }
     mk::verify::rows::run(common::tiny(), &[2, 8], 264, 1, &cache(), &Defines::default()).unwrap();
+}
+
+#[test]
+fn speculation_with_the_mtp_drafter_emits_the_plain_greedy_tokens() {
+    if !gpu_or_skip("speculation") {
+        return;
+    }
+    // k = 1 and 3, both paths, the drafter's drafts and forced ones (every row kept), 300 tokens
+    mk::verify::spec::run(common::tiny(), &[1, 3], 300, &cache(), &Defines::default()).unwrap();
 }
 
 #[test]

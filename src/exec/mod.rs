@@ -4,3 +4,4 @@
 
 pub mod gpu;
 pub mod interp;
+pub mod spec;

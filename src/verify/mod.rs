@@ -8,4 +8,5 @@ pub mod golden;
 pub mod gpu;
 pub mod opcheck;
 pub mod rows;
+pub mod spec;
 pub mod trace;

@@ -299,6 +299,65 @@ impl GpuExec {
         Ok(())
     }
 
+    /// Copies `elems` elements of buffer `src_name` of `src` (from element `src_at`) into buffer `name`
+    /// of this executor (from element `at`), device to device (the speculation loop's hand-offs: a
+    /// target's residual row into a drafter's `h_in`, drafter KV rows between its two programs; `src`
+    /// finished first). Buffers of one element size; each range inside its buffer.
+    pub fn copy_from(
+        &mut self,
+        name: &str,
+        at: usize,
+        src: &GpuExec,
+        src_name: &str,
+        src_at: usize,
+        elems: usize,
+    ) -> Result<()> {
+        let (d, s) = (self.buffer_named(name)?, src.buffer_named(src_name)?);
+        let (dp, sp) = (self.layout.places[d], src.layout.places[s]);
+        let eb = dp.elem_bytes as usize;
+        if sp.elem_bytes as usize != eb {
+            crate::bail!("gpu copy: {src_name} has {}-byte elements, {name} {eb}", sp.elem_bytes);
+        }
+        if (src_at + elems) * eb > sp.bytes || (at + elems) * eb > dp.bytes {
+            crate::bail!(
+                "gpu copy: {elems} elements from {src_name}[{src_at}..] into {name}[{at}..] pass a buffer's end"
+            );
+        }
+        src.sync()?;
+        let from = src.arena.slice(sp.off + src_at * eb..sp.off + (src_at + elems) * eb);
+        let stream = self.gpu.stream.clone();
+        let mut to = self.arena.slice_mut(dp.off + at * eb..dp.off + (at + elems) * eb);
+        cu(stream.memcpy_dtod(&from, &mut to), "cuMemcpyDtoD")
+    }
+
+    /// `copy_from` inside this executor's arena.
+    pub fn copy_within(&mut self, name: &str, at: usize, src_name: &str, src_at: usize, elems: usize) -> Result<()> {
+        let (d, s) = (self.buffer_named(name)?, self.buffer_named(src_name)?);
+        let (dp, sp) = (self.layout.places[d], self.layout.places[s]);
+        let eb = dp.elem_bytes as usize;
+        if sp.elem_bytes as usize != eb || (src_at + elems) * eb > sp.bytes || (at + elems) * eb > dp.bytes {
+            crate::bail!("gpu copy: {elems} elements from {src_name}[{src_at}..] into {name}[{at}..] do not fit");
+        }
+        let (a, b) = (sp.off + src_at * eb, dp.off + at * eb);
+        if a < b + elems * eb && b < a + elems * eb {
+            crate::bail!("gpu copy: {src_name}[{src_at}..] and {name}[{at}..] overlap");
+        }
+        let stream = self.gpu.stream.clone();
+        // one arena: the source range viewed through a second handle is not possible with one
+        // CudaSlice borrowed mutably, so through the raw device pointers
+        let base = self.base;
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(base + b as u64, base + a as u64, elems * eb, stream.cu_stream())
+        }
+        .map_err(|e| crate::error::Error::new(format!("cuMemcpyDtoD: {e:?}")))
+    }
+
+    fn buffer_named(&self, n: &str) -> Result<usize> {
+        self.prog
+            .buffer_id(n)
+            .ok_or_else(|| crate::error::Error::new(format!("gpu copy: program {} has no buffer {n}", self.prog.model)))
+    }
+
     /// A buffer's first `n` elements as f32 (bf16 widened exactly; control words as integers).
     pub fn read(&self, buf: usize, n: usize) -> Result<Vec<f32>> {
         let eb = self.layout.places[buf].elem_bytes as usize;

@@ -17,6 +17,7 @@ pub mod layout;
 pub mod megakernel;
 pub mod reads;
 pub mod sampler;
+pub mod spec;
 
 use std::collections::HashMap;
 
@@ -59,7 +60,7 @@ pub struct GpuExec {
     /// Sampling (temperature > 0) is on: steps check the sampler's status.
     sampling: bool,
     /// The position the next step writes (mirrors the control block; checked before every step).
-    pos: usize,
+    pub(super) pos: usize,
     /// A step failed part way (its state is partly written): every step is refused until `reset`.
     broken: bool,
     /// M-row programs: the start of the last verification step while its rows may be rolled back, and
@@ -488,9 +489,10 @@ impl GpuExec {
         self.sync()
     }
 
-    /// Timing only: jumps the sequence to position `pos` without computing it (the caches below it
-    /// keep whatever they hold, zeros after `reset`): later steps cost what they would at that
-    /// context, their values mean nothing.
+    /// Jumps the sequence to position `pos` without computing it (the caches below it keep whatever
+    /// they hold, zeros after `reset`): for timing, later steps cost what they would at that context
+    /// (their values mean nothing); for a drafter, whose position the speculation loop chooses (its
+    /// caches below `pos` hold the rows it wrote there).
     pub fn seek(&mut self, pos: usize) -> Result<()> {
         if pos >= self.prog.target.max_context as usize {
             crate::bail!("context overflow: seek to {pos} >= max context {}", self.prog.target.max_context);

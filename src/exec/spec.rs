@@ -1,0 +1,123 @@
+//! Greedy speculation with the MTP drafter (issue 27), once for every executor: the target verifies a
+//! round's last emitted token and k = M - 1 drafts as one M-row step, keeps the agreeing prefix plus
+//! its own token (`speculate::accept_greedy`) and rolls the rest back (the deferred commit); the
+//! drafter's two programs draft (a round's first draft from the target's residual stream, the rest
+//! chained on the drafter's own) over one KV storage, rebuilt at the kept positions from the target's
+//! rows. The interpreter (`interp::spec`) and the GPU paths (`gpu::spec`) implement the two traits;
+//! the loop is `model::spec_generate`'s MTP rounds on programs.
+//!
+//! Owns: `Verifier`, `Drafter`, `speculate_mtp`. Refuses: M < 2, an empty prompt, more positions than
+//! the programs' context holds (prompt + steps + one round's rows).
+
+use crate::bail;
+use crate::error::Result;
+use crate::model::spec_generate::SpecStats;
+use crate::model::speculate::accept_greedy;
+
+/// The target: an M-row program's executor.
+pub trait Verifier {
+    /// Rows a verification step takes (M).
+    fn rows(&self) -> usize;
+    /// Positions the program holds.
+    fn context(&self) -> usize;
+    /// The next position a step writes (its row 0's).
+    fn pos(&self) -> usize;
+    /// One M-row step (token m at pos + m); every row's greedy next token. Its residual rows (`h`)
+    /// stay readable until the next step.
+    fn verify(&mut self, tokens: &[u32]) -> Result<Vec<u32>>;
+    /// Keeps the first n rows of the last step (the deferred commit).
+    fn commit(&mut self, n: usize) -> Result<()>;
+}
+
+/// The MTP drafter's two programs (`compiler::compile_drafter`, DraftInput::Target and Own) over one KV
+/// storage.
+pub trait Drafter<V: Verifier> {
+    /// Positions the drafter's programs hold.
+    fn context(&self) -> usize;
+    /// One draft step at position `pos` on token `tok`, its `h_in` the target's residual row `row` of
+    /// its last step; the drafted token.
+    fn from_target(&mut self, target: &V, row: usize, pos: usize, tok: u32) -> Result<u32>;
+    /// One chained draft step at `pos` on `tok`, its `h_in` the residual stream the drafter's last step
+    /// left (`first`: that step was `from_target`'s); the drafted token. The first of a round's sees
+    /// every KV row `from_target` wrote.
+    fn chained(&mut self, pos: usize, tok: u32, first: bool) -> Result<u32>;
+}
+
+/// `steps` tokens after `prompt`, greedy, verified by `it` (M rows) with k = M - 1 drafts a round from
+/// `d`: row p of the drafter takes token p + 1 and the target's residual at p, its drafts chain on its
+/// own. The tokens must be plain greedy decoding's. `agree`: forced acceptance for checks and
+/// measurements (the drafter runs, its proposals replaced by `agree`, the greedy continuation, so that
+/// every row is kept and the drafter's KV is rebuilt over whole rounds); None for its own drafts.
+pub fn speculate_mtp<V: Verifier, D: Drafter<V>>(
+    it: &mut V,
+    d: &mut D,
+    prompt: &[u32],
+    steps: usize,
+    agree: Option<&[u32]>,
+) -> Result<(Vec<u32>, SpecStats)> {
+    let m = it.rows();
+    let k = m.saturating_sub(1);
+    if m < 2 {
+        bail!("speculation: the program has M = {m} rows (a verification step needs at least 2)");
+    }
+    if prompt.is_empty() {
+        bail!("speculation: an empty prompt");
+    }
+    let ctx = it.context().min(d.context());
+    if prompt.len().div_ceil(m) * m + steps + m > ctx {
+        bail!(
+            "speculation: {} prompt tokens and {steps} steps (M = {m}) pass the programs' context {ctx}",
+            prompt.len()
+        );
+    }
+    // the prompt, M rows a step; the drafter's rows over it (row p: token p + 1, hidden p)
+    let (mut next, mut last_row, mut fed) = (0, 0, 0);
+    for chunk in prompt.chunks(m) {
+        let mut rows = chunk.to_vec();
+        rows.resize(m, 0);
+        let toks = it.verify(&rows)?;
+        it.commit(chunk.len())?;
+        for r in 0..chunk.len() {
+            let p = fed + r;
+            if p + 1 < prompt.len() {
+                d.from_target(it, r, p, prompt[p + 1])?;
+            }
+        }
+        last_row = chunk.len() - 1;
+        fed += chunk.len();
+        next = toks[chunk.len() - 1];
+    }
+    let mut out = vec![next];
+    let mut stats = SpecStats::default();
+    while out.len() < steps {
+        let t = *out.last().unwrap_or(&0);
+        let pos = it.pos(); // t's position (not yet fed)
+        let mut draft = Vec::with_capacity(k);
+        // (a forced draft replaces the drafted token, as input of the next draft step too)
+        let forced = |i: usize, tok: u32| agree.map_or(tok, |tr| tr.get(out.len() + i).copied().unwrap_or(0));
+        let mut tok = forced(0, d.from_target(it, last_row, pos - 1, t)?);
+        draft.push(tok);
+        for i in 1..k {
+            tok = forced(i, d.chained(pos - 1 + i, tok, i == 1)?);
+            draft.push(tok);
+        }
+        stats.drafts.extend(&draft);
+        let mut rows = vec![t];
+        rows.extend(&draft);
+        let target = it.verify(&rows)?;
+        let emitted = accept_greedy(&draft, &target)?;
+        let kept = emitted.len();
+        it.commit(kept)?;
+        stats.rounds += 1;
+        stats.drafted += k;
+        stats.accepted += kept - 1;
+        // the drafter's rows at the kept positions from the target's residual rows
+        for r in 0..kept - 1 {
+            d.from_target(it, r, pos + r, rows[r + 1])?;
+        }
+        last_row = kept - 1;
+        out.extend(&emitted);
+    }
+    out.truncate(steps);
+    Ok((out, stats))
+}
