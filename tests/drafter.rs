@@ -287,3 +287,63 @@ fn the_drafter_cache_rebuilt_over_whole_rounds_is_the_sequential_one() {
     assert!(bits(&a.buffer("k_cache.0").unwrap()[..kv], &ms.k_cache[..kv]), "the drafter's keys over {rows} rows");
     assert!(bits(&a.buffer("v_cache.0").unwrap()[..kv], &ms.v_cache[..kv]), "the drafter's values over {rows} rows");
 }
+
+/// Speculation switches itself off where it does not pay (`exec::spec::speculate_switched`): after a
+/// window of rounds slower than the one-row step, the one-row program takes the target's state and
+/// decodes the rest; the tokens stay the plain greedy ones. Never off when the one-row step is slower;
+/// the negative control hands over every state but the recurrent ones and must emit other tokens.
+#[test]
+fn speculation_switches_itself_off_and_keeps_the_greedy_tokens() {
+    use mk::exec::spec::{speculate_switched, Plain, Switch};
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let prompt: Vec<u32> = (0..5).map(|i| token(i, cfg.vocab)).collect();
+    let steps = 20;
+    let greedy =
+        mk::model::forward::generate(&w, &prompt, steps, &mk::model::sample::SamplingParams::greedy(), 0).unwrap();
+    let (target, dt, own) = spec_programs(&cfg, 3);
+    let mut t1 = h200(1);
+    t1.max_context = 256;
+    let one = compile(&cfg, "tiny", &t1).unwrap();
+    /// The negative control: the plain program without the target's recurrent states.
+    struct Broken<'i, 'a>(&'i mut Interp<'a>);
+    impl<'t> Plain<Interp<'t>> for Broken<'_, '_> {
+        fn take_over(&mut self, target: &mut Interp<'t>) -> mk::error::Result<()> {
+            self.0.take_over(target)?;
+            for i in 0..self.0.bufs.len() {
+                if self.0.program().buffers[i].name.starts_with("recurrent_state") {
+                    self.0.bufs[i].iter_mut().for_each(|x| *x = 0.0);
+                }
+            }
+            Ok(())
+        }
+        fn step(&mut self, token: u32) -> mk::error::Result<u32> {
+            self.0.step(token, Order::Program)
+        }
+    }
+    let run = |plain_ms: f64, broken: bool| {
+        let (mut it, mut a, mut b, mut p) = (
+            Interp::new(&target, &ck).unwrap(),
+            Interp::new(&dt, &ck).unwrap(),
+            Interp::new(&own, &ck).unwrap(),
+            Interp::new(&one, &ck).unwrap(),
+        );
+        let mut progs = mk::exec::interp::spec::MtpPrograms { from_target: &mut a, own: &mut b };
+        let mut bp = Broken(&mut p);
+        let sw = if broken {
+            Switch { plain: &mut bp as &mut dyn Plain<_>, plain_ms, window: 2 }
+        } else {
+            Switch { plain: &mut *bp.0 as &mut dyn Plain<_>, plain_ms, window: 2 }
+        };
+        speculate_switched(&mut it, &mut progs, &prompt, steps, None, Some(sw)).unwrap()
+    };
+    let (toks, stats) = run(1e9, false);
+    assert_eq!((toks.as_slice(), stats.off_at), (&greedy[..], None), "never off when the one-row step is slower");
+    let (toks, stats) = run(0.0, false);
+    assert_eq!(toks, greedy, "the one-row program continues the greedy tokens");
+    assert_eq!((stats.off_at, stats.rounds), (Some(3), 2), "off after its window of two rounds");
+    let (toks, stats) = run(0.0, true);
+    assert_eq!(stats.off_at, Some(3));
+    assert_ne!(toks, greedy, "the negative control: a hand-over without the recurrent states");
+}

@@ -6,7 +6,8 @@
 //! rows. The interpreter (`interp::spec`) and the GPU paths (`gpu::spec`) implement the two traits;
 //! the loop is `model::spec_generate`'s MTP rounds on programs.
 //!
-//! Owns: `Verifier`, `Drafter`, `speculate_mtp`. Refuses: M < 2, an empty prompt, more positions than
+//! Owns: `Verifier`, `Drafter`, `Plain`, `speculate_mtp` and its switch (`speculate_switched`: off
+//! where the rounds emit tokens slower than the one-row step). Refuses: M < 2, an empty prompt, more positions than
 //! the programs' context holds (prompt + steps + one round's rows).
 
 use crate::bail;
@@ -27,6 +28,26 @@ pub trait Verifier {
     fn verify(&mut self, tokens: &[u32]) -> Result<Vec<u32>>;
     /// Keeps the first n rows of the last step (the deferred commit).
     fn commit(&mut self, n: usize) -> Result<()>;
+    /// Makes the committed state real now (`flush_rows`), for handing it on.
+    fn flush(&mut self) -> Result<()>;
+}
+
+/// The one-row program that decodes when speculation is off.
+pub trait Plain<V: Verifier> {
+    /// Takes the target's state (every state buffer both programs hold, after its flush: conv rings,
+    /// recurrent states, KV rows below the position) and its position.
+    fn take_over(&mut self, target: &mut V) -> Result<()>;
+    /// One decode step; the greedy next token.
+    fn step(&mut self, token: u32) -> Result<u32>;
+}
+
+/// When speculation switches itself off: after `window` rounds, if they emitted their tokens slower
+/// than `plain_ms` a token (the one-row step's measured time), the rest is decoded by `plain` (once
+/// off, it stays off for the sequence).
+pub struct Switch<'p, V: Verifier> {
+    pub plain: &'p mut dyn Plain<V>,
+    pub plain_ms: f64,
+    pub window: usize,
 }
 
 /// The MTP drafter's two programs (`compiler::compile_drafter`, DraftInput::Target and Own) over one KV
@@ -54,6 +75,18 @@ pub fn speculate_mtp<V: Verifier, D: Drafter<V>>(
     prompt: &[u32],
     steps: usize,
     agree: Option<&[u32]>,
+) -> Result<(Vec<u32>, SpecStats)> {
+    speculate_switched(it, d, prompt, steps, agree, None)
+}
+
+/// `speculate_mtp` that switches itself off where it does not pay (`Switch`): the tokens are the same.
+pub fn speculate_switched<V: Verifier, D: Drafter<V>>(
+    it: &mut V,
+    d: &mut D,
+    prompt: &[u32],
+    steps: usize,
+    agree: Option<&[u32]>,
+    mut switch: Option<Switch<V>>,
 ) -> Result<(Vec<u32>, SpecStats)> {
     let m = it.rows();
     let k = m.saturating_sub(1);
@@ -89,7 +122,22 @@ pub fn speculate_mtp<V: Verifier, D: Drafter<V>>(
     }
     let mut out = vec![next];
     let mut stats = SpecStats::default();
+    let t0 = std::time::Instant::now();
     while out.len() < steps {
+        if let Some(sw) = switch.as_mut() {
+            let emitted = out.len() - 1;
+            if stats.rounds == sw.window && t0.elapsed().as_secs_f64() * 1e3 > sw.plain_ms * emitted as f64 {
+                // off: the one-row program decodes the rest from the target's committed state
+                it.flush()?;
+                sw.plain.take_over(it)?;
+                stats.off_at = Some(out.len());
+                while out.len() < steps {
+                    let t = *out.last().unwrap_or(&0);
+                    out.push(sw.plain.step(t)?);
+                }
+                break;
+            }
+        }
         let t = *out.last().unwrap_or(&0);
         let pos = it.pos(); // t's position (not yet fed)
         let mut draft = Vec::with_capacity(k);

@@ -38,6 +38,8 @@ pub struct SpecStats {
     /// Every drafted token, round after round (what two drafters' runs compare when none is accepted:
     /// synthetic weights agree with their own drafts almost never).
     pub drafts: Vec<u32>,
+    /// Where speculation switched itself off (the tokens emitted by then), if it did (`exec::spec`).
+    pub off_at: Option<usize>,
 }
 
 impl std::fmt::Display for SpecStats {

@@ -2,7 +2,8 @@
 //! plain greedy decoding on the same GPU: for each k, the target's M = k + 1 program and the drafter's
 //! two programs on the graph and on the megakernel, `tokens` tokens after a fixed prompt, with the
 //! drafter's own drafts and with every draft forced to the greedy continuation (`agree`: every row
-//! kept, the drafter's KV rebuilt over whole rounds). Checks: every run's tokens are the plain run's,
+//! kept, the drafter's KV rebuilt over whole rounds), and with the switch (off after 8 rounds slower than
+//! plain decoding: the one-row program takes the state over). Checks: every run's tokens are the plain run's,
 //! and the graph's drafts are the megakernel's (the paths are bit-identical). Times: ms per emitted
 //! token of each run against plain decoding (one-row graph, pipelined; the megakernel's, N steps a
 //! launch), measured.
@@ -59,9 +60,8 @@ pub fn run(dir: &Path, ks: &[u32], tokens: usize, cache: &Path, defines: &Define
         "plain greedy decoding, {tokens} tokens after a {}-token prompt: graph {ms_graph:.3} ms/token (pipelined), megakernel {ms_mega:.3} (one launch)",
         prompt.len()
     );
-    drop(d1);
     let mut table = vec![format!(
-        "{:>2} {:>11} {:>14} {:>7} {:>9} {:>12} {:>10} {:>8}",
+        "{:>2} {:>11} {:>18} {:>7} {:>9} {:>12} {:>10} {:>8}",
         "k", "path", "drafts", "rounds", "accepted", "tokens/round", "ms/token", "vs plain"
     )];
     for &k in ks {
@@ -76,20 +76,35 @@ pub fn run(dir: &Path, ks: &[u32], tokens: usize, cache: &Path, defines: &Define
         )?;
         let mut drafts_by_path = Vec::new();
         for (path, mega, plain_ms) in [("graph", false, ms_graph), ("megakernel", true, ms_mega)] {
-            for forced in [false, true] {
+            // the drafter's drafts, every draft forced, and the drafter's with the switch (off after 8
+            // rounds slower than this path's plain decoding: the one-row program takes over)
+            for (forced, switched) in [(false, false), (true, false), (false, true)] {
                 dt.reset()?;
                 dd.reset()?;
+                d1.reset()?;
                 dd.mega = mega;
+                let mut plain_dec = crate::exec::gpu::spec::GpuPlain { exec: &mut d1, mega };
+                let switch = switched.then(|| crate::exec::spec::Switch {
+                    plain: &mut plain_dec as &mut dyn crate::exec::spec::Plain<_>,
+                    plain_ms,
+                    window: 8,
+                });
                 let t0 = std::time::Instant::now();
-                let (out, stats) = crate::exec::spec::speculate_mtp(
+                let (out, stats) = crate::exec::spec::speculate_switched(
                     &mut GpuTarget { exec: &mut dt, mega },
                     &mut dd,
                     &prompt,
                     tokens,
                     forced.then_some(&greedy[..]),
+                    switch,
                 )?;
                 let ms = t0.elapsed().as_secs_f64() * 1e3 / tokens as f64;
-                let what = if forced { "forced (all)" } else { "the drafter's" };
+                let what = match (forced, switched, stats.off_at) {
+                    (true, _, _) => "forced (all)".to_string(),
+                    (_, true, Some(at)) => format!("switch: off at {at}"),
+                    (_, true, None) => "switch: never off".to_string(),
+                    _ => "the drafter's".to_string(),
+                };
                 if out != greedy {
                     bad += 1;
                     let at = out.iter().zip(&greedy).position(|(a, b)| a != b).unwrap_or(out.len().min(greedy.len()));
@@ -99,11 +114,11 @@ pub fn run(dir: &Path, ks: &[u32], tokens: usize, cache: &Path, defines: &Define
                     bad += 1;
                     println!("k = {k}, {path}: forced drafts, {} of {} accepted", stats.accepted, stats.drafted);
                 }
-                if !forced {
+                if !forced && !switched {
                     drafts_by_path.push(stats.drafts.clone());
                 }
                 table.push(format!(
-                    "{:>2} {:>11} {:>14} {:>7} {:>9} {:>12.2} {:>10.3} {:>8.3}",
+                    "{:>2} {:>11} {:>18} {:>7} {:>9} {:>12.2} {:>10.3} {:>8.3}",
                     k,
                     path,
                     what,

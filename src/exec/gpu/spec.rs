@@ -4,12 +4,13 @@
 //! the drafter's own residual stream into its chained program's, and the KV rows `from_target` wrote
 //! since the last round into the chained program's cache (one KV storage in effect, a few rows a round).
 //!
-//! Owns: `GpuTarget`, `GpuDrafter`. Refuses: drafter programs without `h_in` or their KV caches.
+//! Owns: `GpuTarget`, `GpuDrafter`, `GpuPlain` (the one-row program taking the target's state when
+//! speculation switches itself off). Refuses: drafter programs without `h_in` or their KV caches.
 
 use super::GpuExec;
 use crate::bail;
 use crate::error::Result;
-use crate::exec::spec::{Drafter, Verifier};
+use crate::exec::spec::{Drafter, Plain, Verifier};
 
 /// The target's M-row program on one GPU path.
 pub struct GpuTarget<'a> {
@@ -33,6 +34,51 @@ impl Verifier for GpuTarget<'_> {
     }
     fn commit(&mut self, n: usize) -> Result<()> {
         self.exec.commit_rows(n)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.exec.flush_rows(self.mega)
+    }
+}
+
+/// The one-row program that decodes when speculation is off, on one path.
+pub struct GpuPlain<'a> {
+    pub exec: &'a mut GpuExec,
+    pub mega: bool,
+}
+
+impl<'t> Plain<GpuTarget<'t>> for GpuPlain<'_> {
+    /// Device copies of every state buffer both programs hold (a KV cache's rows below the position
+    /// only), then the position.
+    fn take_over(&mut self, target: &mut GpuTarget<'t>) -> Result<()> {
+        let p = self.exec.program().clone();
+        if p.target.m_rows != 1 {
+            bail!("speculation: the plain decoder must be a one-row program (M = {})", p.target.m_rows);
+        }
+        let pos = target.exec.pos;
+        let tp = target.exec.program();
+        let mut taken = 0;
+        for b in p.buffers.iter().filter(|b| b.kind == crate::isa::BufKind::State) {
+            let Some(tb) = tp.buffer_id(&b.name).map(|i| &tp.buffers[i]) else {
+                bail!("speculation: the target has no {}", b.name);
+            };
+            if (tb.rows, tb.cols, tb.elem_bytes) != (b.rows, b.cols, b.elem_bytes) {
+                bail!("speculation: {} is shaped differently in the target and the plain program", b.name);
+            }
+            let n = if b.rows == p.target.max_context as u64 { pos as u64 * b.cols } else { b.elems() };
+            self.exec.copy_from(&b.name, 0, target.exec, &b.name, 0, n as usize)?;
+            taken += 1;
+        }
+        if taken == 0 {
+            bail!("speculation: the plain program has no state to take");
+        }
+        self.exec.seek(pos)
+    }
+    fn step(&mut self, token: u32) -> Result<u32> {
+        if self.mega {
+            self.exec.step_mega(token)
+        } else {
+            self.exec.step(token, false, |_, _| Ok(()))
+        }
     }
 }
 

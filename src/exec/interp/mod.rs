@@ -140,6 +140,11 @@ impl<'a> Interp<'a> {
         Ok(())
     }
 
+    /// The program this interpreter runs.
+    pub fn program(&self) -> &Program {
+        self.prog
+    }
+
     /// The position of row 0 (between steps the active row is 0).
     pub fn pos(&self) -> usize {
         self.bufs[self.ctrl][CTRL_POS] as usize

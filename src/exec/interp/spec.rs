@@ -16,7 +16,7 @@
 use super::Interp;
 use crate::bail;
 use crate::error::Result;
-use crate::exec::spec::{Drafter, Verifier};
+use crate::exec::spec::{Drafter, Plain, Verifier};
 use crate::model::spec_generate::SpecStats;
 use crate::model::speculate::accept_greedy;
 
@@ -120,6 +120,44 @@ impl Verifier for Interp<'_> {
     }
     fn commit(&mut self, n: usize) -> Result<()> {
         self.commit_rows(n)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.flush_rows()
+    }
+}
+
+/// A one-row program's interpreter decodes when speculation is off: it takes every state buffer the
+/// target's program also holds (same name and size) and its position.
+impl<'t> Plain<Interp<'t>> for Interp<'_> {
+    fn take_over(&mut self, target: &mut Interp<'t>) -> Result<()> {
+        if self.prog.target.m_rows != 1 {
+            bail!("speculation: the plain decoder must be a one-row program (M = {})", self.prog.target.m_rows);
+        }
+        let mut taken = 0;
+        for (i, b) in self.prog.buffers.iter().enumerate() {
+            if b.kind != crate::isa::BufKind::State {
+                continue;
+            }
+            let Some(v) = target.buffer(&b.name) else { bail!("speculation: the target has no {}", b.name) };
+            if v.len() != self.bufs[i].len() {
+                bail!(
+                    "speculation: {} holds {} values in the target, {} in the plain program",
+                    b.name,
+                    v.len(),
+                    self.bufs[i].len()
+                );
+            }
+            self.bufs[i] = v.to_vec();
+            taken += 1;
+        }
+        if taken == 0 {
+            bail!("speculation: the plain program has no state to take");
+        }
+        self.bufs[self.ctrl][crate::isa::access::CTRL_POS] = Interp::pos(target) as f32;
+        Ok(())
+    }
+    fn step(&mut self, token: u32) -> Result<u32> {
+        Interp::step(self, token, super::Order::Program)
     }
 }
 
