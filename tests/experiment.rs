@@ -192,7 +192,8 @@ fn the_speculation_setting_emits_the_runs_greedy_tokens() {
     }
     let s = summary(&dir).unwrap();
     assert!(
-        s.contains("speculation k 2 agree 2: 12 tokens in 4 rounds (8 of 8 drafts accepted), the greedy tokens"),
+        s.contains("speculation (interpreter) k 2 agree 2: 12 tokens in 4 rounds (8 of 8 drafts accepted, ")
+            && s.contains("ms a token), the greedy tokens"),
         "{s}"
     );
 }

@@ -6,7 +6,7 @@
 //! rows. The interpreter (`interp::spec`) and the GPU paths (`gpu::spec`) implement the two traits;
 //! the loop is `model::spec_generate`'s MTP rounds on programs.
 //!
-//! Owns: `Verifier`, `Drafter`, `Plain`, `speculate_mtp` and its switch (`speculate_switched`: off
+//! Owns: `Verifier`, `Drafter`, `Plain`, `Forced` (drafts of controlled acceptance), `speculate_mtp` and its switch (`speculate_switched`: off
 //! where the rounds emit tokens slower than the one-row step). Refuses: M < 2, an empty prompt, more positions than
 //! the programs' context holds (prompt + steps + one round's rows).
 
@@ -62,6 +62,47 @@ pub trait Drafter<V: Verifier> {
     /// left (`first`: that step was `from_target`'s); the drafted token. The first of a round's sees
     /// every KV row `from_target` wrote.
     fn chained(&mut self, pos: usize, tok: u32, first: bool) -> Result<u32>;
+}
+
+/// Controlled acceptance without a drafter (issue 27, item 6): a round's first `agree` drafts are the
+/// target's own greedy continuation (`truth`: truth[j] follows the first j emitted tokens), the rest
+/// certainly wrong. `prompt_len` places the truth: the token drafted at drafter position p is the one
+/// at p + 2, truth[p + 2 - prompt_len].
+pub struct Forced<'t> {
+    pub truth: &'t [u32],
+    pub agree: usize,
+    pub prompt_len: usize,
+    pub vocab: u32,
+    /// The draft index within the round (from_target starts a round: 0).
+    i: usize,
+}
+
+impl<'t> Forced<'t> {
+    pub fn new(truth: &'t [u32], agree: usize, prompt_len: usize, vocab: u32) -> Forced<'t> {
+        Forced { truth, agree, prompt_len, vocab, i: 0 }
+    }
+    fn draft(&self, pos: usize) -> u32 {
+        let v = (pos + 2).checked_sub(self.prompt_len).and_then(|j| self.truth.get(j)).copied().unwrap_or(0);
+        if self.i < self.agree {
+            v
+        } else {
+            (v + 1) % self.vocab.max(1)
+        }
+    }
+}
+
+impl<V: Verifier> Drafter<V> for Forced<'_> {
+    fn context(&self) -> usize {
+        usize::MAX
+    }
+    fn from_target(&mut self, _: &V, _: usize, pos: usize, _: u32) -> Result<u32> {
+        self.i = 0;
+        Ok(self.draft(pos))
+    }
+    fn chained(&mut self, pos: usize, _: u32, _: bool) -> Result<u32> {
+        self.i += 1;
+        Ok(self.draft(pos))
+    }
 }
 
 /// `steps` tokens after `prompt`, greedy, verified by `it` (M rows) with k = M - 1 drafts a round from

@@ -113,6 +113,9 @@ struct RunCtx<'r, 'a> {
     steps: usize,
     total: usize,
     bar: &'r indicatif::ProgressBar,
+    /// The GPU paths' upload, kernel cache and tunables (the speculation pass builds its M-row program's
+    /// executor from them); None without a GPU path.
+    gpu: Option<(&'r crate::model::upload::Upload<'a>, &'r Path, crate::exec::gpu::Defines)>,
 }
 
 /// Runs an experiment; returns the results folder.
@@ -329,7 +332,20 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         mega: dev(PathName::Megakernel),
     };
     res.save(&rec)?;
-    let ctx = RunCtx { e, shared: &shared, runnable: &runnable, contexts: &contexts, steps, total: need, bar: &bar };
+    let gpu_setup = match upload.as_ref() {
+        Some(u) => Some((u, opts.cache_root.as_path(), crate::exec::gpu::Defines::new(e.defines.clone())?)),
+        None => None,
+    };
+    let ctx = RunCtx {
+        e,
+        shared: &shared,
+        runnable: &runnable,
+        contexts: &contexts,
+        steps,
+        total: need,
+        bar: &bar,
+        gpu: gpu_setup,
+    };
     // A failure part-way still leaves everything measured so far on disk, with the reason.
     let outcome = if runnable.is_empty() {
         // Every path was skipped (no GPU for a GPU-only experiment): a record that says so, no panic.
@@ -415,13 +431,15 @@ pub fn summary(dir: &Path) -> Result<String> {
     }
     for r in &rec.speculation {
         s += &format!(
-            "  speculation k {} agree {}: {} tokens in {} rounds ({} of {} drafts accepted), {}\n",
+            "  speculation ({}) k {} agree {}: {} tokens in {} rounds ({} of {} drafts accepted, {:.3} ms a token), {}\n",
+            r.path,
             r.k,
             r.agree,
             r.tokens,
             r.rounds,
             r.accepted,
             r.drafted,
+            r.ms_per_token,
             match r.first_difference {
                 None => "the greedy tokens (identical)".to_string(),
                 Some(i) => format!("DIFFER from the greedy tokens at token {i}"),

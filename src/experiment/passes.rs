@@ -143,9 +143,11 @@ pub(super) fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Resu
     Ok((seq, ok))
 }
 
-/// (2b) Greedy speculation (the experiment's `speculation`): the interpreter on an M-row program (M =
-/// k + 1, split GDN), for each acceptance count, over the diff pass's sequence; its tokens must be the
-/// sequence's greedy tokens (`exec::interp::spec::speculate_forced`).
+/// (2b) Greedy speculation (the experiment's `speculation`): the interpreter (when the run has a CPU
+/// path) and the run's GPU paths on an M-row program (M = k + 1, split GDN), for each acceptance count, over the
+/// diff pass's sequence; the tokens must be the sequence's greedy tokens (`exec::spec::Forced` drafts:
+/// a round's first `agree` the greedy continuation, the rest wrong). The GPU's times are its rounds'
+/// (synchronised), measured.
 pub(super) fn spec_pass(c: &RunCtx, seq: &[u32], rec: &mut Record, res: &mut Results) -> Result<()> {
     let Some(sp) = &c.e.speculation else { return Ok(()) };
     let prompt = c.e.prompt_ids();
@@ -161,16 +163,9 @@ pub(super) fn spec_pass(c: &RunCtx, seq: &[u32], rec: &mut Record, res: &mut Res
     target.max_context = (need.div_ceil(ATTN_PART) * ATTN_PART) as u32;
     let ck = c.shared.ck;
     let prog = compile(&ck.config, "speculation", &target)?;
-    for agree in sp.agree_counts() {
-        super::check_interrupt()?;
-        say(c.bar, format!("speculation: k = {}, {agree} agreeing drafts a round (the interpreter, M = {m})", sp.k));
-        let mut it = crate::exec::interp::Interp::new(&prog, ck)?;
-        let t = std::time::Instant::now();
-        let (toks, stats) =
-            crate::exec::interp::spec::speculate_forced(&mut it, &prompt, truth, steps, agree as usize)?;
-        let ms = t.elapsed().as_secs_f64() * 1e3;
+    let run = |path: &str, toks: Vec<u32>, stats: crate::model::spec_generate::SpecStats, ms: f64, agree| {
         let first_difference = toks.iter().zip(truth).position(|(a, b)| a != b);
-        rec.speculation.push(record::SpecRun {
+        record::SpecRun {
             k: sp.k,
             agree,
             rounds: stats.rounds,
@@ -179,9 +174,49 @@ pub(super) fn spec_pass(c: &RunCtx, seq: &[u32], rec: &mut Record, res: &mut Res
             tokens: toks.len(),
             identical: first_difference.is_none() && toks.len() == steps,
             first_difference,
-            cpu_ms_per_token: ms / toks.len().max(1) as f64,
-        });
+            ms_per_token: ms / toks.len().max(1) as f64,
+            path: path.into(),
+        }
+    };
+    // the interpreter when the run has a CPU path (on a GPU-only run of the 27B it would take hours)
+    let cpu = c.runnable.iter().any(|p| !p.is_gpu());
+    for agree in sp.agree_counts().into_iter().filter(|_| cpu) {
+        super::check_interrupt()?;
+        say(c.bar, format!("speculation: k = {}, {agree} agreeing drafts a round (the interpreter, M = {m})", sp.k));
+        let mut it = crate::exec::interp::Interp::new(&prog, ck)?;
+        let t = std::time::Instant::now();
+        let (toks, stats) =
+            crate::exec::interp::spec::speculate_forced(&mut it, &prompt, truth, steps, agree as usize)?;
+        rec.speculation.push(run("interpreter", toks, stats, t.elapsed().as_secs_f64() * 1e3, agree));
         res.save(rec)?;
+    }
+    // the GPU paths the run has: the same forced drafts on the M-row program's graph and megakernel
+    let gpu_paths: Vec<(&str, bool)> = [(PathName::Graph, "graph", false), (PathName::Megakernel, "megakernel", true)]
+        .into_iter()
+        .filter(|(p, _, _)| c.runnable.contains(p))
+        .map(|(_, n, mega)| (n, mega))
+        .collect();
+    if let (Some((upload, cache, defines)), false) = (&c.gpu, gpu_paths.is_empty()) {
+        let mut d = crate::exec::gpu::GpuExec::new(crate::exec::gpu::Gpu::open()?, &prog, *upload, cache, defines)?;
+        for (name, mega) in gpu_paths {
+            for agree in sp.agree_counts() {
+                super::check_interrupt()?;
+                say(c.bar, format!("speculation: k = {}, {agree} agreeing drafts a round ({name}, M = {m})", sp.k));
+                d.reset()?;
+                let mut forced =
+                    crate::exec::spec::Forced::new(truth, agree as usize, prompt.len(), ck.config.vocab as u32);
+                let t = std::time::Instant::now();
+                let (toks, stats) = crate::exec::spec::speculate_mtp(
+                    &mut crate::exec::gpu::spec::GpuTarget { exec: &mut d, mega },
+                    &mut forced,
+                    &prompt,
+                    steps,
+                    None,
+                )?;
+                rec.speculation.push(run(name, toks, stats, t.elapsed().as_secs_f64() * 1e3, agree));
+                res.save(rec)?;
+            }
+        }
     }
     Ok(())
 }

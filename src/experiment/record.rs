@@ -70,7 +70,8 @@ pub struct Record {
     /// streaming read of the same bytes.
     #[serde(default)]
     pub shapes: Vec<ShapeStat>,
-    /// Greedy speculation on the interpreter's M-row program (the experiment's `speculation`).
+    /// Greedy speculation on the M-row program (the experiment's `speculation`): the interpreter, and the
+    /// GPU paths the run has.
     #[serde(default)]
     pub speculation: Vec<SpecRun>,
     pub notes: Vec<String>,
@@ -89,8 +90,17 @@ pub struct SpecRun {
     pub identical: bool,
     /// The first emitted token that differs, if any.
     pub first_difference: Option<usize>,
-    /// Wall time per emitted token on the CPU interpreter (ms; the mechanism's, not a GPU figure).
-    pub cpu_ms_per_token: f64,
+    /// Wall time per emitted token on the path (ms; each round synchronised: the interpreter's is the
+    /// mechanism's, not a GPU figure).
+    #[serde(alias = "cpu_ms_per_token")]
+    pub ms_per_token: f64,
+    /// Where it ran: the interpreter, or a GPU path (graph, megakernel).
+    #[serde(default = "interpreter")]
+    pub path: String,
+}
+
+fn interpreter() -> String {
+    "interpreter".into()
 }
 
 /// One GEMV weight shape: its words' summed ms per step (launched one by one, launch cost included)

@@ -1,26 +1,22 @@
-//! Greedy speculation on an M-row program (issue 27): the program-level form of
-//! `model::spec_generate`, the contract the GPU paths will implement. The prompt is fed M rows a step
-//! (its last chunk padded, the padding rolled back); then each round verifies the last emitted token
-//! and k = M - 1 drafts as one M-row step (`step_rows`), keeps the agreeing prefix plus the target's
-//! own token (`speculate::accept_greedy`) and rolls the rest back (`commit_rows`). Drafts are forced
-//! (controlled acceptance, issue 27 item 6): a round's first `agree` drafts are the target's own greedy
-//! continuation (`truth`, given), the rest certainly wrong. Its tokens must be plain greedy decoding's
-//! whatever `agree` is, since only the target's choices are ever emitted.
+//! Greedy speculation on the interpreter's M-row programs (issue 27): its implementations of
+//! `exec::spec`'s traits (`Verifier` for an M-row program, `Plain` for a one-row one, `Drafter` for the
+//! MTP drafter's two programs, `MtpPrograms`), and the two loops on them. `speculate_forced`: drafts
+//! of controlled acceptance (issue 27 item 6: a round's first `agree` drafts the target's own greedy
+//! continuation, `truth`, the rest certainly wrong; `exec::spec::Forced`); `speculate_mtp`: the MTP
+//! drafter's. Their tokens must be plain greedy decoding's whatever the drafts, since only the target's
+//! choices are ever emitted.
 //!
-//! `speculate_mtp` drafts with the MTP drafter's programs instead (`compiler::compile_drafter`): the
-//! loop of `exec::spec`, whose traits the interpreter implements here.
-//!
-//! Owns: `speculate_forced`, the interpreter's `Verifier` and `Drafter` (`MtpPrograms`). Refuses: M < 2, agree > k, an empty prompt, more positions
-//! than the programs' context holds (prompt + steps + one round's rows), a drafter without `h_in`.
+//! Owns: those implementations and wrappers. Refuses: agree > k (and, in `exec::spec`, M < 2, an empty
+//! prompt, more positions than the programs hold), a drafter without `h_in`.
 
 use super::Interp;
 use crate::bail;
 use crate::error::Result;
-use crate::exec::spec::{Drafter, Plain, Verifier};
+use crate::exec::spec::{Drafter, Forced, Plain, Verifier};
 use crate::model::spec_generate::SpecStats;
-use crate::model::speculate::accept_greedy;
 
-/// `steps` tokens after `prompt`, greedy, on `it`'s M-row program with forced drafts (see the module).
+/// `steps` tokens after `prompt`, greedy, on `it`'s M-row program with forced drafts (see the module):
+/// `exec::spec`'s loop with its `Forced` drafts.
 pub fn speculate_forced(
     it: &mut Interp,
     prompt: &[u32],
@@ -28,60 +24,12 @@ pub fn speculate_forced(
     steps: usize,
     agree: usize,
 ) -> Result<(Vec<u32>, SpecStats)> {
-    let m = it.prog.target.m_rows as usize;
-    let k = m.saturating_sub(1);
-    if m < 2 {
-        bail!("speculation: the program has M = {m} rows (a verification step needs at least 2)");
-    }
+    let k = (it.prog.target.m_rows as usize).saturating_sub(1);
     if agree > k {
         bail!("speculation: {agree} agreeing drafts of {k}");
     }
-    if prompt.is_empty() {
-        bail!("speculation: an empty prompt");
-    }
-    let ctx = it.prog.target.max_context as usize;
-    if prompt.len().div_ceil(m) * m + steps + m > ctx {
-        bail!(
-            "speculation: {} prompt tokens and {steps} steps (M = {m}) pass the program's context {ctx}",
-            prompt.len()
-        );
-    }
-    let vocab = it.cfg.vocab as u32;
-    let mut next = 0;
-    for chunk in prompt.chunks(m) {
-        let mut rows = chunk.to_vec();
-        rows.resize(m, 0);
-        let toks = it.step_rows(&rows, super::Order::Program)?;
-        it.commit_rows(chunk.len())?;
-        next = toks[chunk.len() - 1];
-    }
-    let mut out = vec![next];
-    let mut stats = SpecStats::default();
-    while out.len() < steps {
-        let t = *out.last().unwrap_or(&0);
-        let draft: Vec<u32> = (0..k)
-            .map(|i| {
-                let v = truth.get(out.len() + i).copied().unwrap_or(0); // truth[j] follows out[..j]
-                if i < agree {
-                    v
-                } else {
-                    (v + 1) % vocab
-                }
-            })
-            .collect();
-        stats.drafts.extend(&draft);
-        let mut rows = vec![t];
-        rows.extend(&draft);
-        let target = it.step_rows(&rows, super::Order::Program)?;
-        let emitted = accept_greedy(&draft, &target)?;
-        it.commit_rows(emitted.len())?;
-        stats.rounds += 1;
-        stats.drafted += k;
-        stats.accepted += emitted.len() - 1;
-        out.extend(&emitted);
-    }
-    out.truncate(steps);
-    Ok((out, stats))
+    let mut forced = Forced::new(truth, agree, prompt.len(), it.cfg.vocab as u32);
+    crate::exec::spec::speculate_mtp(it, &mut forced, prompt, steps, None)
 }
 
 /// The MTP drafter's two programs on the interpreter (`compiler::compile_drafter`): `from_target` for a
