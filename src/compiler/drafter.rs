@@ -31,7 +31,7 @@ pub fn compile_drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftIn
 /// `compile_drafter` with the pruned head (issue 27, item 2): the lm_head scores only the rows of a list
 /// the host writes before a step (`head_rows`, a Control row [n, ids ..], ids ascending: the working
 /// vocabulary, `model::mtp::WorkingVocab`), at most `capacity` of them (rounded up to the head's unit
-/// rows of 64, at most the vocabulary); its logits are by list position.
+/// rows of 64, clamped to the vocabulary); its logits are by list position.
 pub fn compile_drafter_pruned(
     cfg: &ModelConfig,
     name: &str,
@@ -39,8 +39,8 @@ pub fn compile_drafter_pruned(
     input: DraftInput,
     capacity: usize,
 ) -> Result<Program> {
-    let cap = capacity.div_ceil(super::LM_UNIT_ROWS as usize) * super::LM_UNIT_ROWS as usize;
-    if cap == 0 || cap > cfg.vocab {
+    let cap = (capacity.div_ceil(super::LM_UNIT_ROWS as usize) * super::LM_UNIT_ROWS as usize).min(cfg.vocab);
+    if capacity == 0 || capacity > cfg.vocab {
         bail!("compile the drafter: a pruned head of {capacity} rows (1 ..= the vocabulary's {})", cfg.vocab);
     }
     drafter(cfg, name, t, input, Some(cap))

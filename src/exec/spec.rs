@@ -41,9 +41,10 @@ pub trait Plain<V: Verifier> {
     fn step(&mut self, token: u32) -> Result<u32>;
 }
 
-/// When speculation switches itself off: after `window` rounds, if they emitted their tokens slower
-/// than `plain_ms` a token (the one-row step's measured time), the rest is decoded by `plain` (once
-/// off, it stays off for the sequence).
+/// When speculation switches itself off: after exactly `window` rounds (0: before the first), if they
+/// emitted their tokens slower than `plain_ms` a token (the one-row step's measured time), the rest is
+/// decoded by `plain`; else speculation goes on and is not judged again (once off, it stays off; a
+/// rule that probes again as acceptance changes with context is not built).
 pub struct Switch<'p, V: Verifier> {
     pub plain: &'p mut dyn Plain<V>,
     pub plain_ms: f64,

@@ -335,7 +335,8 @@ pub struct Program {
     pub words: Vec<Word>,
 }
 
-pub const FORMAT: u32 = 1;
+/// 2 (2026-12-03): four control words a row (the commit count) and the M-row GDN words' deferred commit.
+pub const FORMAT: u32 = 2;
 
 impl Program {
     /// RON with one buffer and one word per line, so programs diff line by line.
@@ -462,6 +463,9 @@ impl Program {
         let Some(at) = p.buffer_id("head_rows") else {
             bail!("head rows: program {} has no pruned head (compile_drafter_pruned)", p.model);
         };
+        if p.buffers[at].cols < 2 {
+            bail!("head rows: program {}'s row list has no room for an id", p.model);
+        }
         let cap = p.buffers[at].cols as usize - 1;
         let vocab =
             p.words.iter().find(|w| w.opcode == Opcode::LmHead).and_then(|w| w.op(slot::W0)).map(|b| p.buffers[b].rows);

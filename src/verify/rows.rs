@@ -42,7 +42,8 @@ fn states(d: &GpuExec, positions: usize) -> Result<Vec<(String, Vec<u32>)>> {
     let mut v = Vec::new();
     for (i, b) in p.buffers.iter().enumerate() {
         if b.kind == BufKind::State {
-            let n = if b.rows == p.target.max_context as u64 { positions as u64 * b.cols } else { b.elems() };
+            let kv = b.name.starts_with("k_cache.") || b.name.starts_with("v_cache.");
+            let n = if kv { positions as u64 * b.cols } else { b.elems() };
             v.push((b.name.clone(), d.read(i, n as usize)?.iter().map(|x| x.to_bits()).collect()));
         }
     }

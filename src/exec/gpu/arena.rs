@@ -301,8 +301,10 @@ impl GpuExec {
 
     /// Copies `elems` elements of buffer `src_name` of `src` (from element `src_at`) into buffer `name`
     /// of this executor (from element `at`), device to device (the speculation loop's hand-offs: a
-    /// target's residual row into a drafter's `h_in`, drafter KV rows between its two programs; `src`
-    /// finished first). Buffers of one element size; each range inside its buffer.
+    /// target's residual row into a drafter's `h_in`, drafter KV rows between its two programs). `src`
+    /// is synchronised first; the copy is queued on this executor's stream, so nothing may write the
+    /// source on `src`'s stream until this one has run it (every caller steps this executor next,
+    /// which synchronises). Buffers of one element size, no weights; each range inside its buffer.
     pub fn copy_from(
         &mut self,
         name: &str,
@@ -318,11 +320,8 @@ impl GpuExec {
         if sp.elem_bytes as usize != eb {
             crate::bail!("gpu copy: {src_name} has {}-byte elements, {name} {eb}", sp.elem_bytes);
         }
-        if (src_at + elems) * eb > sp.bytes || (at + elems) * eb > dp.bytes {
-            crate::bail!(
-                "gpu copy: {elems} elements from {src_name}[{src_at}..] into {name}[{at}..] pass a buffer's end"
-            );
-        }
+        check_range(&self.prog, d, at, elems, dp.bytes)?;
+        check_range(&src.prog, s, src_at, elems, sp.bytes)?;
         src.sync()?;
         let from = src.arena.slice(sp.off + src_at * eb..sp.off + (src_at + elems) * eb);
         let stream = self.gpu.stream.clone();
@@ -335,9 +334,11 @@ impl GpuExec {
         let (d, s) = (self.buffer_named(name)?, self.buffer_named(src_name)?);
         let (dp, sp) = (self.layout.places[d], self.layout.places[s]);
         let eb = dp.elem_bytes as usize;
-        if sp.elem_bytes as usize != eb || (src_at + elems) * eb > sp.bytes || (at + elems) * eb > dp.bytes {
-            crate::bail!("gpu copy: {elems} elements from {src_name}[{src_at}..] into {name}[{at}..] do not fit");
+        if sp.elem_bytes as usize != eb {
+            crate::bail!("gpu copy: {src_name} has {}-byte elements, {name} {eb}", sp.elem_bytes);
         }
+        check_range(&self.prog, d, at, elems, dp.bytes)?;
+        check_range(&self.prog, s, src_at, elems, sp.bytes)?;
         let (a, b) = (sp.off + src_at * eb, dp.off + at * eb);
         if a < b + elems * eb && b < a + elems * eb {
             crate::bail!("gpu copy: {src_name}[{src_at}..] and {name}[{at}..] overlap");
@@ -346,16 +347,23 @@ impl GpuExec {
         // one arena: the source range viewed through a second handle is not possible with one
         // CudaSlice borrowed mutably, so through the raw device pointers
         let base = self.base;
+        // SAFETY: both ranges lie inside this arena's one allocation (check_range, the places) and do
+        // not overlap; the copy is queued on this executor's stream, after everything queued before.
         unsafe {
             cudarc::driver::result::memcpy_dtod_async(base + b as u64, base + a as u64, elems * eb, stream.cu_stream())
         }
         .map_err(|e| crate::error::Error::new(format!("cuMemcpyDtoD: {e:?}")))
     }
 
+    /// The buffer of a copy by name (the copies move activations and state, never weights).
     fn buffer_named(&self, n: &str) -> Result<usize> {
-        self.prog
-            .buffer_id(n)
-            .ok_or_else(|| crate::error::Error::new(format!("gpu copy: program {} has no buffer {n}", self.prog.model)))
+        let b = self.prog.buffer_id(n).ok_or_else(|| {
+            crate::error::Error::new(format!("gpu copy: program {} has no buffer {n}", self.prog.model))
+        })?;
+        if self.prog.buffers[b].kind == BufKind::Weight {
+            crate::bail!("gpu copy: {n} is a weight");
+        }
+        Ok(b)
     }
 
     /// A buffer's first `n` elements as f32 (bf16 widened exactly; control words as integers).
@@ -400,6 +408,15 @@ impl GpuExec {
     /// Waits for the stream.
     pub fn sync(&self) -> Result<()> {
         cu(self.gpu.stream.synchronize(), "cuStreamSynchronize")
+    }
+}
+
+/// Elements [at, at + elems) of buffer `b` (its place `bytes` long) in range, without overflow.
+fn check_range(p: &Program, b: usize, at: usize, elems: usize, bytes: usize) -> Result<()> {
+    let eb = p.buffers[b].elem_bytes as usize;
+    match at.checked_add(elems).and_then(|e| e.checked_mul(eb)) {
+        Some(end) if end <= bytes => Ok(()),
+        _ => crate::bail!("gpu copy: elements {at}..+{elems} pass the end of {}", p.buffers[b].name),
     }
 }
 

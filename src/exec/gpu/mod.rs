@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use cudarc::driver::{CudaFunction, CudaGraph, CudaSlice};
 
 use crate::error::{Error, Result};
-use crate::isa::access::{CTRL_LEN, CTRL_POS, CTRL_TOKEN};
+use crate::isa::access::{CTRL_COMMIT, CTRL_LEN, CTRL_POS, CTRL_TOKEN};
 use crate::isa::weights::Weights;
 use crate::isa::{Opcode, Program};
 pub use defines::Defines;
@@ -68,6 +68,9 @@ pub struct GpuExec {
     /// CTRL_COMMIT: the deferred commit, `isa::Opcode::GdnConv`; M after a step, 0 after a reset).
     pub(super) rows_start: Option<usize>,
     pub(super) commit: usize,
+    /// A pruned drafter's working vocabulary as last set (`set_head_rows`): `reset` writes it back
+    /// (it zeroes every other non-weight buffer).
+    head_rows: Option<(usize, Vec<f32>)>,
     /// Two events per word, created at startup, for per-word timing.
     events: Vec<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
     /// Two pinned host words, allocated at startup: the tokens of consecutive pipelined steps (each
@@ -121,11 +124,14 @@ impl GpuExec {
         let (arena, base, layout, ctx) = arena::build(&stream, prog, weights, defines.get("GRAPH_STAMPS") != 0)?;
         // An MTP drafter's program (MtpFc) compiles the megakernel's dispatch with its case (MK_MTP: left
         // out of every other program's, where it would move ptxas's allocation; ops/mtp_fc.cuh).
-        let src = if prog.words.iter().any(|w| w.opcode == Opcode::MtpFc) {
-            format!("#define MK_MTP 1\n{}", rows_source(m_rows as u32))
-        } else {
-            rows_source(m_rows as u32)
-        };
+        let src =
+            if prog.words.iter().any(|w| {
+                w.opcode == Opcode::MtpFc || w.opcode == Opcode::LmHead && w.op(crate::isa::slot::IN1).is_some()
+            }) {
+                format!("#define MK_MTP 1\n{}", rows_source(m_rows as u32))
+            } else {
+                rows_source(m_rows as u32)
+            };
         let (module, module_hash) = gpu.module(&src, cache, defines)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = cu(module.load_function(name), &format!("cuModuleGetFunction ({name})"))?;
@@ -181,6 +187,7 @@ impl GpuExec {
             broken: false,
             rows_start: None,
             commit: 0,
+            head_rows: None,
             events,
             pinned,
             pinned_ev,
@@ -191,7 +198,15 @@ impl GpuExec {
     /// A pruned drafter program's working vocabulary for the next steps (`Program::head_rows`).
     pub fn set_head_rows(&mut self, ids: &[u32]) -> Result<()> {
         let (at, v) = self.prog.head_rows(ids)?;
-        self.write(at, &v)
+        self.write(at, &v)?;
+        self.head_rows = Some((at, v));
+        Ok(())
+    }
+
+    /// The vocabulary a token id must lie in: the embedding's rows (a pruned head's logits are fewer).
+    fn vocab(&self) -> u32 {
+        let embed = self.prog.words.iter().find(|w| w.opcode == Opcode::Embed).and_then(|w| w.op(crate::isa::slot::W0));
+        embed.map_or(self.prog.buffers[self.logits].cols, |b| self.prog.buffers[b].rows) as u32
     }
 
     pub fn program(&self) -> &Program {
@@ -228,6 +243,9 @@ impl GpuExec {
         self.zero(self.layout.stop + 4, self.layout.stop + 8, "cuMemsetD8")?;
         self.zero(self.layout.tickets, self.layout.tickets + 8 * self.prog.words.len(), "cuMemsetD8")?;
         self.stopped = false;
+        if let Some((at, v)) = self.head_rows.clone() {
+            self.write(at, &v)?;
+        }
         Ok(())
     }
 
@@ -265,7 +283,7 @@ impl GpuExec {
                 self.prog.target.m_rows
             );
         }
-        let vocab = self.prog.buffers[self.logits].cols as u32;
+        let vocab = self.vocab();
         if let Some(t) = stop.filter(|&t| t >= vocab) {
             crate::bail!("stop token id {t} is out of range (vocabulary {vocab})");
         }
@@ -414,7 +432,7 @@ impl GpuExec {
         if self.stopped {
             crate::bail!("gpu: the sequence stopped at its stop token; reset it before stepping again");
         }
-        let vocab = self.prog.buffers[self.logits].cols as u32;
+        let vocab = self.vocab();
         if token >= vocab {
             crate::bail!("token id {token} is out of range (vocabulary {vocab})");
         }
@@ -501,6 +519,9 @@ impl GpuExec {
         self.put(at, &(pos as u32).to_le_bytes(), "write position")?;
         self.sync()?;
         self.pos = pos;
+        // (an M-row program: nothing pending to commit or roll back after a jump)
+        self.rows_start = None;
+        self.commit = 0;
         Ok(())
     }
 
@@ -567,7 +588,15 @@ impl GpuExec {
         }
         self.pos = start + n;
         self.commit = commit;
-        Ok(())
+        self.put_rows_ctrl()
+    }
+
+    /// Row 0's position and commit count as the host holds them, into the device's control block (a
+    /// snapshot, `pos()` and the next step's own write then agree with the host).
+    fn put_rows_ctrl(&mut self) -> Result<()> {
+        let off = self.layout.places[self.ctrl].off;
+        self.put(off + 4 * CTRL_POS, &(self.pos as u32).to_le_bytes(), "write position")?;
+        self.put(off + 4 * CTRL_COMMIT, &(self.commit as u32).to_le_bytes(), "write commit count")
     }
 
     /// Applies the pending commit now (for reading the GDN states): one step over padding (token 0 in
@@ -583,7 +612,7 @@ impl GpuExec {
         self.rows_start = None;
         self.pos = pos;
         self.commit = 0;
-        Ok(())
+        self.put_rows_ctrl()
     }
 
     /// One megakernel M-row step that also returns its timeline (the megakernel's unit stamps).

@@ -64,7 +64,8 @@ impl<'t> Plain<GpuTarget<'t>> for GpuPlain<'_> {
             if (tb.rows, tb.cols, tb.elem_bytes) != (b.rows, b.cols, b.elem_bytes) {
                 bail!("speculation: {} is shaped differently in the target and the plain program", b.name);
             }
-            let n = if b.rows == p.target.max_context as u64 { pos as u64 * b.cols } else { b.elems() };
+            let kv = b.name.starts_with("k_cache.") || b.name.starts_with("v_cache.");
+            let n = if kv { pos as u64 * b.cols } else { b.elems() };
             self.exec.copy_from(&b.name, 0, target.exec, &b.name, 0, n as usize)?;
             taken += 1;
         }

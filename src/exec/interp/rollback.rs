@@ -28,7 +28,8 @@ impl Interp<'_> {
     }
 
     /// NEGATIVE CONTROL for the rollback checks: the position rolled back to start + n but every row
-    /// of the step committed into the GDN states (the rejected drafts' updates kept). Never for use.
+    /// of the step committed into the GDN states (the rejected drafts' updates kept, and the ring's
+    /// slots of the commit placed from start + n - M). Never for use.
     #[doc(hidden)]
     pub fn commit_rows_keeping_all(&mut self, n: usize) -> Result<()> {
         let m = self.prog.target.m_rows as usize;

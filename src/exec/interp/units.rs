@@ -273,10 +273,15 @@ impl<'a> Interp<'a> {
                 let x = self.rms(self.input(&w, slot::IN0), self.vecw(&w, slot::W1), eps);
                 let lin = self.lin(&w, slot::W0);
                 // the pruned head: list positions [rs) below the count, each scoring W's row ids[pos]
-                let list = w.op(slot::IN1).map(|b| self.bufs[b].clone());
-                let id = |r: usize| list.as_ref().map_or(r, |l| l[1 + r] as usize);
+                let list = w.op(slot::IN1).map(|b| {
+                    let l = &self.bufs[b];
+                    let end = rs.end.min(l[0] as usize).max(rs.start);
+                    (end, l[1 + rs.start..1 + end].to_vec())
+                });
+                let rs0 = rs.start;
+                let id = |r: usize| list.as_ref().map_or(r, |(_, l)| l[r - rs0] as usize);
                 let rs = match &list {
-                    Some(l) => rs.start..rs.end.min(l[0] as usize).max(rs.start),
+                    Some((end, _)) => rs.start..*end,
                     None => rs,
                 };
                 let vals: Vec<f32> = rs.clone().map(|r| bf(lin.row_dot(&x, id(r)))).collect();
