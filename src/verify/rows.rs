@@ -233,10 +233,17 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
             if let Some(n) = listed {
                 dd.set_head_rows(&(0..n as u32).map(|i| 7 * i).collect::<Vec<u32>>())?;
             }
+            // every drafted token must be a listed one (an empty list drafts id 2^32 - 1: the timing of
+            // a head that scored nothing, which once went unnoticed)
+            let mut drafted = Vec::new();
             dd.reset()?;
-            let g = time(reps, || dd.step(token(0, vocab), false, |_, _| Ok(())).map(|_| ()))?;
+            let g = time(reps, || dd.step(token(0, vocab), false, |_, _| Ok(())).map(|t| drafted.push(t)))?;
             dd.reset()?;
-            let k = time(reps, || dd.step_mega(token(0, vocab)).map(|_| ()))?;
+            let k = time(reps, || dd.step_mega(token(0, vocab)).map(|t| drafted.push(t)))?;
+            let listed_ok = |t: u32| listed.map_or((t as usize) < vocab, |n| t % 7 == 0 && ((t / 7) as usize) < n);
+            if let Some(t) = drafted.iter().find(|&&t| !listed_ok(t)) {
+                bail!("gpu rows: the drafter ({listed:?} listed) drafted id {t}, off its head's rows");
+            }
             let what =
                 listed.map_or("the full lm_head".to_string(), |n| format!("a pruned head of {cap} rows, {n} listed"));
             draft.push((what, g, k, pd.words.len()));
