@@ -425,6 +425,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn copy_ranges_are_checked_without_overflow() {
+        let p = crate::compiler::compile(
+            &crate::model::config::ModelConfig::preset("tiny").unwrap(),
+            "tiny",
+            &crate::compiler::h200(1),
+        )
+        .unwrap();
+        let h = p.buffer_id("h").unwrap();
+        let bytes = (p.buffers[h].elems() * 2) as usize;
+        assert!(check_range(&p, h, 0, 256, bytes).is_ok());
+        assert!(check_range(&p, h, 1, 256, bytes).is_err(), "one element past the end");
+        let e = check_range(&p, h, usize::MAX - 1, 4, bytes).unwrap_err().to_string();
+        assert!(e.contains("pass the end of h"), "{e}");
+        assert!(check_range(&p, h, 4, usize::MAX / 2, bytes).is_err(), "an overflowing byte count");
+    }
+
+    #[test]
     fn row_views_offset_per_row_buffers_only() {
         let mut t = crate::compiler::h200(3);
         t.max_context = 256;
