@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod forward;
+pub mod gdn_chunk;
 pub mod mtp;
 pub mod numerics;
 pub mod ops;
