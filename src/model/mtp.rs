@@ -161,26 +161,7 @@ mod tests {
         (dir, ck)
     }
 
-    mod tempdir {
-        /// A scratch folder removed on drop.
-        pub struct Dir(std::path::PathBuf);
-        impl Dir {
-            pub fn new(tag: &str) -> Dir {
-                let p = std::env::temp_dir().join(format!("mk-{tag}-{}", std::process::id()));
-                let _ = std::fs::remove_dir_all(&p);
-                std::fs::create_dir_all(&p).unwrap();
-                Dir(p)
-            }
-            pub fn path(&self) -> &std::path::Path {
-                &self.0
-            }
-        }
-        impl Drop for Dir {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-    }
+    use crate::model::tempdir;
 
     #[test]
     fn a_draft_chain_is_deterministic_and_its_inputs_matter() {
