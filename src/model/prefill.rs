@@ -195,3 +195,168 @@ mod tests {
         assert!(prefill(&w, &mut sn, &[cfg.vocab as u32]).is_err());
     }
 }
+
+/// The GDN states at a position that is a multiple of the chunk (`Session`'s checkpoint).
+#[derive(Clone)]
+struct Anchor {
+    pos: usize,
+    conv: Vec<Vec<f32>>,
+    recurrent: Vec<Vec<f32>>,
+}
+
+/// A sequence fed by prefill appends and decode steps, append-anchored (issue 28, item 4; seed 5.4):
+/// it keeps the GDN states at the last position that is a multiple of `GDN_CHUNK` a prefill reached (the
+/// checkpoint) and the tokens since. An append restores the checkpoint and re-runs from it the tokens
+/// since plus the new ones, with chunks anchored at the sequence start, so that its state is bit for bit
+/// the one a single prefill over the whole stream makes. (Decode steps run the recurrence token by
+/// token: the guarantee is prefill against prefill; an append after decode steps re-runs them by chunks.)
+pub struct Session {
+    pub state: State,
+    tokens: Vec<u32>,
+    anchor: Anchor,
+}
+
+impl Session {
+    pub fn new(cfg: &super::config::ModelConfig, max_context: usize) -> Session {
+        let state = State::new(cfg, max_context);
+        let anchor = Anchor { pos: 0, conv: state.conv.clone(), recurrent: state.recurrent.clone() };
+        Session { state, tokens: Vec::new(), anchor }
+    }
+
+    /// The tokens fed so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Appends `new` by prefill; returns the last token's logits. Re-runs the tokens since the
+    /// checkpoint (at most GDN_CHUNK - 1 after prefills only; more after decode steps crossed a boundary).
+    pub fn append(&mut self, w: &Weights, new: &[u32]) -> Result<Vec<f32>> {
+        self.append_as(w, new, true)
+    }
+
+    /// NEGATIVE CONTROL for the anchoring checks: the append as a plain continuation from the current
+    /// state (chunks anchored at the append's start). Never for use.
+    #[doc(hidden)]
+    pub fn append_unanchored(&mut self, w: &Weights, new: &[u32]) -> Result<Vec<f32>> {
+        self.append_as(w, new, false)
+    }
+
+    fn append_as(&mut self, w: &Weights, new: &[u32], anchored: bool) -> Result<Vec<f32>> {
+        if new.is_empty() {
+            bail!("prefill: no tokens");
+        }
+        let end = self.tokens.len() + new.len();
+        if end > self.state.max_context {
+            bail!("context overflow: {} tokens pass max context {}", end, self.state.max_context);
+        }
+        let mut all = self.tokens.clone();
+        all.extend_from_slice(new);
+        let from = if anchored {
+            self.state.conv.clone_from(&self.anchor.conv);
+            self.state.recurrent.clone_from(&self.anchor.recurrent);
+            self.anchor.pos
+        } else {
+            self.tokens.len()
+        };
+        self.state.pos = from;
+        // up to the last chunk boundary (the new checkpoint), then the rest
+        let boundary = end / GDN_CHUNK * GDN_CHUNK;
+        let mut logits = Vec::new();
+        if anchored && boundary > from {
+            logits = prefill(w, &mut self.state, &all[from..boundary])?;
+            self.anchor =
+                Anchor { pos: boundary, conv: self.state.conv.clone(), recurrent: self.state.recurrent.clone() };
+        }
+        let at = self.state.pos;
+        if at < end {
+            logits = prefill(w, &mut self.state, &all[at..end])?;
+        }
+        self.tokens = all;
+        Ok(logits)
+    }
+
+    /// One decode step (the recurrence token by token; the checkpoint stays where it is).
+    pub fn step(&mut self, w: &Weights, token: u32) -> Result<Vec<f32>> {
+        let l = super::forward::step(w, &mut self.state, token, None)?;
+        self.tokens.push(token);
+        Ok(l)
+    }
+}
+
+#[cfg(test)]
+mod anchor_tests {
+    use super::*;
+    use crate::model::checkpoint::Checkpoint;
+    use crate::model::tempdir;
+
+    fn same(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// The first state buffer in which `a` differs from `b` (GDN states, KV rows below `n`), or None.
+    fn differ(a: &State, b: &State, kv: usize, n: usize) -> Option<String> {
+        for l in 0..a.recurrent.len() {
+            if !same(&a.recurrent[l], &b.recurrent[l]) || !same(&a.conv[l], &b.conv[l]) {
+                return Some(format!("GDN state {l}"));
+            }
+        }
+        for l in 0..a.k_cache.len() {
+            if !same(&a.k_cache[l][..n * kv], &b.k_cache[l][..n * kv])
+                || !same(&a.v_cache[l][..n * kv], &b.v_cache[l][..n * kv])
+            {
+                return Some(format!("KV {l}"));
+            }
+        }
+        (a.pos != b.pos).then(|| format!("position {} vs {}", a.pos, b.pos))
+    }
+
+    /// Prefill of the first s tokens then an append of the rest equals one prefill of all N, bit for bit
+    /// (the last logits, every GDN state, the KV rows), for every split s of N = 72 (a boundary inside);
+    /// also three appends, and an append after decode steps (their tokens re-run by chunks). The negative
+    /// control (an unanchored append) differs at a split off the boundaries and agrees on one.
+    #[test]
+    fn an_append_equals_one_pass_over_the_whole_stream_at_every_split() {
+        let dir = tempdir::Dir::new("anchor");
+        let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
+        crate::model::synth::write_checkpoint(&cfg, 6, dir.path()).unwrap();
+        let ck = Checkpoint::open(dir.path()).unwrap();
+        let w = Weights::from_checkpoint(&ck);
+        let n = 72;
+        let toks: Vec<u32> = (0..n as u64).map(|i| ((i * 2_654_435_761 + 991) % cfg.vocab as u64) as u32).collect();
+        let kv = cfg.attn_kv_dim();
+        let mut one = Session::new(&cfg, 256);
+        let want = one.append(&w, &toks).unwrap();
+        for s in 1..n {
+            let mut two = Session::new(&cfg, 256);
+            two.append(&w, &toks[..s]).unwrap();
+            let got = two.append(&w, &toks[s..]).unwrap();
+            assert!(same(&got, &want), "split {s}: the last logits differ");
+            assert_eq!(differ(&two.state, &one.state, kv, n), None, "split {s}");
+        }
+        let mut three = Session::new(&cfg, 256);
+        for r in [0..30, 30..65, 65..n] {
+            three.append(&w, &toks[r]).unwrap();
+        }
+        assert_eq!(differ(&three.state, &one.state, kv, n), None, "three appends");
+        // decode steps in between: the append re-runs them by chunks
+        let mut dec = Session::new(&cfg, 256);
+        dec.append(&w, &toks[..20]).unwrap();
+        for &t in &toks[20..40] {
+            dec.step(&w, t).unwrap();
+        }
+        let got = dec.append(&w, &toks[40..]).unwrap();
+        assert!(same(&got, &want), "an append after decode steps");
+        assert_eq!(differ(&dec.state, &one.state, kv, n), None, "an append after decode steps");
+        // negative control: unanchored, a split off a boundary differs; on one it agrees
+        let mut bad = Session::new(&cfg, 256);
+        bad.append(&w, &toks[..40]).unwrap();
+        bad.append_unanchored(&w, &toks[40..]).unwrap();
+        assert!(differ(&bad.state, &one.state, kv, n).is_some(), "the unanchored append must differ");
+        let mut ok = Session::new(&cfg, 256);
+        ok.append(&w, &toks[..64]).unwrap();
+        ok.append_unanchored(&w, &toks[64..]).unwrap();
+        assert_eq!(differ(&ok.state, &one.state, kv, n), None, "on a boundary the two agree");
+        assert!(Session::new(&cfg, 256).append(&w, &[]).is_err());
+        assert!(Session::new(&cfg, 8).append(&w, &toks[..9]).unwrap_err().to_string().contains("context overflow"));
+    }
+}
