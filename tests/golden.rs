@@ -44,3 +44,21 @@ fn negative_control_a_wrong_rope_theta_is_rejected() {
     println!("{c:?}\n{why:?}");
     assert!(why.iter().any(|r| r.contains("envelope")), "the check must reject a wrong RoPE theta: {c:?}");
 }
+
+/// Issue 28 item 5: the reference's prefill (the GDN by chunks, `model::prefill`) against the oracle's
+/// prompt path (one forward over each prompt), inside the same envelope; beside it, the decode steps
+/// against the prompt path (the two orders of the GDN sums: how far apart the oracle's own two paths'
+/// counterparts on our side are).
+#[test]
+fn the_prefill_agrees_with_the_oracles_prompt_path_inside_its_envelope() {
+    use mk::verify::golden::{compare_path, OraclePath};
+    let g = goldens();
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let env = envelope(&g).unwrap();
+    let c = compare_path(&w, &g, usize::MAX, OraclePath::Prompt).unwrap();
+    println!("{env:?}\nprefill vs the prompt path: {c:?}");
+    let why = verdict(&c, &env, MEAN_FACTOR);
+    assert!(why.is_empty(), "{why:?}");
+    assert!(c.recurrent_rel < 0.05 && c.conv_rel < 0.02 && c.kv_rel < 0.05, "{c:?}");
+}

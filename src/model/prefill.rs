@@ -23,6 +23,11 @@ pub const GDN_CHUNK: usize = 64;
 /// Feeds `tokens` at positions state.pos .. + T in one pass; returns the last token's logits (the next
 /// token's distribution) and leaves `state` as T decode steps would (within the chunked form's rounding).
 pub fn prefill(w: &Weights, state: &mut State, tokens: &[u32]) -> Result<Vec<f32>> {
+    Ok(prefill_rows(w, state, tokens, false)?.pop().unwrap_or_default())
+}
+
+/// `prefill` returning every token's logits (`all`; else the last token's only, as one row).
+pub fn prefill_rows(w: &Weights, state: &mut State, tokens: &[u32], all: bool) -> Result<Vec<Vec<f32>>> {
     let cfg = &w.cfg;
     if tokens.is_empty() {
         bail!("prefill: no tokens");
@@ -72,9 +77,14 @@ pub fn prefill(w: &Weights, state: &mut State, tokens: &[u32]) -> Result<Vec<f32
         }
     }
     state.pos += t_len;
-    let mut xn = vec![0f32; hd];
-    ops::rms_norm_block(&h[t_len - 1], &w.final_norm, eps, &mut xn);
-    Ok(w.lm_head.gemv(&xn))
+    let rows = if all { 0..t_len } else { t_len - 1..t_len };
+    Ok(rows
+        .map(|i| {
+            let mut xn = vec![0f32; hd];
+            ops::rms_norm_block(&h[i], &w.final_norm, eps, &mut xn);
+            w.lm_head.gemv(&xn)
+        })
+        .collect())
 }
 
 /// One GDN layer's core over the T tokens: the conv token by token (the decode step's `conv_channels`

@@ -149,8 +149,24 @@ fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
+/// Which of the oracle's two paths a comparison is against, with which of ours: its decode path
+/// (token by token with the cache) against the reference's decode steps, or its prompt path (one
+/// forward over the prompt, the chunked GDN) against the reference's prefill (`model::prefill`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OraclePath {
+    Decode,
+    Prompt,
+}
+
 /// Runs the reference teacher-forced over each golden prompt (at most `max_prompts`) and compares.
 pub fn compare(w: &Weights, goldens: &[Golden], max_prompts: usize) -> Result<Comparison> {
+    compare_path(w, goldens, max_prompts, OraclePath::Decode)
+}
+
+/// `compare` against one of the oracle's paths (`OraclePath`). The "vs decode" statistics are against
+/// that path; `top1_vs_prompt` stays against the prompt path's argmax.
+pub fn compare_path(w: &Weights, goldens: &[Golden], max_prompts: usize, path: OraclePath) -> Result<Comparison> {
+    let key = |k: &str| format!("{}.{k}", if path == OraclePath::Decode { "decode" } else { "prompt" });
     let cfg = &w.cfg;
     let (mut n, mut agree_d, mut agree_p, mut flips, mut tie_agree) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let (mut max_abs, mut sum_abs, mut full_max) = (0f32, 0f64, 0f32);
@@ -158,14 +174,27 @@ pub fn compare(w: &Weights, goldens: &[Golden], max_prompts: usize) -> Result<Co
     let env = envelope(goldens)?;
     for g in goldens.iter().take(max_prompts) {
         let t_len = g.ids.len();
-        let top_ids = g.get("decode.top_ids")?;
-        let top_logits = g.get("decode.top_logits")?;
-        let (dec_arg, pr_arg, margin) = (g.get("decode.argmax")?, g.get("prompt.argmax")?, g.get("decode.margin")?);
+        let top_ids = g.get(&key("top_ids"))?;
+        let top_logits = g.get(&key("top_logits"))?;
+        let (dec_arg, pr_arg) = (g.get(&key("argmax"))?, g.get("prompt.argmax")?);
+        // the path's top-1 / top-2 margin (the decode path's is recorded; the prompt path's from its top ids)
+        let margin: Vec<f32> = match path {
+            OraclePath::Decode => g.get("decode.margin")?.to_vec(),
+            OraclePath::Prompt => (0..t_len).map(|t| top_logits[t * TOPK] - top_logits[t * TOPK + 1]).collect(),
+        };
         let full_pos: Vec<usize> = g.get("full_positions")?.iter().map(|x| *x as usize).collect();
-        let full = g.get("decode.full_logits")?;
+        let full = g.get(&key("full_logits"))?;
         let mut state = State::new(cfg, t_len);
+        let mut rows = match path {
+            OraclePath::Prompt => crate::model::prefill::prefill_rows(w, &mut state, &g.ids, true)?,
+            OraclePath::Decode => Vec::new(),
+        }
+        .into_iter();
         for (t, &tok) in g.ids.iter().enumerate() {
-            let logits = step(w, &mut state, tok, None)?;
+            let logits = match path {
+                OraclePath::Decode => step(w, &mut state, tok, None)?,
+                OraclePath::Prompt => rows.next().unwrap_or_default(),
+            };
             let a = argmax(&logits);
             n += 1;
             agree_d += (a == dec_arg[t] as usize) as usize;
@@ -190,16 +219,16 @@ pub fn compare(w: &Weights, goldens: &[Golden], max_prompts: usize) -> Result<Co
             }
         }
         for (l, s) in state.recurrent.iter().enumerate() {
-            rec_rel = rec_rel.max(rel_diff(s, g.get(&format!("decode.recurrent.{l}"))?));
+            rec_rel = rec_rel.max(rel_diff(s, g.get(&key(&format!("recurrent.{l}")))?));
         }
         for l in 0..state.conv.len() {
-            conv_rel = conv_rel.max(rel_diff(&state.conv_ordered(l), g.get(&format!("decode.conv.{l}"))?));
+            conv_rel = conv_rel.max(rel_diff(&state.conv_ordered(l), g.get(&key(&format!("conv.{l}")))?));
         }
         // Oracle KV layout is [kv_heads, T, 256]; ours is [T, kv_heads, 256].
         let (nkv, d) = (cfg.n_kv_heads, cfg.head_dim);
         for (l, (kc, vc)) in state.k_cache.iter().zip(&state.v_cache).enumerate() {
             for (ours, name) in [(&kc[..t_len * nkv * d], "k"), (&vc[..t_len * nkv * d], "v")] {
-                let theirs = g.get(&format!("decode.{name}.{l}"))?;
+                let theirs = g.get(&key(&format!("{name}.{l}")))?;
                 let mut reordered = vec![0f32; ours.len()];
                 for t in 0..t_len {
                     for h in 0..nkv {
