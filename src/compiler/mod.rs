@@ -13,6 +13,7 @@
 //! k-group, so dynamic unit handout has enough small units to balance the SMs.
 
 mod drafter;
+mod head;
 
 pub use drafter::{compile_drafter, compile_drafter_pruned, DraftInput};
 
@@ -121,59 +122,6 @@ impl<'a> Builder<'a> {
         let attn_part = self.scratch("attn_partial", cfg.n_heads * parts * ATTN_HEAD_DIM);
         let attn_out = self.act("attn_out", cfg.attn_q_dim());
         AttnBufs { ctrl, h, q, k, v, scores, stats, attn_part, attn_out, parts }
-    }
-    /// The logits and the lm_head units' candidates.
-    fn head_bufs(&mut self, cfg: &ModelConfig) -> (u16, u16) {
-        self.head_bufs_rows(cfg.vocab)
-    }
-    /// The head's logits and candidates for `rows` rows (the vocabulary, or a pruned head's capacity).
-    fn head_bufs_rows(&mut self, rows: usize) -> (u16, u16) {
-        let logits = self.act("logits", rows);
-        let cand = self.scratch("candidates", 2 * (rows as u32).div_ceil(LM_UNIT_ROWS) as usize);
-        (logits, cand)
-    }
-    /// The lm_head over `h` through the final norm `norm`, the argmax and the hand-off (every program's
-    /// last three stages; `bufs` from head_bufs).
-    fn head(&mut self, cfg: &ModelConfig, ctrl: u16, h: u16, norm: &str, bufs: (u16, u16)) -> Result<()> {
-        self.head_rows(cfg.vocab as u32, None, ctrl, h, norm, bufs)
-    }
-    /// `head` over `rows` rows: the vocabulary's, or with `list` (a pruned head's row list, ISA LmHead)
-    /// the positions of that list (`bufs` from head_bufs_rows(rows)).
-    fn head_rows(
-        &mut self,
-        rows: u32,
-        list: Option<u16>,
-        ctrl: u16,
-        h: u16,
-        norm: &str,
-        bufs: (u16, u16),
-    ) -> Result<()> {
-        let (logits, cand) = bufs;
-        let lm_units = rows.div_ceil(LM_UNIT_ROWS);
-        self.layer = 0;
-        let mut lm = self.word(Opcode::LmHead, rows, LM_UNIT_ROWS);
-        lm.ops[slot::W0] = self.weight("lm_head.weight")?;
-        lm.ops[slot::W1] = self.weight(norm)?;
-        lm.ops[slot::IN0] = h;
-        if let Some(l) = list {
-            lm.ops[slot::IN1] = l;
-        }
-        lm.ops[slot::OUT0] = logits;
-        lm.ops[slot::OUT1] = cand;
-        self.stage(vec![lm]);
-        let mut am = self.word(Opcode::Argmax, 1, 1);
-        am.arg0 = lm_units;
-        am.ops[slot::IN0] = cand;
-        am.ops[slot::OUT0] = ctrl;
-        self.stage(vec![am]);
-        let mut end = self.word(Opcode::EndStep, 1, 1);
-        end.ops[slot::IN0] = ctrl;
-        self.stage(vec![end]);
-        for i in 0..self.partial.len() {
-            let need = self.partial_need[i];
-            self.buffers[self.partial[i] as usize].cols = need;
-        }
-        Ok(())
     }
     fn program(self, name: &str, shape: String) -> Program {
         Program {

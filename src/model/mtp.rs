@@ -154,10 +154,7 @@ mod tests {
 
     /// A tiny synthetic checkpoint in a scratch folder of its own (`tag`: one per test, they run in parallel).
     fn tiny(tag: &str) -> (tempdir::Dir, Checkpoint) {
-        let dir = tempdir::Dir::new(tag);
-        let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
-        crate::model::synth::write_checkpoint(&cfg, 3, dir.path()).unwrap();
-        let ck = Checkpoint::open(dir.path()).unwrap();
+        let (dir, ck, _) = tempdir::tiny(tag, 3);
         (dir, ck)
     }
 

@@ -141,7 +141,6 @@ fn gdn_core_chunked(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::checkpoint::Checkpoint;
     use crate::model::forward::step;
     use crate::model::tempdir;
 
@@ -158,10 +157,7 @@ mod tests {
     /// (6.0e-3): the chunked form's fp32 differences (7.8e-7, gdn_chunk) flip bf16 roundings downstream.
     #[test]
     fn prefill_equals_decode_steps_within_the_chunked_rounding() {
-        let dir = tempdir::Dir::new("prefill");
-        let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
-        crate::model::synth::write_checkpoint(&cfg, 5, dir.path()).unwrap();
-        let ck = Checkpoint::open(dir.path()).unwrap();
+        let (_dir, ck, cfg) = tempdir::tiny("prefill", 5);
         let w = Weights::from_checkpoint(&ck);
         let toks: Vec<u32> = (0..130u64).map(|i| ((i * 2_654_435_761 + 77) % cfg.vocab as u64) as u32).collect();
         let (mut sd, mut sp) = (State::new(&cfg, 256), State::new(&cfg, 256));
@@ -296,7 +292,6 @@ impl Session {
 #[cfg(test)]
 mod anchor_tests {
     use super::*;
-    use crate::model::checkpoint::Checkpoint;
     use crate::model::tempdir;
 
     fn same(a: &[f32], b: &[f32]) -> bool {
@@ -326,10 +321,7 @@ mod anchor_tests {
     /// control (an unanchored append) differs at a split off the boundaries and agrees on one.
     #[test]
     fn an_append_equals_one_pass_over_the_whole_stream_at_every_split() {
-        let dir = tempdir::Dir::new("anchor");
-        let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
-        crate::model::synth::write_checkpoint(&cfg, 6, dir.path()).unwrap();
-        let ck = Checkpoint::open(dir.path()).unwrap();
+        let (_dir, ck, cfg) = tempdir::tiny("anchor", 6);
         let w = Weights::from_checkpoint(&ck);
         let n = 72;
         let toks: Vec<u32> = (0..n as u64).map(|i| ((i * 2_654_435_761 + 991) % cfg.vocab as u64) as u32).collect();

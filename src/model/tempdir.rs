@@ -18,3 +18,13 @@ impl Drop for Dir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A tiny synthetic checkpoint (`seed`) in a scratch folder of its own (`tag`: one per test, they run in
+/// parallel), with the preset's config.
+pub fn tiny(tag: &str, seed: u64) -> (Dir, crate::model::checkpoint::Checkpoint, crate::model::config::ModelConfig) {
+    let dir = Dir::new(tag);
+    let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
+    crate::model::synth::write_checkpoint(&cfg, seed, dir.path()).unwrap();
+    let ck = crate::model::checkpoint::Checkpoint::open(dir.path()).unwrap();
+    (dir, ck, cfg)
+}

@@ -314,45 +314,41 @@ impl GpuExec {
         src_at: usize,
         elems: usize,
     ) -> Result<()> {
-        let (d, s) = (self.buffer_named(name)?, src.buffer_named(src_name)?);
-        let (dp, sp) = (self.layout.places[d], src.layout.places[s]);
-        let eb = dp.elem_bytes as usize;
-        if sp.elem_bytes as usize != eb {
-            crate::bail!("gpu copy: {src_name} has {}-byte elements, {name} {eb}", sp.elem_bytes);
-        }
-        check_range(&self.prog, d, at, elems, dp.bytes)?;
-        check_range(&src.prog, s, src_at, elems, sp.bytes)?;
+        let from = src.span(src_name, src_at, elems)?;
         src.sync()?;
-        let from = src.arena.slice(sp.off + src_at * eb..sp.off + (src_at + elems) * eb);
-        let stream = self.gpu.stream.clone();
-        let mut to = self.arena.slice_mut(dp.off + at * eb..dp.off + (at + elems) * eb);
-        cu(stream.memcpy_dtod(&from, &mut to), "cuMemcpyDtoD")
+        self.copy_span(name, at, from)
     }
 
-    /// `copy_from` inside this executor's arena.
+    /// `copy_from` inside this executor's arena (the ranges must not overlap).
     pub fn copy_within(&mut self, name: &str, at: usize, src_name: &str, src_at: usize, elems: usize) -> Result<()> {
-        let (d, s) = (self.buffer_named(name)?, self.buffer_named(src_name)?);
-        let (dp, sp) = (self.layout.places[d], self.layout.places[s]);
-        let eb = dp.elem_bytes as usize;
-        if sp.elem_bytes as usize != eb {
-            crate::bail!("gpu copy: {src_name} has {}-byte elements, {name} {eb}", sp.elem_bytes);
+        let from = self.span(src_name, src_at, elems)?;
+        self.copy_span(name, at, from)
+    }
+
+    /// Elements [at, at + elems) of buffer `name`: (device address, bytes, bytes an element), checked.
+    fn span(&self, name: &str, at: usize, elems: usize) -> Result<(u64, usize, usize)> {
+        let b = self.buffer_named(name)?;
+        let p = self.layout.places[b];
+        check_range(&self.prog, b, at, elems, p.bytes)?;
+        let eb = p.elem_bytes as usize;
+        Ok((self.base + (p.off + at * eb) as u64, elems * eb, eb))
+    }
+
+    /// Copies the span `from` (`span`, of this arena or another) to buffer `name` from element `at`.
+    fn copy_span(&mut self, name: &str, at: usize, from: (u64, usize, usize)) -> Result<()> {
+        let (src, bytes, eb) = from;
+        let (dst, n, deb) = self.span(name, at, bytes / eb.max(1))?;
+        if deb != eb {
+            crate::bail!("gpu copy: {eb}-byte elements into {name}'s {deb}-byte ones");
         }
-        check_range(&self.prog, d, at, elems, dp.bytes)?;
-        check_range(&self.prog, s, src_at, elems, sp.bytes)?;
-        let (a, b) = (sp.off + src_at * eb, dp.off + at * eb);
-        if a < b + elems * eb && b < a + elems * eb {
-            crate::bail!("gpu copy: {src_name}[{src_at}..] and {name}[{at}..] overlap");
+        if src < dst + n as u64 && dst < src + n as u64 {
+            crate::bail!("gpu copy: the source and {name}[{at}..] overlap");
         }
-        let stream = self.gpu.stream.clone();
-        // one arena: the source range viewed through a second handle is not possible with one
-        // CudaSlice borrowed mutably, so through the raw device pointers
-        let base = self.base;
-        // SAFETY: both ranges lie inside this arena's one allocation (check_range, the places) and do
-        // not overlap; the copy is queued on this executor's stream, after everything queued before.
-        unsafe {
-            cudarc::driver::result::memcpy_dtod_async(base + b as u64, base + a as u64, elems * eb, stream.cu_stream())
-        }
-        .map_err(|e| crate::error::Error::new(format!("cuMemcpyDtoD: {e:?}")))
+        // SAFETY: both ranges lie inside allocations of this context (span: the places, check_range)
+        // and do not overlap; the copy is queued on this executor's stream, after everything queued
+        // on it before (the source's own stream synchronised by the caller).
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, n, self.gpu.stream.cu_stream()) }
+            .map_err(|e| crate::error::Error::new(format!("cuMemcpyDtoD: {e:?}")))
     }
 
     /// The buffer of a copy by name (the copies move activations and state, never weights).

@@ -38,17 +38,7 @@ impl Interp<'_> {
 
     fn commit_rows_as(&mut self, n: usize, commit: usize) -> Result<()> {
         let m = self.prog.target.m_rows as usize;
-        if m < 2 {
-            bail!(
-                "interpreter: rollback takes an M-row program (this one has M = 1: its GDN state is written at once)"
-            );
-        }
-        let Some(start) = self.rows_start.take() else {
-            bail!("interpreter: commit with no verification step to commit (one commit a step)");
-        };
-        if n == 0 || n > m {
-            bail!("interpreter: commit of {n} rows of a {m}-row verification step (1 ..= {m})");
-        }
+        let start = crate::exec::commit_start("interpreter", m, &mut self.rows_start, n)?;
         self.select(0);
         self.bufs[self.ctrl][CTRL_POS] = (start + n) as f32;
         self.bufs[self.ctrl][CTRL_COMMIT] = commit as f32;
