@@ -34,6 +34,7 @@
 #define OPERAND_NONE 65535u
 #define NO_COUNTER 4294967295u
 #define FLAG_PARTIAL 1u
+#define FLAG_ROW_UNITS 2u
 struct Word {
   unsigned short opcode, layer;
   unsigned char m_rows, flags;

@@ -307,12 +307,14 @@ __device__ __forceinline__ float* mrow_red(char* smem, unsigned K, bool x_smem) 
 }
 
 // M rows (M_ROWS > 1: a verification step over positions pos .. pos + M): a word whose op takes every
-// row itself (`mrow_word`: the op runs once), any other op once per row, rows in order,
+// row itself (`mrow_word`: the op runs once), a word whose units split the rows (FLAG_ROW_UNITS: units
+// row-major over (row m, one row's unit), so unit u runs row u / (units / M) as unit u mod (units / M)
+// of a one-row step, the rows side by side on as many blocks), any other op once per row, rows in order,
 // row m on the row-m view of the buffers (`row_view`: row m holds position pos + m and token m), so row
 // m computes the bits a one-row step at position pos + m computes. A barrier precedes every row: row
 // m + 1 reads what row m wrote (the recurrent state, the conv ring) and re-prepares the shared-memory
-// input. EndStep runs once over every row. M_ROWS == 1: the op, once. f(c, row): row is true inside the
-// row loop (each row re-prepares its input).
+// input. EndStep runs once over every row. M_ROWS == 1: the op, once. f(c, row, u): row is true inside
+// the row loop and for a row unit (each row re-prepares its input), u the unit the op runs.
 // Whether word w's unit takes the M rows of a step itself (M_ROWS > 1): the M-row GEMVs (`mrow_gemv`),
 // the split-K reduces (rows independent: one loop over (row, output) pairs), GdnRecur (its state
 // column in registers across the rows, gdn_head) and GdnConv (the deferred commit: its channels' ring
@@ -322,13 +324,19 @@ __device__ __forceinline__ bool mrow_word(const DevCtx& c, const Word& w) {
                         w.opcode == OP_GDN_RECUR || w.opcode == OP_GDN_CONV);
 }
 
-template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, F f) {
+template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, unsigned u, F f) {
   if (M_ROWS == 1 || w.opcode == OP_END_STEP || mrow_word(c, w)) {
-    f(c, false);
+    f(c, false, u);
+    return;
+  }
+  if (w.flags & FLAG_ROW_UNITS) {
+    // (the caller's barrier after the previous unit orders its shared-memory reads before these writes)
+    const unsigned per = w.units / w.m_rows;
+    f(row_view(c, u / per), true, u % per);
     return;
   }
   for (unsigned m = 0; m < w.m_rows; ++m) {
     BLOCK_SYNC();  // (also before row 0: the unit before, of the same word, may still read its input)
-    f(row_view(c, m), true);
+    f(row_view(c, m), true, u);
   }
 }

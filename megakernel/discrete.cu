@@ -45,7 +45,7 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
     if (stopped(c)) return;                                                                          \
     unsigned u;                                                                                      \
     unsigned wx = launch_word_at(prog, wi, nw, &u, blockIdx.x);                                      \
-    for_rows(c, prog[wx], [&](const DevCtx& r, bool) { op_##name(r, prog[wx], u, smem, true); });     \
+    for_rows(c, prog[wx], u, [&](const DevCtx& r, bool, unsigned ru) { op_##name(r, prog[wx], ru, smem, true); }); \
     if (GRAPH_STAMPS) {                                                                              \
       __syncthreads();                                                                               \
       graph_stamp(c, wx, u, t_start, t_ready);                                                       \
@@ -77,7 +77,7 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
       unsigned here = i - u; /* the word's first unit index in the launch: identifies the word */    \
       /* A unit of another word prepares its input over the shared memory the warps still read. */   \
       __syncthreads();                                                                               \
-      for_rows(c, w, [&](const DevCtx& r, bool row) { op_##name(r, w, u, smem, row || here != last); }); \
+      for_rows(c, w, u, [&](const DevCtx& r, bool row, unsigned ru) { op_##name(r, w, ru, smem, row || here != last); }); \
       last = here;                                                                                   \
       /* double-buffered: the slot written here was last read before the barrier above */            \
       if (threadIdx.x == 0) next_s[parity] = nxt;                                                    \

@@ -117,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MEGA_BLOCKS_PER_SM) megake
           seen = true;
           // Every thread reads what the producers wrote after the acquire by thread 0 and the barrier.
         }
-        for_rows(c, w, [&](const DevCtx& r, bool row) { dispatch(r, w, u, smem, row || wi != prepared); });
+        for_rows(c, w, u, [&](const DevCtx& r, bool row, unsigned ru) { dispatch(r, w, ru, smem, row || wi != prepared); });
         prepared = wi;
         BLOCK_SYNC();
         if (threadIdx.x == 0) {

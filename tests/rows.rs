@@ -110,6 +110,27 @@ fn m_row_programs_lower_gdn_split_and_keep_one_row_per_buffer() {
     bad.words[i].ops[mk::isa::slot::ST1] = mk::isa::NONE;
     let e = validate(&bad).unwrap_err().to_string();
     assert!(e.contains("operand st1 missing"), "{e}");
+    // The attention words (and the embedding, the argmax) split their 4 rows over their units
+    // (FLAG_ROW_UNITS: 4x a one-row program's units); the GEMVs do not (one weight pass for every row).
+    let units =
+        |p: &mk::isa::Program, op: Opcode| p.words.iter().filter(|w| w.opcode == op).map(|w| w.units).sum::<u32>();
+    for w in &p.words {
+        assert_eq!(w.flags & mk::isa::FLAG_ROW_UNITS != 0, w.opcode.row_split(), "{:?}", w.opcode);
+        if w.opcode.row_split() {
+            assert_eq!(units(&p, w.opcode), 4 * units(&one, w.opcode), "{:?}", w.opcode);
+        }
+    }
+    // The flag where rows are not independent, or units that do not cover the rows, are refused.
+    let mut bad = p.clone();
+    let i = bad.words.iter().position(|w| w.opcode == Opcode::GemvGateUp).unwrap();
+    bad.words[i].flags |= mk::isa::FLAG_ROW_UNITS;
+    let e = validate(&bad).unwrap_err().to_string();
+    assert!(e.contains("FLAG_ROW_UNITS on GemvGateUp"), "{e}");
+    let mut bad = p.clone();
+    let i = bad.words.iter().position(|w| w.opcode == Opcode::AttnScores).unwrap();
+    bad.words[i].units -= 1;
+    let e = validate(&bad).unwrap_err().to_string();
+    assert!(e.contains("k-parts x 4 rows"), "{e}");
 }
 
 #[test]

@@ -21,8 +21,8 @@ use crate::bail;
 use crate::error::{Context, Result};
 use crate::isa::access::{ATTN_HEAD_DIM, CHUNK_ROWS, CTRL_LEN, GDN_HEAD_DIM, GDN_HIST_HEAD, KGROUP};
 use crate::isa::{
-    slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FORMAT, NONE,
-    NO_COUNTER,
+    slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FLAG_ROW_UNITS,
+    FORMAT, NONE, NO_COUNTER,
 };
 use crate::model::config::{LayerKind, ModelConfig};
 use crate::model::forward::ATTN_PART;
@@ -164,7 +164,12 @@ impl<'a> Builder<'a> {
         w.m_rows = self.t.m_rows as u8; // 1-8, checked by compile() and compile_drafter()
         w.rows = rows;
         w.unit_rows = unit_rows as u16; // the constants here and GEMV unit rows <= 256, checked by compile() and compile_drafter()
-        w.units = w.row_units();
+        if w.m_rows > 1 && op.row_split() {
+            // the M rows side by side on as many units (in a unit one after another, the attention
+            // words of an M = 8 step took 3.6 ms of 36.8: results/issue27_verified_692c8ee)
+            w.flags |= FLAG_ROW_UNITS;
+        }
+        w.units = w.expected_units() as u32;
         w
     }
     /// Appends a stage: every word waits for the previous stage and signals a new counter.

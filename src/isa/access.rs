@@ -49,6 +49,10 @@ pub struct Access {
     pub write: bool,
     /// Row m of a per-row buffer (activation, scratch, control): the access must lie in that row.
     pub row: Option<u32>,
+    /// A KV cache write at position pos + m of the step (AttnKv's row m): tracked by column over every
+    /// position (the position is known at run time only), but two writes at different m of one step
+    /// are different positions, so they never overlap.
+    pub at_pos_row: Option<u32>,
 }
 
 struct Acc<'a> {
@@ -61,8 +65,15 @@ impl Acc<'_> {
     fn add(&mut self, s: usize, lo: usize, hi: usize, write: bool, row: Option<u32>) {
         if let Some(b) = self.w.op(s) {
             if lo < hi {
-                self.out.push(Access { buf: b, lo: lo as u64, hi: hi as u64, write, row });
+                self.out.push(Access { buf: b, lo: lo as u64, hi: hi as u64, write, row, at_pos_row: None });
             }
+        }
+    }
+    /// A write of columns [lo, hi) of the KV cache in slot `s` at position pos + m.
+    fn wr_pos(&mut self, s: usize, lo: usize, hi: usize, m: usize) {
+        self.wr(s, lo, hi);
+        if let Some(a) = self.out.last_mut().filter(|_| self.w.op(s).is_some() && lo < hi) {
+            a.at_pos_row = Some(m as u32);
         }
     }
     fn r(&mut self, s: usize, lo: usize, hi: usize) {
@@ -100,10 +111,11 @@ pub fn k_groups(k: usize, parts: u32, kp: u32) -> std::ops::Range<usize> {
 /// The footprint of unit `u` of `w` in program `p`.
 pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
     let mut a = Acc { w, p, out: Vec::new() };
+    let (ms, u) = w.m_span(u);
     let (rs, kp) = w.unit_span(u);
     let partial = w.flags & FLAG_PARTIAL != 0;
     let (d, dk) = (ATTN_HEAD_DIM, GDN_HEAD_DIM);
-    for m in 0..w.m_rows as usize {
+    for m in ms {
         match w.opcode {
             Opcode::Embed => {
                 a.row(slot::IN0, m, CTRL_TOKEN, CTRL_TOKEN + 1, false);
@@ -217,8 +229,8 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 for h in rs.clone() {
                     a.row(slot::IN0, m, h * d, (h + 1) * d, false);
                     a.row(slot::IN1, m, h * d, (h + 1) * d, false);
-                    a.wr(slot::ST0, h * d, (h + 1) * d);
-                    a.wr(slot::ST1, h * d, (h + 1) * d);
+                    a.wr_pos(slot::ST0, h * d, (h + 1) * d, m);
+                    a.wr_pos(slot::ST1, h * d, (h + 1) * d, m);
                 }
             }
             Opcode::AttnScores | Opcode::AttnPv => {

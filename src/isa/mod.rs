@@ -107,6 +107,23 @@ impl Opcode {
         Opcode::MtpFc,
     ];
 
+    /// Whether an M-row word of this opcode splits its rows over its units (FLAG_ROW_UNITS): its rows
+    /// are independent within the word (each reads only what earlier words wrote and writes only its
+    /// own row's outputs: the attention words' row m reads the KV rows AttnKv wrote for rows <= m), and
+    /// it has no M-row form that reads its weights once for every row (the GEMVs, the head) or carries
+    /// a state across the rows (GdnConv, GdnRecur).
+    pub fn row_split(self) -> bool {
+        matches!(
+            self,
+            Opcode::Embed
+                | Opcode::AttnKv
+                | Opcode::AttnScores
+                | Opcode::AttnPv
+                | Opcode::AttnReduceGate
+                | Opcode::Argmax
+        )
+    }
+
     pub fn from_u16(v: u16) -> Option<Opcode> {
         Opcode::ALL.iter().copied().find(|o| *o as u16 == v)
     }
@@ -153,6 +170,11 @@ pub const NO_COUNTER: u32 = u32::MAX;
 
 /// Flag: the word writes fp32 split-K partials (one per k-group) instead of its bf16 epilogue.
 pub const FLAG_PARTIAL: u8 = 1;
+/// Flag (M-row programs): the word's units split its M rows too. Its units are row-major over (row m,
+/// one row's unit: row slice x k-part), so unit u runs row u / (units / M) alone, and the rows run side
+/// by side on as many blocks instead of one after another in each unit. Only on opcodes whose rows are
+/// independent within the word (`Opcode::row_split`).
+pub const FLAG_ROW_UNITS: u8 = 2;
 
 /// One instruction. 64 bytes, little-endian, the same layout in `megakernel/abi.cuh` (byte offsets:
 /// opcode 0, layer 2, m_rows 4, flags 5, unit_rows 6, rows 8, units 12, wait 16, wait_target 20, signal
@@ -266,12 +288,30 @@ impl Word {
         (self.ops[s] != NONE).then_some(self.ops[s] as usize)
     }
 
-    /// Row slices of the word (units = row_units * k_parts).
+    /// Row slices of the word (units = row_units * k_parts, times M with FLAG_ROW_UNITS).
     pub fn row_units(&self) -> u32 {
         self.rows.div_ceil(self.unit_rows.max(1) as u32)
     }
 
-    /// The (row range, k-part) of unit `u`: units are row-major over (row slice, k-part).
+    /// Units a word has: one row's (row slices x k-parts), times M when its units split the rows.
+    pub fn expected_units(&self) -> u64 {
+        let m = if self.flags & FLAG_ROW_UNITS != 0 { self.m_rows.max(1) as u64 } else { 1 };
+        self.row_units() as u64 * self.k_parts.max(1) as u64 * m
+    }
+
+    /// The rows m of an M-row step that unit `u` runs, and its unit among one row's (what `unit_span`
+    /// takes): every row and u itself, or with FLAG_ROW_UNITS row u / (units / M) and u mod (units / M).
+    pub fn m_span(&self, u: u32) -> (std::ops::Range<usize>, u32) {
+        if self.flags & FLAG_ROW_UNITS == 0 {
+            return (0..self.m_rows.max(1) as usize, u);
+        }
+        let per = (self.row_units() * self.k_parts.max(1) as u32).max(1);
+        let m = (u / per) as usize;
+        (m..m + 1, u % per)
+    }
+
+    /// The (row range, k-part) of unit `u` of one row (`m_span`'s second value): units are row-major
+    /// over (row slice, k-part).
     pub fn unit_span(&self, u: u32) -> (std::ops::Range<usize>, u32) {
         let parts = self.k_parts.max(1) as u32;
         let (rs, kp) = (u / parts, u % parts);
@@ -432,7 +472,7 @@ pub fn cuda_header() -> String {
         s += &format!("#define SLOT_{} {i}\n", n.to_uppercase());
     }
     s += &format!(
-        "#define OPERAND_NONE {NONE}u\n#define NO_COUNTER {NO_COUNTER}u\n#define FLAG_PARTIAL {FLAG_PARTIAL}u\n"
+        "#define OPERAND_NONE {NONE}u\n#define NO_COUNTER {NO_COUNTER}u\n#define FLAG_PARTIAL {FLAG_PARTIAL}u\n#define FLAG_ROW_UNITS {FLAG_ROW_UNITS}u\n"
     );
     s +=
         "struct Word {\n  unsigned short opcode, layer;\n  unsigned char m_rows, flags;\n  unsigned short unit_rows;\n";

@@ -98,31 +98,43 @@ fn uncovered(need: &[(u64, u64)], have: &[(u64, u64)]) -> Option<(u64, u64)> {
 /// Units are unordered: a unit's write may not meet another unit's read or write. Given every
 /// (buffer, lo, hi, write, unit) access of one word, the first clash as (buffer, lo, earlier unit,
 /// later unit). A sweep over ranges sorted by (buffer, start), keeping the ranges still open.
-fn first_unit_clash(acc: &mut [(usize, u64, u64, bool, u32)]) -> Option<(usize, u64, u32, u32)> {
-    acc.sort_by_key(|a| (a.0, a.1));
-    let mut open: Vec<(u64, bool, u32)> = Vec::new(); // (hi, write, unit) of ranges still open
+/// Two writes at different positions of one step (`Access::at_pos_row`) never clash.
+fn first_unit_clash(acc: &mut [UnitAccess]) -> Option<(usize, u64, u32, u32)> {
+    acc.sort_by_key(|a| (a.buf, a.lo));
+    let mut open: Vec<&UnitAccess> = Vec::new(); // ranges still open
     let mut cur = usize::MAX;
-    for &(buf, lo, hi, write, u) in acc.iter() {
-        if buf != cur {
+    for a in acc.iter() {
+        if a.buf != cur {
             open.clear();
-            cur = buf;
+            cur = a.buf;
         }
-        open.retain(|(h, _, _)| *h > lo);
-        if let Some((_, _, v)) = open.iter().find(|(_, wr, v)| *v != u && (*wr || write)) {
-            return Some((buf, lo, *v, u));
+        open.retain(|o| o.hi > a.lo);
+        let other_position = |o: &UnitAccess| matches!((o.at_pos_row, a.at_pos_row), (Some(x), Some(y)) if x != y);
+        if let Some(o) = open.iter().find(|o| o.unit != a.unit && (o.write || a.write) && !other_position(o)) {
+            return Some((a.buf, a.lo, o.unit, a.unit));
         }
-        open.push((hi, write, u));
+        open.push(a);
     }
     None
+}
+
+/// One access of unit `unit` (check_units' sweep).
+struct UnitAccess {
+    buf: usize,
+    lo: u64,
+    hi: u64,
+    write: bool,
+    unit: u32,
+    at_pos_row: Option<u32>,
 }
 
 /// Rules 2 and 3: bounds of every unit, and no overlap between the units of one word.
 fn check_units(p: &Program, i: usize, w: &Word) -> Result<HashMap<usize, Ranges>> {
     let at = who(i, w);
     let mut per_buf: HashMap<usize, Ranges> = HashMap::new();
-    let mut unit_acc: Vec<(usize, u64, u64, bool, u32)> = Vec::new();
+    let mut unit_acc: Vec<UnitAccess> = Vec::new();
     for u in 0..w.units {
-        for Access { buf, lo, hi, write, row } in unit_accesses(p, w, u) {
+        for Access { buf, lo, hi, write, row, at_pos_row } in unit_accesses(p, w, u) {
             let b = &p.buffers[buf];
             if b.kind == BufKind::Weight {
                 continue;
@@ -149,7 +161,7 @@ fn check_units(p: &Program, i: usize, w: &Word) -> Result<HashMap<usize, Ranges>
             } else {
                 r.reads.push((lo, hi));
             }
-            unit_acc.push((buf, lo, hi, write, u));
+            unit_acc.push(UnitAccess { buf, lo, hi, write, unit: u, at_pos_row });
         }
     }
     if let Some((buf, lo, v, u)) = first_unit_clash(&mut unit_acc) {
@@ -297,24 +309,51 @@ pub fn validate(p: &Program) -> Result<Summary> {
 
 #[cfg(test)]
 mod tests {
-    use super::first_unit_clash;
+    use super::{first_unit_clash, UnitAccess};
+
+    /// The sweep over hand-made footprints: (buffer, lo, hi, write, unit), then a KV write's position row.
+    fn clash(acc: &[(usize, u64, u64, bool, u32)], at: &[Option<u32>]) -> Option<(usize, u64, u32, u32)> {
+        let mut v: Vec<UnitAccess> = acc
+            .iter()
+            .enumerate()
+            .map(|(i, &(buf, lo, hi, write, unit))| UnitAccess {
+                buf,
+                lo,
+                hi,
+                write,
+                unit,
+                at_pos_row: at.get(i).copied().flatten(),
+            })
+            .collect();
+        first_unit_clash(&mut v)
+    }
 
     // The compiler never emits units that overlap (their spans are disjoint by construction), so
     // the sweep is tested here on hand-made footprints, each with a control that must pass.
     #[test]
     fn units_may_share_reads_but_not_a_write() {
         // Two units read the same range of buffer 0: fine.
-        assert_eq!(first_unit_clash(&mut [(0, 0, 10, false, 0), (0, 5, 15, false, 1)]), None);
+        assert_eq!(clash(&[(0, 0, 10, false, 0), (0, 5, 15, false, 1)], &[]), None);
         // One unit reads and writes its own range: fine.
-        assert_eq!(first_unit_clash(&mut [(0, 0, 10, true, 0), (0, 0, 10, false, 0)]), None);
+        assert_eq!(clash(&[(0, 0, 10, true, 0), (0, 0, 10, false, 0)], &[]), None);
         // Adjacent writes of two units: fine (ranges are half-open).
-        assert_eq!(first_unit_clash(&mut [(0, 10, 20, true, 1), (0, 0, 10, true, 0)]), None);
+        assert_eq!(clash(&[(0, 10, 20, true, 1), (0, 0, 10, true, 0)], &[]), None);
         // The same range in two different buffers: fine.
-        assert_eq!(first_unit_clash(&mut [(0, 0, 10, true, 0), (1, 0, 10, true, 1)]), None);
+        assert_eq!(clash(&[(0, 0, 10, true, 0), (1, 0, 10, true, 1)], &[]), None);
         // Unit 1 writes where unit 0 reads: a clash at element 5.
-        assert_eq!(first_unit_clash(&mut [(0, 5, 15, true, 1), (0, 0, 10, false, 0)]), Some((0, 5, 0, 1)));
+        assert_eq!(clash(&[(0, 5, 15, true, 1), (0, 0, 10, false, 0)], &[]), Some((0, 5, 0, 1)));
         // Unit 2 reads inside a long write of unit 0 that outlives unit 1's range.
-        let mut acc = [(3, 0, 100, true, 0), (3, 0, 10, true, 0), (3, 50, 60, false, 2)];
-        assert_eq!(first_unit_clash(&mut acc), Some((3, 50, 0, 2)));
+        let acc = [(3, 0, 100, true, 0), (3, 0, 10, true, 0), (3, 50, 60, false, 2)];
+        assert_eq!(clash(&acc, &[]), Some((3, 50, 0, 2)));
+    }
+
+    #[test]
+    fn kv_writes_at_different_positions_of_a_step_do_not_clash() {
+        // AttnKv's rows 0 and 1 (units 0 and 1) write the same head's columns at positions pos, pos + 1.
+        let acc = [(2, 0, 256, true, 0), (2, 0, 256, true, 1)];
+        assert_eq!(clash(&acc, &[Some(0), Some(1)]), None);
+        // Controls: at the same position, or one of them at an unknown position, they clash.
+        assert_eq!(clash(&acc, &[Some(1), Some(1)]), Some((2, 0, 0, 1)));
+        assert_eq!(clash(&acc, &[Some(0), None]), Some((2, 0, 0, 1)));
     }
 }

@@ -3,7 +3,7 @@
 //! relate words (waits, overlaps, coverage) are `validate.rs`'s.
 
 use super::access::{CHUNK_ROWS, GDN_HEAD_DIM, GDN_HIST_HEAD, KGROUP};
-use super::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, NO_COUNTER};
+use super::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, FLAG_ROW_UNITS, NO_COUNTER};
 use crate::bail;
 use crate::error::Result;
 
@@ -143,8 +143,9 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
         );
     }
     check_flags(&at, w)?;
-    if w.units as u64 != w.row_units() as u64 * w.k_parts as u64 {
-        bail!("{at}: shape: units {} != {} row slices x {} k-parts", w.units, w.row_units(), w.k_parts);
+    if w.units as u64 != w.expected_units() {
+        let rows = if w.flags & FLAG_ROW_UNITS != 0 { format!(" x {} rows", w.m_rows) } else { String::new() };
+        bail!("{at}: shape: units {} != {} row slices x {} k-parts{rows}", w.units, w.row_units(), w.k_parts);
     }
     let req = required(w.opcode);
     for (s, want) in req.iter().enumerate() {
@@ -238,7 +239,10 @@ fn check_flags(at: &str, w: &Word) -> Result<()> {
     if partial && !matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual) {
         bail!("{at}: shape: FLAG_PARTIAL on an opcode that has no split-K form");
     }
-    if w.flags & !FLAG_PARTIAL != 0 {
+    if w.flags & FLAG_ROW_UNITS != 0 && !w.opcode.row_split() {
+        bail!("{at}: shape: FLAG_ROW_UNITS on {:?}, whose rows are not independent units", w.opcode);
+    }
+    if w.flags & !(FLAG_PARTIAL | FLAG_ROW_UNITS) != 0 {
         bail!("{at}: shape: unknown flags {:#x}", w.flags);
     }
     Ok(())

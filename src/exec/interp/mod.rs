@@ -373,7 +373,8 @@ impl<'a> Interp<'a> {
         &mut self.bufs[b]
     }
 
-    /// Executes unit `u` of word `i` (its rows in order) and signals its counter; returns the counter.
+    /// Executes unit `u` of word `i` (its rows in order, or its one row: `Word::m_span`) and signals its
+    /// counter; returns the counter.
     fn unit(&mut self, i: usize, u: u32) -> usize {
         let w = self.prog.words[i];
         let m = w.m_rows as usize;
@@ -399,7 +400,8 @@ impl<'a> Interp<'a> {
             self.counters[w.signal as usize] += 1;
             return w.signal as usize;
         }
-        for r in 0..m {
+        let (rows, u) = w.m_span(u); // every row, or the one row of a FLAG_ROW_UNITS unit
+        for r in rows {
             self.select(r);
             self.unit_row(&w, u);
         }
