@@ -24,9 +24,6 @@
 #endif
 #define PV_GROUPS 4    // attention PV: position groups a unit's warps split its positions into (pairs of warps)
 static_assert(WARPS == 2 * PV_GROUPS, "attention PV: two warps (128 dims each) per position group");
-#ifndef MROW_PREFETCH
-#define MROW_PREFETCH 2  // M-row fp8 GEMVs: the next k-group ahead of a group's joins (0 none, 1 registers, 2 L2)
-#endif
 #ifndef ATTN_UNROLL
 #define ATTN_UNROLL 4  // positions whose K/V loads a warp / thread has in flight at once
 #endif

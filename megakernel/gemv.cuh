@@ -82,81 +82,8 @@ __device__ __forceinline__ float fp8_tile_scale(const float* S, unsigned K, unsi
 // as the layout permutes the weights, then applies the 128 x 128 block scale (times 2^56: sc0,
 // fp8_tile_scale, loaded a group ahead by the caller) to the tile's fp32 sum once: D's column n is row
 // n's. ORDER within a tile: the tensor core's (two accumulators, d + e), the same for every column: a
-// row's bits do not depend on MR. The same instructions on the same bytes in both paths. fp8_tiles is
-// fp8_tile_loads, then fp8_tile_math on what they loaded.
+// row's bits do not depend on MR. The same instructions on the same bytes in both paths.
 static_assert(KGROUP / 128 == WARPS, "fp8_tiles: a warp per 128-wide tile of a k-group");
-// The chunks of k-group kg of row group rg of fp8 weight `wid`: contiguous in the chunk layout (32 rows
-// x the group's width bytes).
-__device__ __forceinline__ const uint4* fp8_group(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg) {
-  const unsigned kc = chunk_k(K);
-  return (const uint4*)((const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + kg * KGROUP / kc) * 32 * kc);
-}
-// `bytes` (a multiple of 16) from p (16-byte aligned) on their way into L2, no registers held (sm_90's
-// bulk prefetch: the loads that follow find them there).
-__device__ __forceinline__ void l2_prefetch(const void* p, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-// fp8_tiles' loads alone: this warp's 2 x 4 16-byte pieces of tile (warp) of k-group kg of row group rg
-// into wv (nothing past the group's tiles). An M-row GEMV issues the next group's loads before it
-// joins over this group's sums (fp8_rows_m), so they are in flight across its barriers.
-__device__ __forceinline__ void fp8_tile_loads(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, uint4 (&wv)[2][4]) {
-  const unsigned kc = chunk_k(K), T = kc / 128;
-  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
-  const unsigned kt = k0 + warp * 128, t = (kt % kc) / 128;
-  const uint4* grp = fp8_group(c, wid, K, rg, kg);
-  if (warp < nt) {
-    const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + lane;  // (32 kc bytes a chunk: 2 kc uint4)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) wv[h][i] = ldw(tile + (h * T + t) * 128 + 32 * i);
-  }
-}
-// fp8_tiles' arithmetic on the loaded pieces wv (fp8_tile_loads' of the same group).
-template <int MR, typename XLoad>
-__device__ __forceinline__ void fp8_tile_math(unsigned K, unsigned kg, float sc0, XLoad xload, float* red, const uint4 (&wv)[2][4]) {
-  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-  const unsigned k0 = kg * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
-  const unsigned kt = k0 + warp * 128;
-#ifdef MK_LOADS_ONLY  // probe (wrong results): the same loads, no arithmetic (the memory pipeline alone)
-  if (warp < nt) {
-    unsigned v = 0;
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v ^= wv[h][i].x ^ wv[h][i].y ^ wv[h][i].z ^ wv[h][i].w;
-#pragma unroll
-    for (int n = 0; n < MR; ++n) red[(warp * MR + n) * 32 + lane] = __uint_as_float(v & 0x3fffffffu) * sc0;
-  }
-  return;
-#endif
-  if (warp < nt) {
-    const float sc = sc0 * 0x1p56f;
-    const unsigned m = MR == 1 ? 0 : min(g, (unsigned)MR - 1);  // B's column g: row g's input
-    const uint4 xa = xload(m, kt + 16 * cq), xb = xload(m, kt + 16 * cq + 8);
-    const uint4 xc = xload(m, kt + 64 + 16 * cq), xd = xload(m, kt + 72 + 16 * cq);
-#ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: the two halves of x's 16-byte pieces swapped (every fp8 GEMV wrong)
-    const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
-#else
-    const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
-#endif
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
-      fp8_tile_mma(wv[h], xw, d, e);
-      // D's columns 2 cq (d[0]: row g, d[2]: row g + 8) and 2 cq + 1 (d[1], d[3]): input rows n < MR
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const unsigned n = 2 * cq + j;
-        if (n < MR) {
-          red[(warp * MR + n) * 32 + h * 16 + g] = sc * (d[j] + e[j]);
-          red[(warp * MR + n) * 32 + h * 16 + g + 8] = sc * (d[2 + j] + e[2 + j]);
-        }
-      }
-    }
-  }
-}
 template <int MR, typename XLoad>
 __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, XLoad xload, float* red) {
   const unsigned kc = chunk_k(K), T = kc / 128;
@@ -212,7 +139,6 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
   }
 }
 
-
 // Row group rg of NW fp8 weights wid[0..NW) (gate and up: 2) over k-groups [g0, g1): every group's tiles
 // (fp8_tiles, k-groups in order, weight by weight), a join, the group partials, a join, then
 // `done(i, row, total)` on lanes of warp 0 (row 32 rg + lane; with `partial`, each group partial goes to
@@ -256,9 +182,8 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
 }
 
 // M_ROWS rows of a verification step (M_ROWS > 1), row group rg of NW fp8 weights over k-groups
-// [g0, g1), the weights read once for all rows: each group's tiles for every row (fp8_tile_math<M_ROWS>
-// on the pieces loaded the group before: the next group's loads are issued before this group's joins,
-// so the weights stream while the block sums; results/issue27_mrow_* measures it), a join, thread (m, r) (m = warp < M_ROWS) sums row m's group partial of row 32 rg + r, a join (the next
+// [g0, g1), the weights read once for all rows: each group's tiles for every row (fp8_tiles<M_ROWS>), a
+// join, thread (m, r) (m = warp < M_ROWS) sums row m's group partial of row 32 rg + r, a join (the next
 // group reuses red: WARPS x M_ROWS x 32 floats). With `partial` the group partial goes to row m's
 // split-K buffer (id `out`, [g][rows]); else it is added to the row's running total and
 // `done(i, m, row, total)` runs for each weight i on thread (m, r) at the end. ORDER: fp8_row_group's
@@ -275,27 +200,12 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
     tot[i] = 0.f;
   }
   float sc = fp8_tile_scale(S[0], K, rg, g0);
-#if MROW_PREFETCH == 1
-  uint4 wv[2][4];
-  fp8_tile_loads(c, wid[0], K, rg, g0, wv);
-#endif
 #pragma unroll
   for (int i = 0; i < NW; ++i)
     for (unsigned g = g0; g < g1; ++g) {
       const bool last = g + 1 == g1;
       const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
-      const unsigned short nw = last ? wid[i + 1 < NW ? i + 1 : i] : wid[i];  // the next group's weight
-      const unsigned ng = last ? g0 : g + 1;
-      const bool more = !last || i + 1 < NW;
-#if MROW_PREFETCH == 1
-      fp8_tile_math<M_ROWS>(K, g, sc, xload, red, wv);
-      // the next group's loads (the next weight's first), in flight across the joins and sums below
-      if (more) fp8_tile_loads(c, nw, K, rg, ng, wv);
-#else
-      // the next group's bytes on their way into L2 (one thread, one bulk prefetch of its chunks)
-      if (MROW_PREFETCH == 2 && more && threadIdx.x == 0) l2_prefetch(fp8_group(c, nw, K, rg, ng), 32 * (min(K, (ng + 1) * KGROUP) - ng * KGROUP));
       fp8_tiles<M_ROWS>(c, wid[i], K, rg, g, sc, xload, red);
-#endif
       sc = next;
       BLOCK_SYNC();
       if (m < M_ROWS) {

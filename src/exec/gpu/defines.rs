@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 9] = [
+pub const KNOWN: [Known; 8] = [
     Known {
         name: "GEMV_MIN_BLOCKS",
         default: 2,
@@ -56,14 +56,6 @@ pub const KNOWN: [Known; 9] = [
         max: 16,
         flag: false,
         what: "value rows in flight in attention PV (default: ATTN_UNROLL)",
-    },
-    Known {
-        name: "MROW_PREFETCH",
-        default: 2,
-        min: 0,
-        max: 2,
-        flag: false,
-        what: "M-row fp8 GEMVs: the next k-group's weights ahead of a group's joins (0: none, 1: into registers, 2: into L2 by one bulk prefetch)",
     },
     Known {
         name: "GRAPH_STAMPS",
