@@ -284,16 +284,20 @@ __device__ __forceinline__ bool mrow_x_in_smem(const Word& w) {
   }
 }
 // Whether a unit of word w runs the M rows of a verification step (M_ROWS > 1) in one pass over its
-// weights: the fp8 GEMVs and the lm_head, when their M prepared inputs fit MROW_X_BYTES (launch.rs
+// weights: the fp8 GEMVs, the bf16 ones whose inputs are normed into shared memory (GDN's a and b) and
+// the lm_head, when their M prepared inputs fit MROW_X_BYTES (launch.rs
 // `mrow_gemv` decides the same for the shared memory it sizes). Every other word runs its rows one after
 // another (for_rows).
 __device__ __forceinline__ bool mrow_gemv(const DevCtx& c, const Word& w) {
   if (M_ROWS == 1) return false;
   switch (w.opcode) {
     case OP_GEMV_NORM:
-    case OP_GEMV_GATE_UP:
     case OP_GEMV_GATED_NORM_RESIDUAL:
     case OP_GEMV_RESIDUAL:
+      // fp8: fp8_rows_m; bf16 (GDN's a and b): dot_rows_m, over inputs prepared in shared memory
+      if (!is_fp8(c, w.ops[SLOT_W0]) && !mrow_x_in_smem(w)) return false;
+      break;
+    case OP_GEMV_GATE_UP:
       if (!is_fp8(c, w.ops[SLOT_W0])) return false;
       break;
     case OP_LM_HEAD: break;

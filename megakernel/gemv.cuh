@@ -352,6 +352,24 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
     if (mrow_gemv(c, w)) {
       const bool xsm = mrow_x_in_smem(w);
       if (xsm) prep(M_ROWS);
+      if (!is_fp8(c, wid)) {
+        // bf16 (its inputs in shared memory: mrow_gemv): each weight load applied to the M rows, a warp
+        // a row (dot_rows_m: row m's sums in dot_rows' order, so the bits of a one-row step)
+        for (unsigned row = s.r0 + (threadIdx.x >> 5); row < s.r1; row += WARPS) {
+          float total[M_ROWS] = {};
+          dot_rows_m<1, M_ROWS>(c, &wid, &row, (const unsigned short*)smem, xrow_bytes(K) / 2, s.g0, s.g1, [&](int, int mm, unsigned g, float v) {
+            if (!partial) total[mm] += v;  // ORDER: k-groups in order
+            else if (lane == 0) B<float>(row_view(c, mm), w.ops[SLOT_OUT0])[(size_t)g * w.rows + row] = v;
+          });
+          if (!partial && lane == 0)
+#pragma unroll
+            for (int mm = 0; mm < M_ROWS; ++mm) {
+              const DevCtx r = row_view(c, mm);
+              epilogue(r, row, total[mm], pre(r, row));
+            }
+        }
+        return;
+      }
       const MrowX xl{c, (const unsigned short*)smem, xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm};
       float* red = mrow_red(smem, K, xsm);
       const unsigned m = threadIdx.x >> 5;

@@ -38,9 +38,9 @@ pub fn check_smem(name: &str, per_sm: u32, per_block: u32) -> Result<()> {
     Ok(())
 }
 
-/// An M-row step's word (M > 1) that runs its M rows in one pass over its weights: the fp8 GEMVs and
-/// the lm_head whose M prepared inputs fit `MROW_X_BYTES` (megakernel/common.cuh `mrow_gemv` decides the
-/// same on the device). Some(whether its inputs are prepared in shared memory: normed ones; o_proj and
+/// An M-row step's word (M > 1) that runs its M rows in one pass over its weights: the fp8 GEMVs, the
+/// bf16 ones with normed inputs (GDN's a and b) and the lm_head, whose M prepared inputs fit
+/// `MROW_X_BYTES` (megakernel/common.cuh `mrow_gemv` decides the same on the device). Some(whether its inputs are prepared in shared memory: normed ones; o_proj and
 /// down_proj read theirs as they are), None for a word that runs its rows one after another.
 pub fn mrow_gemv(p: &Program, w: &Word) -> Option<bool> {
     let m = p.target.m_rows;
@@ -52,7 +52,9 @@ pub fn mrow_gemv(p: &Program, w: &Word) -> Option<bool> {
         Opcode::GemvNorm | Opcode::GemvResidual if fp8() => w.op(slot::W1).is_some(),
         Opcode::GemvGateUp if fp8() => w.op(slot::W2).is_some(),
         Opcode::GemvGatedNormResidual if fp8() => true,
-        Opcode::LmHead => true,
+        // bf16 (GDN's a and b): one pass when its inputs are normed into shared memory (dot_rows_m)
+        Opcode::GemvNorm | Opcode::GemvResidual if w.op(slot::W1).is_some() => true,
+        Opcode::GemvGatedNormResidual | Opcode::LmHead => true,
         _ => return None,
     };
     let k = w.op(slot::IN0).map(|b| p.buffers[b].cols as u32).unwrap_or(0);
@@ -285,8 +287,9 @@ mod tests {
                 Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvGatedNormResidual if fp8(w) => {
                     assert_eq!(one_pass, Some(true), "{:?}", w.opcode)
                 }
-                Opcode::LmHead => assert_eq!(one_pass, Some(true)),
-                // GDN's bf16 a and b and every non-GEMV word: the row loop
+                // the lm_head, and GDN's bf16 a and b (normed inputs: dot_rows_m)
+                Opcode::LmHead | Opcode::GemvNorm => assert_eq!(one_pass, Some(true), "{:?}", w.opcode),
+                // every non-GEMV word: the row loop
                 _ => assert_eq!(one_pass, None, "{:?}", w.opcode),
             }
         }
