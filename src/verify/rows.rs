@@ -218,7 +218,7 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
     // step, not its values)
     // the full head, then the pruned head (item 2) of 32,768 rows holding 16,384 and 32,768 ids (every
     // seventh id: rows spread over the weight)
-    let mut draft = Vec::new();
+    let (mut draft, mut off_list) = (Vec::new(), 0);
     if ck.config.mtp_layers > 0 {
         let mut t = crate::compiler::h200(1);
         t.max_context = max_ctx;
@@ -241,8 +241,10 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
             dd.reset()?;
             let k = time(reps, || dd.step_mega(token(0, vocab)).map(|t| drafted.push(t)))?;
             let listed_ok = |t: u32| listed.map_or((t as usize) < vocab, |n| t % 7 == 0 && ((t / 7) as usize) < n);
+            // (counted with the failed comparisons, so that a probe's timings still print: MK_LOADS_ONLY)
             if let Some(t) = drafted.iter().find(|&&t| !listed_ok(t)) {
-                bail!("gpu rows: the drafter ({listed:?} listed) drafted id {t}, off its head's rows");
+                println!("the drafter ({listed:?} listed) drafted id {t}, off its head's rows: FAILED");
+                off_list += 1;
             }
             let what =
                 listed.map_or("the full lm_head".to_string(), |n| format!("a pruned head of {cap} rows, {n} listed"));
@@ -259,7 +261,7 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
     d1.reset()?;
     let (_, raw) = d1.step_mega_timeline(token(0, vocab))?;
     let mut shares = vec![(1, opcode_shares(&p1, &raw))];
-    let mut bad = 0;
+    let mut bad = off_list;
     let mut rounds = Vec::new();
     for (i, &m) in ms.iter().enumerate() {
         let p = program(&ck, m, max_ctx)?;
