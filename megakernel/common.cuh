@@ -328,19 +328,17 @@ __device__ __forceinline__ bool mrow_word(const DevCtx& c, const Word& w) {
                         w.opcode == OP_GDN_RECUR || w.opcode == OP_GDN_CONV);
 }
 
+// (One call of f, so that ptxas inlines the op: a third call site made the ops real calls, their
+// registers saved across them: k_gdn_conv's 32 bytes of spills at M = 8.)
 template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, unsigned u, F f) {
-  if (M_ROWS == 1 || w.opcode == OP_END_STEP || mrow_word(c, w)) {
-    f(c, false, u);
-    return;
-  }
-  if (w.flags & FLAG_ROW_UNITS) {
-    // (the caller's barrier after the previous unit orders its shared-memory reads before these writes)
-    const unsigned per = w.units / w.m_rows;
-    f(row_view(c, u / per), true, u % per);
-    return;
-  }
-  for (unsigned m = 0; m < w.m_rows; ++m) {
-    BLOCK_SYNC();  // (also before row 0: the unit before, of the same word, may still read its input)
-    f(row_view(c, m), true, u);
+  const bool whole = M_ROWS == 1 || w.opcode == OP_END_STEP || mrow_word(c, w);
+  const bool split = !whole && (w.flags & FLAG_ROW_UNITS);
+  const unsigned per = split ? w.units / w.m_rows : 1u;
+  const unsigned m0 = split ? u / per : 0u, m1 = whole ? 1u : split ? m0 + 1 : w.m_rows;
+  for (unsigned m = m0; m < m1; ++m) {
+    // (a row loop's barrier, also before row 0: the unit before, of the same word, may still read its
+    // input; a row unit's is the caller's, after the previous unit)
+    if (!whole && !split) BLOCK_SYNC();
+    f(whole ? c : row_view(c, m), !whole, split ? u % per : u);
   }
 }

@@ -17,8 +17,10 @@
 #define GDN_STEP_SMEM (7 * 128 + 2)
 // gdn_rows: the body over `rows` rows (MR == 1: one), the state stored back after row `store` only (none
 // when store >= rows), `gates(m, b, a)` giving row m's raw b and a (called by every thread).
-template <int MR, typename Gates, typename Mixed, typename Out>
-__device__ void gdn_rows(const DevCtx& c, const Word& w, unsigned j, char* smem, unsigned rows_, unsigned store_, Gates gates, Mixed mixed, Out out) {
+// `stage()` (every thread; may join the block) runs once after the state loads are issued, before the
+// first row: the M-row form loads every row's inputs into shared memory there (one round trip for all).
+template <int MR, typename Stage, typename Gates, typename Mixed, typename Out>
+__device__ void gdn_rows(const DevCtx& c, const Word& w, unsigned j, char* smem, unsigned rows_, unsigned store_, Stage stage, Gates gates, Mixed mixed, Out out) {
   const unsigned rows = MR == 1 ? 1u : rows_, store = MR == 1 ? 0u : store_;
   const unsigned d = 128;
   float* qs = (float*)smem;
@@ -36,11 +38,12 @@ __device__ void gdn_rows(const DevCtx& c, const Word& w, unsigned j, char* smem,
   float col[64];
 #pragma unroll
   for (unsigned k = 0; k < d / 2; ++k) col[k] = S[(k0 + k) * d + v];
+  const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
+  stage();
   for (unsigned m = 0; m < rows; ++m) {
   // The head's gate inputs, loaded with the state (one round trip for all), then q, k and v.
   unsigned short b_raw, a_raw;
   gates(m, b_raw, a_raw);
-  const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
   mixed(m, qs, ks, vs);
   BLOCK_SYNC();
   if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
@@ -124,7 +127,7 @@ __device__ void gdn_rows(const DevCtx& c, const Word& w, unsigned j, char* smem,
 template <int MR, typename Mixed, typename Out>
 __device__ __forceinline__ void gdn_head(const DevCtx& c, const Word& w, unsigned j, char* smem, Mixed mixed, Out out) {
   gdn_rows<MR>(
-      c, w, j, smem, MR, MR - 1,
+      c, w, j, smem, MR, MR - 1, [] {},
       [&](unsigned m, unsigned short& b, unsigned short& a) {
         const DevCtx rv = MR == 1 ? c : row_view(c, m);
         b = B<unsigned short>(rv, w.ops[SLOT_IN1])[j];
@@ -137,43 +140,60 @@ __device__ __forceinline__ void gdn_head(const DevCtx& c, const Word& w, unsigne
 // kept rows of head j (ST1 [M][heads][GDN_HIST_HEAD]: k, v, b, a) replayed into the state (q = 0,
 // outputs dropped: the state update does not read q), the state stored after the last of them, then the
 // step's M rows from it in registers (not stored), each row's k, v, b and a kept for the next commit.
-// Rows n + m read kept rows written only after rows < n read them (a barrier between rows).
+// Every row's inputs are staged in shared memory first (GDN_STAGE bf16 a row after GDN_STEP_SMEM floats:
+// q, k, v, b, a; one round trip for the n + M rows instead of one a row), the kept rows read before the
+// step's own rows overwrite them (a barrier between).
+#define GDN_STAGE (3 * 128 + 2)
 __device__ void gdn_recur_rows(const DevCtx& c, const Word& w, unsigned j, char* smem) {
   const unsigned d = 128, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d, t = threadIdx.x;
   const unsigned n = B<unsigned>(c, w.ops[SLOT_IN3])[CTRL_COMMIT];
   unsigned short* kept = B<unsigned short>(c, w.ops[SLOT_ST1]);
+  unsigned short* st = (unsigned short*)(smem + GDN_STEP_SMEM * 4);  // [n + M][GDN_STAGE]
   auto row = [&](unsigned r) { return kept + ((size_t)r * hv + j) * GDN_HIST_HEAD; };
   gdn_rows<M_ROWS>(
       c, w, j, smem, n + M_ROWS, n - 1,
-      [&](unsigned m, unsigned short& b, unsigned short& a) {
-        if (m < n) {
-          b = row(m)[2 * d];
-          a = row(m)[2 * d + 1];
-        } else {
-          const DevCtx rv = row_view(c, m - n);
-          b = B<unsigned short>(rv, w.ops[SLOT_IN1])[j];
-          a = B<unsigned short>(rv, w.ops[SLOT_IN2])[j];
-          if (t == 0) {
-            row(m - n)[2 * d] = b;
-            row(m - n)[2 * d + 1] = a;
+      [&] {
+        for (unsigned e = t; e < (n + M_ROWS) * d; e += THREADS) {
+          const unsigned m = e / d, i = e % d;
+          unsigned short* s = st + m * GDN_STAGE;
+          if (m < n) {
+            s[i] = 0;  // (q: bf16 +0)
+            s[d + i] = row(m)[i];
+            s[2 * d + i] = row(m)[d + i];
+          } else {
+            const unsigned short* mx = B<unsigned short>(row_view(c, m - n), w.ops[SLOT_IN0]);
+            s[i] = mx[qk * d + i];
+            s[d + i] = mx[key_dim + qk * d + i];
+            s[2 * d + i] = mx[2 * key_dim + j * d + i];
           }
         }
+        for (unsigned m = t; m < n + M_ROWS; m += THREADS) {
+          unsigned short* s = st + m * GDN_STAGE;
+          if (m < n) {
+            s[3 * d] = row(m)[2 * d];
+            s[3 * d + 1] = row(m)[2 * d + 1];
+          } else {
+            const DevCtx rv = row_view(c, m - n);
+            s[3 * d] = B<unsigned short>(rv, w.ops[SLOT_IN1])[j];
+            s[3 * d + 1] = B<unsigned short>(rv, w.ops[SLOT_IN2])[j];
+          }
+        }
+        BLOCK_SYNC();
+        // the step's rows kept for the next commit (every kept row was read above)
+        for (unsigned e = t; e < M_ROWS * (2 * d + 2); e += THREADS) {
+          const unsigned m = e / (2 * d + 2), i = e % (2 * d + 2);
+          row(m)[i] = st[(n + m) * GDN_STAGE + d + i];  // k, v, b, a: the stage's from its k on
+        }
+      },
+      [&](unsigned m, unsigned short& b, unsigned short& a) {
+        b = st[m * GDN_STAGE + 3 * d];
+        a = st[m * GDN_STAGE + 3 * d + 1];
       },
       [&](unsigned m, float* qs, float* ks, float* vs) {
         if (t < d) {
-          if (m < n) {
-            qs[t] = 0.f;
-            ks[t] = bf2f(row(m)[t]);
-            vs[t] = bf2f(row(m)[d + t]);
-          } else {
-            const unsigned short* mx = B<unsigned short>(row_view(c, m - n), w.ops[SLOT_IN0]);
-            const unsigned short kq = mx[key_dim + qk * d + t], vq = mx[2 * key_dim + j * d + t];
-            qs[t] = bf2f(mx[qk * d + t]);
-            ks[t] = bf2f(kq);
-            vs[t] = bf2f(vq);
-            row(m - n)[t] = kq;
-            row(m - n)[d + t] = vq;
-          }
+          qs[t] = bf2f(st[m * GDN_STAGE + t]);
+          ks[t] = bf2f(st[m * GDN_STAGE + d + t]);
+          vs[t] = bf2f(st[m * GDN_STAGE + 2 * d + t]);
         }
       },
       [&](unsigned m, unsigned v, unsigned short o) {

@@ -92,8 +92,13 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
         }
         op if is_gemv(op) => gemv(k(slot::IN0)),
         // q, k, v, norms, two exchange rows, GdnStep's output, gates and norm weight (GDN_STEP_SMEM in
-        // gdn_recur.cuh)
-        Opcode::GdnRecur | Opcode::GdnStep => (7 * GDN_HEAD_DIM + 2) * 4,
+        // gdn_recur.cuh), then the M-row form's staged rows
+        Opcode::GdnRecur | Opcode::GdnStep => {
+            // an M-row program's GdnRecur stages the inputs of its n + M <= 2 M rows after them: q, k, v,
+            // b, a in bf16 (GDN_STAGE in gdn_recur.cuh)
+            let stage = if w.m_rows > 1 { 2 * w.m_rows as usize * (3 * GDN_HEAD_DIM + 2) * 2 } else { 0 };
+            (7 * GDN_HEAD_DIM + 2) * 4 + stage
+        }
         Opcode::Argmax => 2 * 8 * 4,
         Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
         // q of every head of the group (f32), the warp sums, the group's scores, q again as bf16 pairs
