@@ -21,20 +21,39 @@ __device__ void gdn_conv_rows(const DevCtx& c, const Word& w, unsigned u) {
   const unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows), C = w.rows;
   for (unsigned ch = r0 + threadIdx.x; ch < r1; ch += THREADS) {
     unsigned short* r = ring + 4 * ch;
-    // position pos - n + i, mod 4 (n <= M <= 8)
-    for (unsigned i = 0; i < n; ++i) r[(pos + 3 * n + i) % 4] = kept[i * C + ch];
-    unsigned short x1 = r[(pos + 1) % 4], x2 = r[(pos + 2) % 4], x3 = r[(pos + 3) % 4];
+    // Every load first (the ring, the n kept inputs, the M rows' inputs, the taps: one round trip; a
+    // load after a store it may alias would wait for it, a round trip a row), then the arithmetic and
+    // the stores. The values the ring would hold after the commit: the committed window's position
+    // pos - b (b = 1..3) is kept row n - b from pos - n on, the ring's slot before it.
+    unsigned short old[4], kx[M_ROWS], x[M_ROWS];
+#pragma unroll
+    for (unsigned i = 0; i < 4; ++i) old[i] = r[i];
+#pragma unroll
+    for (unsigned i = 0; i < M_ROWS; ++i) {
+      kx[i] = i < n ? kept[i * C + ch] : (unsigned short)0;
+      x[i] = B<unsigned short>(row_view(c, i), w.ops[SLOT_IN0])[ch];
+    }
     const float* tp = t + 4 * ch;
     const float taps[4] = {tp[0], tp[1], tp[2], tp[3]};
+    auto back = [&](unsigned b) {
+      unsigned short v = old[(pos + 4 - b) % 4];
+#pragma unroll
+      for (unsigned i = 0; i < M_ROWS; ++i)
+        if (i < n && i + b == n) v = kx[i];
+      return v;
+    };
+    unsigned short x1 = back(3), x2 = back(2), x3 = back(1);
+    // the commit: position pos - n + i (mod 4; n <= M <= 8), in order (a later row's write wins a slot)
+#pragma unroll
+    for (unsigned i = 0; i < M_ROWS; ++i)
+      if (i < n) r[(pos + 3 * n + i) % 4] = kx[i];
 #pragma unroll
     for (unsigned m = 0; m < M_ROWS; ++m) {
-      const DevCtx rv = row_view(c, m);
-      const unsigned short x = B<unsigned short>(rv, w.ops[SLOT_IN0])[ch];
-      B<unsigned short>(rv, w.ops[SLOT_OUT0])[ch] = conv_out4(taps, x1, x2, x3, x);
-      kept[m * C + ch] = x;
+      B<unsigned short>(row_view(c, m), w.ops[SLOT_OUT0])[ch] = conv_out4(taps, x1, x2, x3, x[m]);
+      kept[m * C + ch] = x[m];
       x1 = x2;
       x2 = x3;
-      x3 = x;
+      x3 = x[m];
     }
   }
 }
