@@ -146,7 +146,9 @@ __device__ __forceinline__ void gdn_head(const DevCtx& c, const Word& w, unsigne
 #define GDN_STAGE (3 * 128 + 2)
 __device__ void gdn_recur_rows(const DevCtx& c, const Word& w, unsigned j, char* smem) {
   const unsigned d = 128, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d, t = threadIdx.x;
-  const unsigned n = B<unsigned>(c, w.ops[SLOT_IN3])[CTRL_COMMIT];
+  // (n <= M as the host sets it; clamped so that a corrupt control block cannot stage past the shared
+  // memory launch.rs gives the word)
+  const unsigned n = min(B<unsigned>(c, w.ops[SLOT_IN3])[CTRL_COMMIT], (unsigned)M_ROWS);
   unsigned short* kept = B<unsigned short>(c, w.ops[SLOT_ST1]);
   unsigned short* st = (unsigned short*)(smem + GDN_STEP_SMEM * 4);  // [n + M][GDN_STAGE]
   auto row = [&](unsigned r) { return kept + ((size_t)r * hv + j) * GDN_HIST_HEAD; };
