@@ -119,6 +119,15 @@ fn a_run_writes_record_csv_and_charts_and_diffs_bits() {
         assert_eq!(r["status"], "ran");
         assert!(r["ms_per_token_median"].as_f64().unwrap() > 0.0);
         assert!(r["ms_per_token_min"].as_f64().unwrap() <= r["ms_per_token_max"].as_f64().unwrap());
+        // time to first token: the 3 prompt steps of each of the 2 repetitions
+        let t = &r["ttft"];
+        assert_eq!((t["prompt_tokens"].as_u64(), t["samples"].as_u64()), (Some(3), Some(2)), "{t}");
+        let (lo, m, hi) =
+            (t["ms_min"].as_f64().unwrap(), t["ms_median"].as_f64().unwrap(), t["ms_max"].as_f64().unwrap());
+        assert!(0.0 < lo && lo <= m && m <= hi, "{t}");
+    }
+    if mk::experiment::paths::gpu().is_none() {
+        assert!(by("megakernel")["ttft"].is_null(), "an untimed path has no time to first token");
     }
     let diffs = rec["diffs"].as_array().unwrap();
     assert_eq!(diffs.len(), 1, "only diffs between paths that ran");
@@ -131,6 +140,7 @@ fn a_run_writes_record_csv_and_charts_and_diffs_bits() {
     assert_eq!(std::fs::read_to_string(dir.join("steps.csv")).unwrap().lines().count(), 1 + 16);
     assert!(std::fs::metadata(dir.join("ms_per_token.png")).unwrap().len() > 1000);
     assert!(summary(&dir).unwrap().contains("reference vs interpreter (bits): identical"));
+    assert!(summary(&dir).unwrap().contains("time to first token, 3-token prompt"));
     // Charts re-render from the files alone; a run compared with itself is 1.000 everywhere.
     assert!(mk::experiment::chart::render(&dir, false).unwrap().len() >= 3);
     assert!(mk::experiment::chart::compare(&dir, &dir, false).unwrap().contains("1.000"));

@@ -253,6 +253,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                     ms_per_token_min: None,
                     ms_per_token_max: None,
                     by_context: Vec::new(),
+                    ttft: None,
                 });
             }
         }
@@ -404,6 +405,12 @@ pub fn summary(dir: &Path) -> Result<String> {
             s += &format!(
                 "  {:12} context {:>6}: {:>10.3} ms/token median (min {:.3}, max {:.3}, {} steps)\n",
                 p.name, t.context, t.ms_median, t.ms_min, t.ms_max, t.samples
+            );
+        }
+        if let Some(t) = &p.ttft {
+            s += &format!(
+                "  {:12} time to first token, {}-token prompt: {:.3} ms median (min {:.3}, max {:.3}, {} runs; {})\n",
+                p.name, t.prompt_tokens, t.ms_median, t.ms_min, t.ms_max, t.samples, t.how
             );
         }
     }

@@ -137,6 +137,7 @@ pub(super) fn diff_pass(c: &RunCtx, rec: &mut Record, res: &mut Results) -> Resu
             ms_per_token_min: None,
             ms_per_token_max: None,
             by_context: Vec::new(),
+            ttft: None,
         });
     }
     res.save(rec)?;
@@ -235,6 +236,7 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
                 ms_per_token_min: None,
                 ms_per_token_max: None,
                 by_context: Vec::new(),
+                ttft: None,
             });
         }
         return res.save(rec);
@@ -245,6 +247,10 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); c.contexts.len()];
         let mut word_ns: Option<Vec<u64>> = None;
         let mut timeline: Option<Result<Vec<u64>>> = None;
+        // Time to first token per repetition: the steps that take the prompt (the last of them chooses
+        // the first token), from a fresh state (not with seeks: they jump over the prompt)
+        let prompt_len = e.prompt_ids().len();
+        let mut ttft_ms: Vec<f64> = Vec::new();
         for rep in 0..e.warmup + e.repetitions {
             // Per context: the step times from that position on (computed up to it, or jumped to).
             let mut by_ctx: Vec<Vec<f64>> = Vec::new();
@@ -273,6 +279,9 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
                     c.bar.inc(1);
                 }
                 by_ctx = c.contexts.iter().map(|&ctx| t_rep[ctx as usize..ctx as usize + c.steps].to_vec()).collect();
+                if rep >= e.warmup && (1..=t_rep.len()).contains(&prompt_len) {
+                    ttft_ms.push(t_rep[..prompt_len].iter().sum());
+                }
             }
             if rep < e.warmup {
                 continue;
@@ -351,6 +360,14 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
             ms_per_token_min: s.map(|x| x.1),
             ms_per_token_max: s.map(|x| x.2),
             by_context,
+            ttft: record::summarise(&ttft_ms).map(|(m, lo, hi)| record::Ttft {
+                prompt_tokens: prompt_len as u32,
+                how: "one synchronised decode step a prompt token (no prefill yet: issue 28)".into(),
+                ms_median: m,
+                ms_min: lo,
+                ms_max: hi,
+                samples: ttft_ms.len(),
+            }),
         });
         res.save(rec)?;
     }

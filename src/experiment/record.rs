@@ -33,6 +33,22 @@ pub struct PathRecord {
     pub ms_per_token_min: Option<f64>,
     pub ms_per_token_max: Option<f64>,
     pub by_context: Vec<Timing>,
+    /// Time to first token over the repetitions (records before 2026-12-03 have none; none for a path
+    /// that was not timed or timed by seeks).
+    #[serde(default)]
+    pub ttft: Option<Ttft>,
+}
+
+/// Time to first token: submit to the first generated token, the prompt's `prompt_tokens` processed as
+/// `how` says; median, min and max over the timed repetitions (`samples`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ttft {
+    pub prompt_tokens: u32,
+    pub how: String,
+    pub ms_median: f64,
+    pub ms_min: f64,
+    pub ms_max: f64,
+    pub samples: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
