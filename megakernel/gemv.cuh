@@ -240,6 +240,31 @@ struct MrowX {
   }
 };
 
+// The 8 bf16 of v as floats, in element order.
+__device__ __forceinline__ void widen_bf16x8(uint4 v, float* f) {
+  const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    f[2 * q] = lo_bf(words[q]);
+    f[2 * q + 1] = hi_bf(words[q]);
+  }
+}
+// chunk_bf16 on weights already widened (widen_bf16x8): the same fmas in the same order.
+__device__ __forceinline__ float chunk_bf16_wide(const float* wf, const unsigned short* xs, float acc) {
+  uint4 xa = *(const uint4*)xs;
+  unsigned xw[4] = {xa.x, xa.y, xa.z, xa.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+#ifdef MK_BREAK_GEMV  // negative control, as chunk_bf16's
+    acc = fmaf(wf[2 * q], hi_bf(xw[q]), acc);
+    acc = fmaf(wf[2 * q + 1], lo_bf(xw[q]), acc);
+#else
+    acc = fmaf(wf[2 * q], lo_bf(xw[q]), acc);
+    acc = fmaf(wf[2 * q + 1], hi_bf(xw[q]), acc);
+#endif
+  }
+  return acc;
+}
 // acc += the 8 bf16 weights of v times bf16 xs[0..8), in element order.
 __device__ __forceinline__ float chunk_bf16(uint4 v, const unsigned short* xs, float acc) {
   uint4 xa = *(const uint4*)xs;
@@ -281,17 +306,33 @@ __device__ void dot_rows_m(const DevCtx& c, const unsigned short* wid, const uns
         v[i][j] = k < k1 ? ldw(w[i] + k) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-    for (int i = 0; i < NR; ++i)
+    for (int i = 0; i < NR; ++i) {
+      if (MR == 1) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          unsigned k = g * KGROUP + lane * 8 + j * 256;
+          if (k < k1) acc = chunk_bf16(v[i][j], xs + k, acc);
+        }
+        part(i, 0, g, warp_sum(acc));
+        continue;
+      }
+      // MR rows: weight row i widened once (32 floats a lane), then each row's sums from them
+      // (chunk_bf16's operations on the same values in the same order: the same bits)
+      float wf[4][8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) widen_bf16x8(v[i][j], wf[j]);
 #pragma unroll
       for (int m = 0; m < MR; ++m) {
         float acc = 0.f;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           unsigned k = g * KGROUP + lane * 8 + j * 256;
-          if (k < k1) acc = chunk_bf16(v[i][j], xs + m * stride + k, acc);
+          if (k < k1) acc = chunk_bf16_wide(wf[j], xs + m * stride + k, acc);
         }
         part(i, m, g, warp_sum(acc));
       }
+    }
   }
 }
 // dot_rows_m for one input: `part(i, g, value)`.
@@ -312,6 +353,18 @@ __device__ __forceinline__ void warp_row_pairs(unsigned r0, unsigned r1, PerRow 
       unsigned rows[1] = {r};
       per_row(rows, 1);
     }
+  }
+}
+// The warp's rows of a unit by pairs (warp_row_pairs, `at_once` 2) or one at a time (1).
+template <typename PerRow>
+__device__ __forceinline__ void warp_rows(unsigned r0, unsigned r1, int at_once, PerRow per_row) {
+  if (at_once == 2) {
+    warp_row_pairs(r0, r1, per_row);
+    return;
+  }
+  for (unsigned r = r0 + (threadIdx.x >> 5); r < r1; r += WARPS) {
+    unsigned rows[1] = {r};
+    per_row(rows, 1);
   }
 }
 

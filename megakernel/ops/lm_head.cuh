@@ -46,7 +46,8 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
   }
   unsigned groups = (K + KGROUP - 1) / KGROUP;
   unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W0]};
-  warp_row_pairs(r0, r1, [&](const unsigned* rows, int n) {
+  // one row a warp at a time for MR rows (its 32 widened weights and MR sums: pairs spilled at M = 8)
+  warp_rows(r0, r1, MR == 1 ? 2 : 1, [&](const unsigned* rows, int n) {
     float v[2][MR];
 #pragma unroll
     for (int m = 0; m < MR; ++m) v[0][m] = v[1][m] = 0.f;
