@@ -331,6 +331,10 @@ pub enum GpuCmd {
         /// Timed steps per path and M.
         #[arg(long, default_value_t = 20)]
         reps: u32,
+        /// Also time the steps at these positions, comma separated (reached by a jump: the KV cache
+        /// below is left zero; the verification step's cost against context).
+        #[arg(long, value_delimiter = ',')]
+        at: Vec<u32>,
         /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,

@@ -190,13 +190,21 @@ fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64() * 1e3 / reps as f64)
 }
 
-pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines: &Defines) -> Result<()> {
+pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Path, defines: &Defines) -> Result<()> {
     if ms.is_empty() || ms.iter().any(|&m| !(2..=8).contains(&m) || n % m as usize != 0) || n == 0 {
         bail!("gpu rows: each M must be 2..=8 and divide --tokens ({n})");
     }
+    let far = at.iter().copied().max().unwrap_or(0) as usize;
+    if far > crate::isa::access::MAX_POSITIONS / 2 {
+        bail!(
+            "gpu rows: --at {far} is past the positions this check allocates ({})",
+            crate::isa::access::MAX_POSITIONS / 2
+        );
+    }
     let ck = Checkpoint::open(dir)?;
-    // Room for the check's tokens and the timing's steps (each timed step moves the position on).
-    let max_ctx = (n + 2 * 8 * (reps + 1)).div_ceil(256) as u32 * 256;
+    // Room for the check's tokens and the timing's steps (each timed step moves the position on), at
+    // 0 and at each --at position.
+    let max_ctx = (n.max(far) + 2 * 8 * (reps + 1)).div_ceil(256) as u32 * 256;
     let p1 = program(&ck, 1, max_ctx)?;
     let up = Upload::new(&ck)?;
     let mut d1 = GpuExec::new(Gpu::open()?, &p1, &up, cache, defines)?;
@@ -263,6 +271,10 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
     let mut shares = vec![(1, opcode_shares(&p1, &raw))];
     let mut bad = off_list;
     let mut rounds = Vec::new();
+    let mut at_table = vec![format!(
+        "{:>7} {:>3} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}",
+        "pos", "M", "graph 1", "graph M", "mega 1", "mega M", "graph x", "mega x"
+    )];
     for (i, &m) in ms.iter().enumerate() {
         let p = program(&ck, m, max_ctx)?;
         let mut d = GpuExec::new(Gpu::open()?, &p, &up, cache, defines)?;
@@ -329,6 +341,31 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
         d.reset()?;
         let k = time(reps, || d.step_rows(&toks, true).map(|_| ()))?;
         table.push(format!("{:>3} {:>14.3} {:>14.3} {:>14.3} {:>14.3}", m, g, k, g / ms1, k / mk1));
+        // the same at each --at position (the one-row steps again there: attention grows with it)
+        for &p in at {
+            let at_p = |e: &mut GpuExec, rows: bool, mega: bool| -> Result<f64> {
+                e.reset()?;
+                e.seek(p as usize)?;
+                time(reps, || match (rows, mega) {
+                    (true, _) => e.step_rows(&toks, mega).map(|_| ()),
+                    (false, false) => e.step(token(0, vocab), false, |_, _| Ok(())).map(|_| ()),
+                    (false, true) => e.step_mega(token(0, vocab)).map(|_| ()),
+                })
+            };
+            let (g1, k1) = (at_p(&mut d1, false, false)?, at_p(&mut d1, false, true)?);
+            let (gm, km) = (at_p(&mut d, true, false)?, at_p(&mut d, true, true)?);
+            at_table.push(format!(
+                "{:>7} {:>3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>9.3} {:>9.3}",
+                p,
+                m,
+                g1,
+                gm,
+                k1,
+                km,
+                gm / g1,
+                km / k1
+            ));
+        }
         d.reset()?;
         let (_, raw) = d.step_rows_timeline(&toks)?;
         shares.push((m, opcode_shares(&p, &raw)));
@@ -336,6 +373,12 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, cache: &Path, defines:
     println!("timing ({reps} synchronised steps each from position 0, mean; \"vs 1 row\": the M-row step over the same path's one-row step):");
     for l in table {
         println!("  {l}");
+    }
+    if !at.is_empty() {
+        println!("timing at later positions (ms per step, {reps} synchronised steps from a jump to pos; the KV cache below left zero; \"x\": the M-row step over the one-row step there):");
+        for l in &at_table {
+            println!("  {l}");
+        }
     }
     println!("megakernel step by opcode (us: the words' shares of one step's span, their timeline):");
     print!("  {:24}", "opcode");
