@@ -180,6 +180,24 @@ fn opcode_shares(p: &Program, raw: &[u64]) -> Vec<(String, f64)> {
     v
 }
 
+/// The `n` words with the largest shares of one step's timeline: a line each (index, opcode, layer,
+/// rows, input width, units, k-parts, us), the costliest first.
+fn top_words(p: &Program, raw: &[u64], n: usize) -> Vec<String> {
+    let mut v = crate::experiment::timeline::per_word(p, &crate::experiment::timeline::decode(raw));
+    v.sort_by(|a, b| b.span_us.total_cmp(&a.span_us));
+    v.iter()
+        .take(n)
+        .map(|t| {
+            let w = &p.words[t.word as usize];
+            let k = w.op(crate::isa::slot::IN0).map_or(0, |b| p.buffers[b].cols);
+            format!(
+                "word {:>4} {:22} layer {:>2} rows {:>6} K {:>6} units {:>5} k-parts {:>2}: {:>7.1} us",
+                t.word, t.opcode, w.layer, w.rows, k, w.units, w.k_parts, t.span_us
+            )
+        })
+        .collect()
+}
+
 /// Mean ms of `f` over `reps` calls after one warm-up.
 fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     f()?;
@@ -269,6 +287,8 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Pa
     d1.reset()?;
     let (_, raw) = d1.step_mega_timeline(token(0, vocab))?;
     let mut shares = vec![(1, opcode_shares(&p1, &raw))];
+    let top1 = top_words(&p1, &raw, 12);
+    let mut top = (1, Vec::new());
     let mut bad = off_list;
     let mut rounds = Vec::new();
     let mut at_table = vec![format!(
@@ -369,6 +389,7 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Pa
         d.reset()?;
         let (_, raw) = d.step_rows_timeline(&toks)?;
         shares.push((m, opcode_shares(&p, &raw)));
+        top = (m, top_words(&p, &raw, 12));
     }
     println!("timing ({reps} synchronised steps each from position 0, mean; \"vs 1 row\": the M-row step over the same path's one-row step):");
     for l in table {
@@ -398,6 +419,14 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Pa
             print!(" {:>9.0}", sh.iter().find(|(o, _)| o == op).map_or(0.0, |x| x.1));
         }
         println!();
+    }
+    println!("the megakernel's costliest words (shares of one step's timeline), one row:");
+    for l in &top1 {
+        println!("  {l}");
+    }
+    println!("and M = {}:", top.0);
+    for l in &top.1 {
+        println!("  {l}");
     }
     for (what, g, k, words) in &draft {
         println!(
