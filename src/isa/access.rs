@@ -62,25 +62,22 @@ struct Acc<'a> {
 }
 
 impl Acc<'_> {
-    fn add(&mut self, s: usize, lo: usize, hi: usize, write: bool, row: Option<u32>) {
+    fn add(&mut self, s: usize, lo: usize, hi: usize, write: bool, row: Option<u32>, at_pos_row: Option<u32>) {
         if let Some(b) = self.w.op(s) {
             if lo < hi {
-                self.out.push(Access { buf: b, lo: lo as u64, hi: hi as u64, write, row, at_pos_row: None });
+                self.out.push(Access { buf: b, lo: lo as u64, hi: hi as u64, write, row, at_pos_row });
             }
         }
     }
     /// A write of columns [lo, hi) of the KV cache in slot `s` at position pos + m.
     fn wr_pos(&mut self, s: usize, lo: usize, hi: usize, m: usize) {
-        self.wr(s, lo, hi);
-        if let Some(a) = self.out.last_mut().filter(|_| self.w.op(s).is_some() && lo < hi) {
-            a.at_pos_row = Some(m as u32);
-        }
+        self.add(s, lo, hi, true, None, Some(m as u32));
     }
     fn r(&mut self, s: usize, lo: usize, hi: usize) {
-        self.add(s, lo, hi, false, None);
+        self.add(s, lo, hi, false, None, None);
     }
     fn wr(&mut self, s: usize, lo: usize, hi: usize) {
-        self.add(s, lo, hi, true, None);
+        self.add(s, lo, hi, true, None, None);
     }
     /// Columns of the buffer in slot `s` (its row length).
     fn cols(&self, s: usize) -> usize {
@@ -89,7 +86,7 @@ impl Acc<'_> {
     /// Row `m` of an activation buffer, columns [c0, c1).
     fn row(&mut self, s: usize, m: usize, c0: usize, c1: usize, write: bool) {
         let cols = self.cols(s);
-        self.add(s, m * cols + c0, m * cols + c1, write, Some(m as u32));
+        self.add(s, m * cols + c0, m * cols + c1, write, Some(m as u32), None);
     }
     /// Split-K partials `[m][group][rows]` of the groups of k-part `kp`, rows `rs` (row m of the partial
     /// buffer starts at m times its columns: the buffer is shared by words of several shapes).
