@@ -342,6 +342,25 @@ pub enum GpuCmd {
         #[arg(long = "define")]
         defines: Vec<String>,
     },
+    /// Prefill's exact-mode GEMM (megakernel/gemm.cuh, issue 28) on every fp8 shape of a preset at each
+    /// prompt length T: checked against the CPU in f64, then timed (TFLOP/s, weight GB/s).
+    Gemm {
+        /// tiny, small or qwen3.5-27b.
+        #[arg(long, default_value = "qwen3.5-27b")]
+        preset: String,
+        /// Prompt lengths T (rows of activations), comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "59,512,4096")]
+        t: Vec<usize>,
+        /// Timed rotations per shape and T (medians).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (MK_BREAK_GEMV: the negative control the check must reject).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
     /// Decode step v2's fp8 GEMV (megakernel/ring.cuh) on every fp8 shape of a preset: checked against
     /// the CPU in f64, then its bandwidth beside the same kernel with the arithmetic off (loads only).
     Gemv {

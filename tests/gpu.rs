@@ -2,7 +2,8 @@
 //! preset: every op against the CPU and the op check's negative control, graph against megakernel bit
 //! for bit over many steps (one and many steps a launch, the device-side stop), M-row steps against
 //! one-row steps (with rollback), speculation with the MTP drafter against plain decoding, the sampler
-//! against the CPU's. Without a GPU each test says it skipped and passes.
+//! against the CPU's, prefill's GEMM against the CPU (issue 28). Without a GPU each test says it skipped
+//! and passes.
 //! (On the GPU machine: `cargo test --no-run` here, carry the `gpu-*` test binary, run it there.)
 
 mod common;
@@ -78,4 +79,16 @@ fn the_gpu_sampler_chooses_the_cpu_samplers_tokens() {
     let broken = Defines::parse(&["TOPK_BREAK=1".to_string()]).unwrap();
     let e = mk::verify::gpu::sample(common::tiny(), 8, &cache(), &broken).unwrap_err().to_string();
     assert!(e.contains("differ from the CPU sampler"), "the negative control must fail on the comparison: {e}");
+}
+
+#[test]
+fn the_prefill_gemm_matches_the_cpu_and_a_broken_one_is_caught() {
+    if !gpu_or_skip("the prefill GEMM") {
+        return;
+    }
+    // tiny's fp8 shapes at T = 1, 59 (split-K) and 200 (four token tiles, the last partial)
+    mk::verify::gemm::run("tiny", &[1, 59, 200], 1, &cache(), &Defines::default()).unwrap();
+    let broken = Defines::parse(&["MK_BREAK_GEMV".to_string()]).unwrap();
+    let e = mk::verify::gemm::run("tiny", &[59], 1, &cache(), &broken).unwrap_err().to_string();
+    assert!(e.contains("the GEMM is wrong"), "{e}");
 }

@@ -1,0 +1,150 @@
+// Prefill's GEMM (issue 28), exact mode, as a standalone kernel for now (`mk gpu gemm` checks it against
+// the CPU in f64 and times it; not yet a word of a program): Y[T][N] = X[T][K] W^T for T rows of bf16
+// activations against an fp8 weight in its arena chunk layout (src/exec/gpu/layout.rs: no second copy).
+//
+// Numerics: the GEMV's rounding points (gemv.cuh fp8_tiles): e4m3 widened exactly to bf16 (x 2^-120), x
+// pre-scaled by 2^64 in bf16 (exact), mma.sync m16n8k16 with fp32 accumulation, each 16 x 128 tile's
+// fp32 sum times its 128 x 128 block scale (x 2^56) added to the row's running fp32 total, k-tiles in
+// order. ORDER within a tile: one accumulator chain over its 8 k16 steps (the GEMV interleaves two and
+// adds them): a prefilled row equals a decoded one to summation order, not bit for bit. Split-K: split z
+// takes k-tiles [z kps, (z + 1) kps) into its own partial Y + z T N; k_gemm_reduce sums the splits in
+// order z = 0, 1, .. (no atomics).
+//
+// Shape: a block of GEMM_THREADS (8 warps) takes 128 weight rows x 64 tokens; warp (wn, wt) = (warp % 4,
+// warp / 4) rows 32 wn .. (two 16-row mma tiles: the chunk layout's warp tiles h = 0, 1 of row group
+// n0 / 32 + wn) x tokens 32 wt .. (four 8-token mma columns). The weight rows sit in A (their chunk-layout
+// fragments are the mma's A fragments as loaded, widened once a k-tile into registers), the tokens in B
+// (row g of a column's 8 tokens, its 64 bytes at the layout's permuted k: 32 cq, 32 cq + 16, 128 + 32 cq,
+// 144 + 32 cq). GEMM_STAGES k-tiles in flight by cp.async (A: 8 x 2 KB, B: 64 x 256 bytes, rows padded
+// to 272 bytes: a quarter warp's 16-byte reads hit distinct banks).
+
+#define GEMM_THREADS 256
+#define GEMM_ROWS 128   // weight rows a block
+#define GEMM_TOKENS 64  // tokens a block
+#ifndef GEMM_STAGES
+#define GEMM_STAGES 3   // k-tiles in flight
+#endif
+#define GEMM_B_STRIDE 272  // bytes of a token's k-tile in shared memory (256 + 16)
+#define GEMM_STAGE_BYTES (8 * 2048 + GEMM_TOKENS * GEMM_B_STRIDE)
+
+// 16 bytes global -> shared, not kept in L1; zeros when !pred (src-size 0).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(pred ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// k-tile kt of the block's weight rows (n0 ..) and tokens (t0 ..) into stage st.
+__device__ __forceinline__ void gemm_load(char* st, const unsigned char* W, const unsigned short* X, unsigned T, unsigned N, unsigned K, unsigned n0, unsigned t0, unsigned kt) {
+  const unsigned kc = chunk_k(K), tiles = kc / 128, t = (kt * 128 % kc) / 128, tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // A: the 8 warp tiles (row group rl = tile / 2 of the block, half h = tile % 2), 128 pieces each
+    const unsigned p = tid + GEMM_THREADS * i, tile = p / 128, piece = p % 128, rg = n0 / 32 + tile / 2;
+    const bool ok = rg * 32 < N;
+    const unsigned char* src = W + ((size_t)(ok ? rg : 0) * (K / kc) + kt * 128 / kc) * 32 * kc + ((tile % 2) * tiles + t) * 2048 + piece * 16;
+    cp_async16(st + tile * 2048 + piece * 16, src, ok);
+  }
+  char* b = st + 8 * 2048;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // B: token row r, its 16 pieces of 8 bf16
+    const unsigned p = tid + GEMM_THREADS * i, r = p / 16, piece = p % 16, tok = t0 + r;
+    const bool ok = tok < T;
+    cp_async16(b + r * GEMM_B_STRIDE + piece * 16, X + (size_t)(ok ? tok : 0) * K + kt * 128 + piece * 8, ok);
+  }
+}
+
+// W: N x K fp8 in the chunk layout; S: [N / 128][K / 128] block scales; X: [T][K] bf16 times 2^64; Y:
+// [gridDim.z][T][N] fp32 (split z's partial; the result itself when gridDim.z = 1); kps: k-tiles a split.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+k_gemm_fp8(const unsigned char* __restrict__ W, const float* __restrict__ S, const unsigned short* __restrict__ X, float* __restrict__ Y, unsigned T, unsigned N, unsigned K, unsigned kps) {
+  extern __shared__ __align__(16) char smem[];
+  const unsigned n0 = blockIdx.x * GEMM_ROWS, t0 = blockIdx.y * GEMM_TOKENS, z = blockIdx.z;
+  const unsigned kt0 = z * kps, nk = min(K / 128, kt0 + kps) - min(K / 128, kt0);
+  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+  const unsigned wn = warp & 3, wt = warp >> 2, rw = n0 + 32 * wn;  // the warp's first weight row
+  const bool active = rw < N;
+  const float* srow = S + (size_t)(min(rw, N - 1) / 128) * (K / 128);
+  float tot[2][4][4], acc[2][4][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tot[h][n][e] = 0.f;
+#pragma unroll
+  for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+    if (s < nk) gemm_load(smem + s * GEMM_STAGE_BYTES, W, X, T, N, K, n0, t0, kt0 + s);
+    cp_async_commit();
+  }
+  for (unsigned i = 0; i < nk; ++i) {
+    cp_async_wait<GEMM_STAGES - 2>();
+    __syncthreads();  // stage i landed for every thread; every warp is past stage i - 1's reads
+    if (i + GEMM_STAGES - 1 < nk)
+      gemm_load(smem + (i + GEMM_STAGES - 1) % GEMM_STAGES * GEMM_STAGE_BYTES, W, X, T, N, K, n0, t0, kt0 + i + GEMM_STAGES - 1);
+    cp_async_commit();
+    if (!active) continue;
+    const char* st = smem + i % GEMM_STAGES * GEMM_STAGE_BYTES;
+    // the warp's two A tiles widened (mma j's a0..a3: rows g / g + 8, bytes 4 j .. of the lane's loads)
+    unsigned aw[2][8][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4* a = (const uint4*)(st + (2 * wn + h) * 2048) + lane;
+      const uint4 v0 = lds16(a), v1 = lds16(a + 32), v2 = lds16(a + 64), v3 = lds16(a + 96);
+      const unsigned r0[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+      const unsigned r8[8] = {v2.x, v2.y, v2.z, v2.w, v3.x, v3.y, v3.z, v3.w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        aw[h][j][0] = e4m3x2_widen(r0[j], 0x9180);
+        aw[h][j][1] = e4m3x2_widen(r8[j], 0x9180);
+        aw[h][j][2] = e4m3x2_widen(r0[j], 0xB3A2);
+        aw[h][j][3] = e4m3x2_widen(r8[j], 0xB3A2);
+      }
+    }
+    const float sc = srow[kt0 + i] * 0x1p56f;
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      const char* b = st + 8 * 2048 + (32 * wt + 8 * n + g) * GEMM_B_STRIDE + 32 * cq;
+      const uint4 xa = lds16(b), xb = lds16(b + 16), xc = lds16(b + 128), xd = lds16(b + 144);
+#ifdef MK_BREAK_GEMV  // negative control: the two halves of x's 16-byte pieces swapped (as the GEMV's)
+      const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
+#else
+      const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
+#endif
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[h][n][e] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mma_bf16(acc[h][n], aw[h][j][0], aw[h][j][1], aw[h][j][2], aw[h][j][3], xw[2 * j], xw[2 * j + 1]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tot[h][n][e] += sc * acc[h][n][e];  // ORDER: k-tiles in order
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (!active) return;
+  float* y = Y + (size_t)z * T * N;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      // D: rows g (e 0, 1) and g + 8 (e 2, 3) of the tile, columns (tokens) 2 cq and 2 cq + 1
+      const unsigned row = rw + 16 * h + g, tok = t0 + 32 * wt + 8 * n + 2 * cq;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const unsigned r = row + 8 * (e >> 1), t = tok + (e & 1);
+        if (t < T) y[(size_t)t * N + r] = tot[h][n][e];
+      }
+    }
+}
+
+// The splits' partials summed: out[i] = parts[0][i] + parts[1][i] + .. (ORDER: split by split).
+extern "C" __global__ void k_gemm_reduce(const float* __restrict__ parts, float* __restrict__ out, unsigned long long count, unsigned splits) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count; i += (unsigned long long)gridDim.x * blockDim.x) {
+    float s = parts[i];
+    for (unsigned z = 1; z < splits; ++z) s += parts[z * count + i];
+    out[i] = s;
+  }
+}

@@ -1,0 +1,246 @@
+//! `mk gpu gemm`: prefill's exact-mode GEMM (megakernel/gemm.cuh, issue 28) on every distinct fp8 shape
+//! of a preset, at each asked prompt length T: checked against the CPU in f64 (three tokens' every row,
+//! two rows' every token), then timed with the weights rotated through more than twice the L2. A
+//! benchmark like `mk gpu gemv`: one launch a GEMM (plus the split-K reduce), no epilogue.
+
+use std::path::Path;
+
+use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+
+use crate::error::Result;
+use crate::exec::gpu::{cu, layout, Defines, Gpu};
+use crate::model::config::ModelConfig;
+use crate::model::numerics::{bf16_to_f32, e4m3_table, f32_to_bf16};
+
+/// Bytes each shape's rotation covers (> 2 x the 60 MiB L2).
+const ROTATE_BYTES: usize = 256 << 20;
+/// megakernel/gemm.cuh's block: threads, weight rows, tokens, stage bytes and stages.
+const THREADS: u32 = 256;
+const ROWS: usize = 128;
+const TOKENS: usize = 64;
+const STAGE_BYTES: u32 = 8 * 2048 + 64 * 272;
+const STAGES: u32 = 3;
+
+/// One (shape, T)'s figures.
+pub struct GemmRow {
+    pub n: usize,
+    pub k: usize,
+    pub t: usize,
+    pub uses: usize,
+    pub splits: usize,
+    pub ms: f64,
+    pub tflops: f64,
+    pub max_rel_err: f64,
+}
+
+/// The k-tiles a split and the splits of a T x N x K GEMM on `sms` SMs: enough blocks for two waves'
+/// worth of the machine when the (row, token) tiles alone give fewer, at least 4 k-tiles a split.
+pub fn splits(t: usize, n: usize, k: usize, sms: usize) -> (usize, usize) {
+    let tiles = n.div_ceil(ROWS) * t.div_ceil(TOKENS);
+    let kt = k / 128;
+    let want = (2 * sms).div_ceil(tiles).clamp(1, (kt / 4).max(1));
+    let kps = kt.div_ceil(want);
+    (kps, kt.div_ceil(kps))
+}
+
+fn ptr(s: &CudaSlice<u8>, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> u64 {
+    s.device_ptr(stream).0
+}
+
+/// f32 values of little-endian bytes.
+fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defines) -> Result<Vec<GemmRow>> {
+    let cfg = ModelConfig::preset(preset)?;
+    if ts.is_empty() || ts.contains(&0) {
+        crate::bail!("gpu gemm: --t needs prompt lengths of at least 1");
+    }
+    let tmax = *ts.iter().max().unwrap_or(&1);
+    let gpu = Gpu::open()?;
+    let (module, _) = gpu.module(&crate::exec::gpu::source(), cache, defines)?;
+    let f = cu(module.load_function("k_gemm_fp8"), "cuModuleGetFunction (k_gemm_fp8)")?;
+    let red = cu(module.load_function("k_gemm_reduce"), "cuModuleGetFunction (k_gemm_reduce)")?;
+    let smem = STAGES * STAGE_BYTES;
+    use cudarc::driver::sys::CUfunction_attribute as F;
+    cu(f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32), "cuFuncSetAttribute")?;
+    let stream = gpu.stream.clone();
+    let ceiling = crate::exec::gpu::device::read_ceiling_gbps(cache)?;
+    println!("the read ceiling: {ceiling:.0} GB/s (measured); T = {ts:?}");
+    let mut rng = crate::model::synth::Rng::new(11);
+    let table = e4m3_table();
+    // x: tmax rows of bf16 (the same inputs for every shape's first K columns), times 2^64 for the kernel
+    let kmax = super::gemv::shapes(&cfg).iter().map(|s| s.1).max().unwrap_or(128);
+    let x: Vec<u16> = (0..tmax * kmax).map(|_| f32_to_bf16(rng.normal() * 0.5)).collect();
+    let mut rows = Vec::new();
+    println!(
+        "{:>6} {:>6} {:>5} {:>4} {:>6} {:>9} {:>9} {:>12} {:>10}",
+        "N", "K", "T", "uses", "splits", "ms", "TFLOP/s", "weights GB/s", "max err"
+    );
+    for (n, k, uses) in super::gemv::shapes(&cfg) {
+        layout::check(n, k)?;
+        let bytes = n * k;
+        let w: Vec<u8> = (0..bytes)
+            .map(|_| {
+                let b = (rng.next_u64() >> 24) as u8;
+                if b & 0x7f == 0x7f {
+                    b ^ 1
+                } else {
+                    b
+                }
+            })
+            .collect();
+        let sc: Vec<f32> = (0..n.div_ceil(128) * (k / 128)).map(|_| rng.uniform() * 2e-3 + 1e-4).collect();
+        let chunks = layout::to_chunks(&w, n, k)?;
+        let copies = ROTATE_BYTES.div_ceil(bytes).max(1);
+        let mut wd = cu(stream.alloc_zeros::<u8>(copies * bytes), "cuMemAlloc (weights)")?;
+        for c in 0..copies {
+            cu(stream.memcpy_htod(&chunks, &mut wd.slice_mut(c * bytes..(c + 1) * bytes)), "weights")?;
+        }
+        let mut scale = cu(stream.alloc_zeros::<u8>(sc.len() * 4), "cuMemAlloc")?;
+        cu(stream.memcpy_htod(&sc.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(), &mut scale), "scales")?;
+        // this shape's x: [tmax][k] (row r = the first k of the shared inputs' row r)
+        let x64: Vec<u8> = (0..tmax)
+            .flat_map(|r| x[r * kmax..r * kmax + k].iter())
+            .flat_map(|&b| f32_to_bf16(bf16_to_f32(b) * 2f32.powi(64)).to_le_bytes())
+            .collect();
+        let mut xd = cu(stream.alloc_zeros::<u8>(x64.len()), "cuMemAlloc (x)")?;
+        cu(stream.memcpy_htod(&x64, &mut xd), "x")?;
+        let max_parts = ts.iter().map(|&t| splits(t, n, k, gpu.sms as usize).1 * t * n).max().unwrap_or(0);
+        let parts = cu(stream.alloc_zeros::<u8>(max_parts * 4), "cuMemAlloc (partials)")?;
+        let out = cu(stream.alloc_zeros::<u8>(tmax * n * 4), "cuMemAlloc (out)")?;
+        let (pw, ps, px, pp, po) =
+            (ptr(&wd, &stream), ptr(&scale, &stream), ptr(&xd, &stream), ptr(&parts, &stream), ptr(&out, &stream));
+        for &t in ts {
+            let (kps, sp) = splits(t, n, k, gpu.sms as usize);
+            let grid = (n.div_ceil(ROWS) as u32, t.div_ceil(TOKENS) as u32, sp as u32);
+            let cfg_l = LaunchConfig { grid_dim: grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
+            let (t32, n32, k32, kps32, sp32) = (t as u32, n as u32, k as u32, kps as u32, sp as u32);
+            let count = (t * n) as u64;
+            let launch = |copy: usize| -> Result<()> {
+                let wc = pw + (copy * bytes) as u64;
+                let y = if sp == 1 { po } else { pp };
+                let mut b = stream.launch_builder(&f);
+                b.arg(&wc).arg(&ps).arg(&px).arg(&y).arg(&t32).arg(&n32).arg(&k32).arg(&kps32);
+                // SAFETY: k_gemm_fp8's parameters; every pointer is into this function's allocations
+                // (weights copy `copy`, scales, x of tmax >= t rows, partials of sp x t x n, out of
+                // tmax x n floats), which outlive the launch.
+                cu(unsafe { b.launch(cfg_l) }.map(|_| ()), "launch k_gemm_fp8")?;
+                if sp > 1 {
+                    let mut r = stream.launch_builder(&red);
+                    r.arg(&pp).arg(&po).arg(&count).arg(&sp32);
+                    let rc = LaunchConfig { grid_dim: (4 * gpu.sms, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                    // SAFETY: k_gemm_reduce reads sp x count partials and writes count outputs, both
+                    // within the allocations above.
+                    cu(unsafe { r.launch(rc) }.map(|_| ()), "launch k_gemm_reduce")?;
+                }
+                Ok(())
+            };
+            // The check: copy 0, against f64 at three tokens (every row) and two rows (every token).
+            launch(0)?;
+            let mut yb = vec![0u8; t * n * 4];
+            cu(stream.memcpy_dtoh(&out.slice(0..t * n * 4), &mut yb), "out")?;
+            cu(stream.synchronize(), "sync")?;
+            let y = floats(&yb);
+            let want = |tok: usize, r: usize| -> f64 {
+                (0..k)
+                    .map(|c| {
+                        table[w[r * k + c] as usize] as f64
+                            * sc[(r / 128) * (k / 128) + c / 128] as f64
+                            * bf16_to_f32(x[tok * kmax + c]) as f64
+                    })
+                    .sum()
+            };
+            let mut probes: Vec<(usize, usize)> = Vec::new();
+            for tok in [0, t / 2, t - 1] {
+                probes.extend((0..n).map(|r| (tok, r)));
+            }
+            for r in [0, n - 1] {
+                probes.extend((0..t).map(|tok| (tok, r)));
+            }
+            let (mut max_err, mut max_y, mut worst) = (0f64, 0f64, (0, 0, 0f64, 0f32));
+            for &(tok, r) in &probes {
+                let (wv, got) = (want(tok, r), y[tok * n + r]);
+                let e = (got as f64 - wv).abs();
+                if e > max_err || !got.is_finite() {
+                    max_err = if got.is_finite() { e } else { f64::INFINITY };
+                    worst = (tok, r, wv, got);
+                }
+                max_y = max_y.max(wv.abs());
+            }
+            let rel = max_err / max_y.max(f64::MIN_POSITIVE);
+            if rel > 1e-5 {
+                crate::bail!(
+                    "gpu gemm {n}x{k} at T = {t}: max error {rel:.2e} of the largest output (token {}, row {}: {} vs {:.6e} in f64): the GEMM is wrong",
+                    worst.0,
+                    worst.1,
+                    worst.3,
+                    worst.2
+                );
+            }
+            // Timing: `reps` rotations (one launch a copy), the median a launch.
+            let ev = || cu(gpu.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
+            let (e0, e1) = (ev()?, ev()?);
+            let mut times = Vec::new();
+            for _ in 0..reps {
+                cu(e0.record(&stream), "event")?;
+                for c in 0..copies {
+                    launch(c)?;
+                }
+                cu(e1.record(&stream), "event")?;
+                cu(e1.synchronize(), "event sync")?;
+                times.push(cu(e0.elapsed_ms(&e1), "elapsed")? as f64 / copies as f64);
+            }
+            times.sort_by(|a, b| a.total_cmp(b));
+            let ms = times[times.len() / 2];
+            let tflops = 2.0 * (t * n * k) as f64 / (ms * 1e-3) / 1e12;
+            let row = GemmRow { n, k, t, uses, splits: sp, ms, tflops, max_rel_err: rel };
+            println!(
+                "{:>6} {:>6} {:>5} {:>4} {:>6} {:>9.4} {:>9.1} {:>5.0} ({:>4.1} %) {:>10.2e}",
+                n,
+                k,
+                t,
+                uses,
+                sp,
+                ms,
+                tflops,
+                bytes as f64 / (ms * 1e-3) / 1e9,
+                bytes as f64 / (ms * 1e-3) / 1e9 / ceiling * 100.0,
+                rel
+            );
+            rows.push(row);
+        }
+    }
+    // The prefill's GEMMs at each T, summed over the step's uses (derived: one launch each, no epilogue;
+    // attention, the GDN chunks and the norms not included).
+    for &t in ts {
+        let ms: f64 = rows.iter().filter(|r| r.t == t).map(|r| r.ms * r.uses as f64).sum();
+        let flop: f64 = rows.iter().filter(|r| r.t == t).map(|r| 2.0 * (r.t * r.n * r.k * r.uses) as f64).sum();
+        println!(
+            "T = {t}: the model's fp8 GEMMs {ms:.3} ms ({:.0} tokens/s for the GEMMs alone, {:.1} TFLOP/s)",
+            t as f64 / (ms * 1e-3),
+            flop / (ms * 1e-3) / 1e12
+        );
+    }
+    println!("verdict: ok (every shape and T within 1e-5 of its largest output against f64)");
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_cover_every_k_tile_once() {
+        for (t, n, k) in [(59, 5120, 5120), (4096, 17408, 5120), (1, 256, 256), (512, 6144, 17408)] {
+            let (kps, sp) = splits(t, n, k, 132);
+            let kt = k / 128;
+            assert!(kps * sp >= kt && kps * (sp - 1) < kt, "{t} {n} {k}: {kps} x {sp} vs {kt}");
+            assert!(sp == 1 || kps >= 4, "{t} {n} {k}: {kps} k-tiles a split");
+        }
+        // small T: more blocks by splitting K; large T: none
+        assert!(splits(59, 5120, 5120, 132).1 > 1);
+        assert_eq!(splits(4096, 17408, 5120, 132).1, 1);
+    }
+}
