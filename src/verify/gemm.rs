@@ -22,6 +22,7 @@ const STAGE_BYTES: u32 = 8 * 2048 + 64 * 272;
 const STAGES: u32 = 3;
 
 /// One (shape, T)'s figures.
+#[derive(Debug)]
 pub struct GemmRow {
     pub n: usize,
     pub k: usize,
