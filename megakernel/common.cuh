@@ -330,14 +330,14 @@ __device__ __forceinline__ bool mrow_word(const DevCtx& c, const Word& w) {
 
 // One call of f in either program, so that ptxas inlines the op (a third call site made the ops real
 // calls, their registers saved across them: k_gdn_conv's 32 bytes of spills at M = 8). A one-row program
-// passes the context itself: a select between it and a row view (`whole ? c : row_view(c, m)`) changed
-// the whole one-row megakernel's code and cost it 1 ms a step on the H200 (13.09 vs 12.05 ms,
-// results/issue27_staged_7a13d02); an M-row program passes a row view always (row 0's is the context).
+// passes the context itself: the M-row form's select between it and a row view (`whole ? c : view`)
+// changed the whole one-row megakernel's code and cost it 1 ms a step on the H200 (13.0 vs 12.0 ms in
+// one run, results/issue27_staged_7a13d02 run4); at M = 8 the select measured 0.1-0.7 ms better than a
+// row view always (row 0's for a whole word), so it stays there.
 template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, const Word& w, unsigned u, F f) {
-  if (M_ROWS == 1) {  // (a compile-time branch)
-    f(c, false, u);
-    return;
-  }
+#if M_ROWS == 1
+  f(c, false, u);
+#else
   const bool whole = w.opcode == OP_END_STEP || mrow_word(c, w);
   const bool split = !whole && (w.flags & FLAG_ROW_UNITS);
   const unsigned per = split ? w.units / w.m_rows : 1u;
@@ -346,6 +346,7 @@ template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, 
     // (a row loop's barrier, also before row 0: the unit before, of the same word, may still read its
     // input; a row unit's is the caller's, after the previous unit)
     if (!whole && !split) BLOCK_SYNC();
-    f(row_view(c, whole ? 0u : m), !whole, split ? u % per : u);
+    f(whole ? c : row_view(c, m), !whole, split ? u % per : u);
   }
+#endif
 }

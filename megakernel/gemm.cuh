@@ -13,7 +13,7 @@
 // Shape: a block of GEMM_THREADS (8 warps) takes 128 weight rows x 64 tokens; warp (wn, wt) = (warp % 4,
 // warp / 4) rows 32 wn .. (two 16-row mma tiles: the chunk layout's warp tiles h = 0, 1 of row group
 // n0 / 32 + wn) x tokens 32 wt .. (four 8-token mma columns). The weight rows sit in A (their chunk-layout
-// fragments are the mma's A fragments as loaded, widened once a k-tile into registers), the tokens in B
+// fragments are the mma's A fragments as loaded, each widened once for the four columns), the tokens in B
 // (row g of a column's 8 tokens, its 64 bytes at the layout's permuted k: 32 cq, 32 cq + 16, 128 + 32 cq,
 // 144 + 32 cq). GEMM_STAGES k-tiles in flight by cp.async (A: 8 x 2 KB, B: 64 x 256 bytes, rows padded
 // to 272 bytes: a quarter warp's 16-byte reads hit distinct banks).
@@ -66,7 +66,7 @@ k_gemm_fp8(const unsigned char* __restrict__ W, const float* __restrict__ S, con
   const unsigned wn = warp & 3, wt = warp >> 2, rw = n0 + 32 * wn;  // the warp's first weight row
   const bool active = rw < N;
   const float* srow = S + (size_t)(min(rw, N - 1) / 128) * (K / 128);
-  float tot[2][4][4], acc[2][4][4];
+  float tot[2][4][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -86,42 +86,62 @@ k_gemm_fp8(const unsigned char* __restrict__ W, const float* __restrict__ S, con
     cp_async_commit();
     if (!active) continue;
     const char* st = smem + i % GEMM_STAGES * GEMM_STAGE_BYTES;
-    // the warp's two A tiles widened (mma j's a0..a3: rows g / g + 8, bytes 4 j .. of the lane's loads)
-    unsigned aw[2][8][4];
+    // the warp's two A tiles as loaded (lane (g, cq): [0] / [1] row g, [2] / [3] row g + 8) and its four
+    // token columns' x; then k16 step j of all 2 x 4 (tile, column) pairs side by side (8 independent
+    // accumulator chains), each A fragment widened once for its four columns
+    uint4 av[2][4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint4* a = (const uint4*)(st + (2 * wn + h) * 2048) + lane;
-      const uint4 v0 = lds16(a), v1 = lds16(a + 32), v2 = lds16(a + 64), v3 = lds16(a + 96);
-      const unsigned r0[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-      const unsigned r8[8] = {v2.x, v2.y, v2.z, v2.w, v3.x, v3.y, v3.z, v3.w};
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        aw[h][j][0] = e4m3x2_widen(r0[j], 0x9180);
-        aw[h][j][1] = e4m3x2_widen(r8[j], 0x9180);
-        aw[h][j][2] = e4m3x2_widen(r0[j], 0xB3A2);
-        aw[h][j][3] = e4m3x2_widen(r8[j], 0xB3A2);
-      }
+      for (int q = 0; q < 4; ++q) av[h][q] = lds16(a + 32 * q);
     }
-    const float sc = srow[kt0 + i] * 0x1p56f;
+    unsigned xw[4][16];
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
       const char* b = st + 8 * 2048 + (32 * wt + 8 * n + g) * GEMM_B_STRIDE + 32 * cq;
       const uint4 xa = lds16(b), xb = lds16(b + 16), xc = lds16(b + 128), xd = lds16(b + 144);
 #ifdef MK_BREAK_GEMV  // negative control: the two halves of x's 16-byte pieces swapped (as the GEMV's)
-      const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
+      const uint4 p[4] = {xb, xa, xd, xc};
 #else
-      const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
+      const uint4 p[4] = {xa, xb, xc, xd};
 #endif
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int q = 0; q < 4; ++q) {
+        xw[n][4 * q] = p[q].x;
+        xw[n][4 * q + 1] = p[q].y;
+        xw[n][4 * q + 2] = p[q].z;
+        xw[n][4 * q + 3] = p[q].w;
+      }
+    }
+    float acc[2][4][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[h][n][e] = 0.f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) mma_bf16(acc[h][n], aw[h][j][0], aw[h][j][1], aw[h][j][2], aw[h][j][3], xw[2 * j], xw[2 * j + 1]);
+    for (int j = 0; j < 8; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) tot[h][n][e] += sc * acc[h][n][e];  // ORDER: k-tiles in order
+      for (int h = 0; h < 2; ++h) {
+        // mma j's A: bytes 4 j .. of rows g and g + 8 (word j % 4 of load j / 4 and of load 2 + j / 4)
+        const uint4 lo = av[h][j / 4], hi = av[h][2 + j / 4];
+        const unsigned r0 = (j % 4 == 0) ? lo.x : (j % 4 == 1) ? lo.y : (j % 4 == 2) ? lo.z : lo.w;
+        const unsigned r8 = (j % 4 == 0) ? hi.x : (j % 4 == 1) ? hi.y : (j % 4 == 2) ? hi.z : hi.w;
+        const unsigned a0 = e4m3x2_widen(r0, 0x9180), a1 = e4m3x2_widen(r8, 0x9180);
+        const unsigned a2 = e4m3x2_widen(r0, 0xB3A2), a3 = e4m3x2_widen(r8, 0xB3A2);
+#pragma unroll
+        for (int n = 0; n < 4; ++n) mma_bf16(acc[h][n], a0, a1, a2, a3, xw[n][2 * j], xw[n][2 * j + 1]);
       }
     }
+    const float sc = srow[kt0 + i] * 0x1p56f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tot[h][n][e] += sc * acc[h][n][e];  // ORDER: k-tiles in order
   }
   cp_async_wait<0>();
   if (!active) return;
