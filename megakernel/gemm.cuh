@@ -21,8 +21,9 @@
 #define GEMM_THREADS 256
 #define GEMM_ROWS 128   // weight rows a block
 #define GEMM_TOKENS 64  // tokens a block
-#ifndef GEMM_STAGES
-#define GEMM_STAGES 3   // k-tiles in flight
+#define GEMM_STAGES 3   // k-tiles in flight (src/verify/gemm.rs sizes the shared memory for 3)
+#ifndef GEMM_MIN_BLOCKS
+#define GEMM_MIN_BLOCKS 1  // blocks per SM ptxas must fit (2: at most 128 registers)
 #endif
 #define GEMM_B_STRIDE 272  // bytes of a token's k-tile in shared memory (256 + 16)
 #define GEMM_STAGE_BYTES (8 * 2048 + GEMM_TOKENS * GEMM_B_STRIDE)
@@ -57,7 +58,7 @@ __device__ __forceinline__ void gemm_load(char* st, const unsigned char* W, cons
 
 // W: N x K fp8 in the chunk layout; S: [N / 128][K / 128] block scales; X: [T][K] bf16 times 2^64; Y:
 // [gridDim.z][T][N] fp32 (split z's partial; the result itself when gridDim.z = 1); kps: k-tiles a split.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS)
 k_gemm_fp8(const unsigned char* __restrict__ W, const float* __restrict__ S, const unsigned short* __restrict__ X, float* __restrict__ Y, unsigned T, unsigned N, unsigned K, unsigned kps) {
   extern __shared__ __align__(16) char smem[];
   const unsigned n0 = blockIdx.x * GEMM_ROWS, t0 = blockIdx.y * GEMM_TOKENS, z = blockIdx.z;

@@ -24,7 +24,15 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 8] = [
+pub const KNOWN: [Known; 9] = [
+    Known {
+        name: "GEMM_MIN_BLOCKS",
+        default: 1,
+        min: 1,
+        max: 2,
+        flag: false,
+        what: "prefill GEMM's launch bounds (blocks per SM ptxas must fit; `mk gpu gemm`)",
+    },
     Known {
         name: "GEMV_MIN_BLOCKS",
         default: 2,
