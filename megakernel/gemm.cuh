@@ -58,8 +58,10 @@ __device__ __forceinline__ void gemm_load(char* st, const unsigned char* W, cons
 
 // W: N x K fp8 in the chunk layout; S: [N / 128][K / 128] block scales; X: [T][K] bf16 times 2^64; Y:
 // [gridDim.z][T][N] fp32 (split z's partial; the result itself when gridDim.z = 1); kps: k-tiles a split.
-extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS)
-k_gemm_fp8(const unsigned char* __restrict__ W, const float* __restrict__ S, const unsigned short* __restrict__ X, float* __restrict__ Y, unsigned T, unsigned N, unsigned K, unsigned kps) {
+// COMPUTE false: the loads-only probe (k_gemm_fp8_loads, `mk gpu gemm`'s premise test: the memory
+// pipeline alone, compiled apart so that the GEMM's own code is unchanged by it).
+template <bool COMPUTE>
+__device__ __forceinline__ void gemm_fp8(const unsigned char* __restrict__ W, const float* __restrict__ S, const unsigned short* __restrict__ X, float* __restrict__ Y, unsigned T, unsigned N, unsigned K, unsigned kps) {
   extern __shared__ __align__(16) char smem[];
   const unsigned n0 = blockIdx.x * GEMM_ROWS, t0 = blockIdx.y * GEMM_TOKENS, z = blockIdx.z;
   const unsigned kt0 = z * kps, nk = min(K / 128, kt0 + kps) - min(K / 128, kt0);
@@ -115,6 +117,21 @@ k_gemm_fp8(const unsigned char* __restrict__ W, const float* __restrict__ S, con
         xw[n][4 * q + 3] = p[q].w;
       }
     }
+    if (!COMPUTE) {
+      // the loads-only probe (wrong results): the same cp.async traffic and shared-memory reads, no
+      // widening or mma (their values folded into one accumulator so that the reads stay)
+      unsigned v = 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) v ^= av[h][q].x ^ av[h][q].y ^ av[h][q].z ^ av[h][q].w;
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int q = 0; q < 16; ++q) v ^= xw[n][q];
+      tot[0][0][0] += __uint_as_float(v & 0x3fffffffu);
+      continue;
+    }
     float acc[2][4][4];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
@@ -159,6 +176,15 @@ k_gemm_fp8(const unsigned char* __restrict__ W, const float* __restrict__ S, con
         if (t < T) y[(size_t)t * N + r] = tot[h][n][e];
       }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS)
+k_gemm_fp8(const unsigned char* __restrict__ W, const float* __restrict__ S, const unsigned short* __restrict__ X, float* __restrict__ Y, unsigned T, unsigned N, unsigned K, unsigned kps) {
+  gemm_fp8<true>(W, S, X, Y, T, N, K, kps);
+}
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS)
+k_gemm_fp8_loads(const unsigned char* __restrict__ W, const float* __restrict__ S, const unsigned short* __restrict__ X, float* __restrict__ Y, unsigned T, unsigned N, unsigned K, unsigned kps) {
+  gemm_fp8<false>(W, S, X, Y, T, N, K, kps);
 }
 
 // The splits' partials summed: out[i] = parts[0][i] + parts[1][i] + .. (ORDER: split by split).

@@ -1,6 +1,7 @@
 //! `mk gpu gemm`: prefill's exact-mode GEMM (megakernel/gemm.cuh, issue 28) on every distinct fp8 shape
 //! of a preset, at each asked prompt length T: checked against the CPU in f64 (three tokens' every row,
-//! two rows' every token), then timed with the weights rotated through more than twice the L2. A
+//! two rows' every token), then timed with the weights rotated through more than twice the L2, beside the
+//! same kernel with its tensor work off (loads only: the same bytes, the same pipeline, the same run). A
 //! benchmark like `mk gpu gemv`: one launch a GEMM (plus the split-K reduce), no epilogue.
 
 use std::path::Path;
@@ -30,6 +31,8 @@ pub struct GemmRow {
     pub uses: usize,
     pub splits: usize,
     pub ms: f64,
+    /// The loads-only probe's ms (the same kernel, no widening or mma).
+    pub loads_ms: f64,
     pub tflops: f64,
     pub max_rel_err: f64,
 }
@@ -62,10 +65,16 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
     let gpu = Gpu::open()?;
     let (module, _) = gpu.module(&crate::exec::gpu::source(), cache, defines)?;
     let f = cu(module.load_function("k_gemm_fp8"), "cuModuleGetFunction (k_gemm_fp8)")?;
+    let fl = cu(module.load_function("k_gemm_fp8_loads"), "cuModuleGetFunction (k_gemm_fp8_loads)")?;
     let red = cu(module.load_function("k_gemm_reduce"), "cuModuleGetFunction (k_gemm_reduce)")?;
     let smem = STAGES * STAGE_BYTES;
     use cudarc::driver::sys::CUfunction_attribute as F;
-    cu(f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32), "cuFuncSetAttribute")?;
+    // The loads-only kernel needs fewer registers: its shared memory is raised so that no more of its
+    // blocks share an SM than of the GEMM's (whose registers allow GEMM_MIN_BLOCKS), the same occupancy.
+    let loads_smem = if defines.get("GEMM_MIN_BLOCKS") <= 1 { 120 << 10 } else { smem };
+    for (k, b) in [(&f, smem), (&fl, loads_smem)] {
+        cu(k.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, b as i32), "cuFuncSetAttribute")?;
+    }
     let stream = gpu.stream.clone();
     let ceiling = crate::exec::gpu::device::read_ceiling_gbps(cache)?;
     println!("the read ceiling: {ceiling:.0} GB/s (measured); T = {ts:?}");
@@ -76,8 +85,8 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
     let x: Vec<u16> = (0..tmax * kmax).map(|_| f32_to_bf16(rng.normal() * 0.5)).collect();
     let mut rows = Vec::new();
     println!(
-        "{:>6} {:>6} {:>5} {:>4} {:>6} {:>9} {:>9} {:>12} {:>10}",
-        "N", "K", "T", "uses", "splits", "ms", "TFLOP/s", "weights GB/s", "max err"
+        "{:>6} {:>6} {:>5} {:>4} {:>6} {:>9} {:>9} {:>12} {:>10} {:>10}",
+        "N", "K", "T", "uses", "splits", "ms", "TFLOP/s", "weights GB/s", "loads ms", "max err"
     );
     for (n, k, uses) in super::gemv::shapes(&cfg) {
         layout::check(n, k)?;
@@ -117,17 +126,18 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
             let (kps, sp) = splits(t, n, k, gpu.sms as usize);
             let grid = (n.div_ceil(ROWS) as u32, t.div_ceil(TOKENS) as u32, sp as u32);
             let cfg_l = LaunchConfig { grid_dim: grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
+            let cfg_loads = LaunchConfig { shared_mem_bytes: loads_smem, ..cfg_l };
             let (t32, n32, k32, kps32, sp32) = (t as u32, n as u32, k as u32, kps as u32, sp as u32);
             let count = (t * n) as u64;
-            let launch = |copy: usize| -> Result<()> {
+            let launch = |copy: usize, compute: u32| -> Result<()> {
                 let wc = pw + (copy * bytes) as u64;
                 let y = if sp == 1 { po } else { pp };
-                let mut b = stream.launch_builder(&f);
+                let mut b = stream.launch_builder(if compute == 1 { &f } else { &fl });
                 b.arg(&wc).arg(&ps).arg(&px).arg(&y).arg(&t32).arg(&n32).arg(&k32).arg(&kps32);
                 // SAFETY: k_gemm_fp8's parameters; every pointer is into this function's allocations
                 // (weights copy `copy`, scales, x of tmax >= t rows, partials of sp x t x n, out of
                 // tmax x n floats), which outlive the launch.
-                cu(unsafe { b.launch(cfg_l) }.map(|_| ()), "launch k_gemm_fp8")?;
+                cu(unsafe { b.launch(if compute == 1 { cfg_l } else { cfg_loads }) }.map(|_| ()), "launch k_gemm_fp8")?;
                 if sp > 1 {
                     let mut r = stream.launch_builder(&red);
                     r.arg(&pp).arg(&po).arg(&count).arg(&sp32);
@@ -139,7 +149,7 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
                 Ok(())
             };
             // The check: copy 0, against f64 at three tokens (every row) and two rows (every token).
-            launch(0)?;
+            launch(0, 1)?;
             let mut yb = vec![0u8; t * n * 4];
             cu(stream.memcpy_dtoh(&out.slice(0..t * n * 4), &mut yb), "out")?;
             cu(stream.synchronize(), "sync")?;
@@ -180,25 +190,31 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
                     worst.2
                 );
             }
-            // Timing: `reps` rotations (one launch a copy), the median a launch.
+            // Timing: `reps` rotations (one launch a copy) of the GEMM and of its loads alone (the same
+            // bytes through the same pipeline, no tensor work), alternated; the medians a launch.
             let ev = || cu(gpu.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
             let (e0, e1) = (ev()?, ev()?);
-            let mut times = Vec::new();
+            let mut times = [Vec::new(), Vec::new()];
             for _ in 0..reps {
-                cu(e0.record(&stream), "event")?;
-                for c in 0..copies {
-                    launch(c)?;
+                for compute in [0u32, 1] {
+                    cu(e0.record(&stream), "event")?;
+                    for c in 0..copies {
+                        launch(c, compute)?;
+                    }
+                    cu(e1.record(&stream), "event")?;
+                    cu(e1.synchronize(), "event sync")?;
+                    times[compute as usize].push(cu(e0.elapsed_ms(&e1), "elapsed")? as f64 / copies as f64);
                 }
-                cu(e1.record(&stream), "event")?;
-                cu(e1.synchronize(), "event sync")?;
-                times.push(cu(e0.elapsed_ms(&e1), "elapsed")? as f64 / copies as f64);
             }
-            times.sort_by(|a, b| a.total_cmp(b));
-            let ms = times[times.len() / 2];
+            let med = |v: &mut Vec<f64>| {
+                v.sort_by(|a, b| a.total_cmp(b));
+                v[v.len() / 2]
+            };
+            let (loads_ms, ms) = (med(&mut times[0]), med(&mut times[1]));
             let tflops = 2.0 * (t * n * k) as f64 / (ms * 1e-3) / 1e12;
-            let row = GemmRow { n, k, t, uses, splits: sp, ms, tflops, max_rel_err: rel };
+            let row = GemmRow { n, k, t, uses, splits: sp, ms, loads_ms, tflops, max_rel_err: rel };
             println!(
-                "{:>6} {:>6} {:>5} {:>4} {:>6} {:>9.4} {:>9.1} {:>5.0} ({:>4.1} %) {:>10.2e}",
+                "{:>6} {:>6} {:>5} {:>4} {:>6} {:>9.4} {:>9.1} {:>5.0} ({:>4.1} %) {:>10.4} {:>10.2e}",
                 n,
                 k,
                 t,
@@ -208,6 +224,7 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
                 tflops,
                 bytes as f64 / (ms * 1e-3) / 1e9,
                 bytes as f64 / (ms * 1e-3) / 1e9 / ceiling * 100.0,
+                loads_ms,
                 rel
             );
             rows.push(row);
@@ -217,9 +234,10 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
     // attention, the GDN chunks and the norms not included).
     for &t in ts {
         let ms: f64 = rows.iter().filter(|r| r.t == t).map(|r| r.ms * r.uses as f64).sum();
+        let loads: f64 = rows.iter().filter(|r| r.t == t).map(|r| r.loads_ms * r.uses as f64).sum();
         let flop: f64 = rows.iter().filter(|r| r.t == t).map(|r| 2.0 * (r.t * r.n * r.k * r.uses) as f64).sum();
         println!(
-            "T = {t}: the model's fp8 GEMMs {ms:.3} ms ({:.0} tokens/s for the GEMMs alone, {:.1} TFLOP/s)",
+            "T = {t}: the model's fp8 GEMMs {ms:.3} ms ({:.0} tokens/s for the GEMMs alone, {:.1} TFLOP/s); their loads alone {loads:.3} ms",
             t as f64 / (ms * 1e-3),
             flop / (ms * 1e-3) / 1e12
         );
