@@ -187,6 +187,134 @@ k_gemm_fp8_loads(const unsigned char* __restrict__ W, const float* __restrict__ 
   gemm_fp8<false>(W, S, X, Y, T, N, K, kps);
 }
 
+// ---- the warpgroup form (sm_90a: wgmma; k_gemm_wg, `mk gpu gemm --kernel wg`): the same numerics.
+// Block: 2 warpgroups x 64 weight rows (warp w: rows 16 w .., the chunk layout's warp tile of row group
+// n0 / 32 + w / 2, half w % 2, as loaded: wgmma's register A fragment is mma.sync's per warp) x GEMM_WG_TOKENS
+// tokens (B from shared memory in the no-swizzle K-major canonical layout: core matrices of 8 tokens x 16
+// bytes, core matrix (k chunk c of 8, token group q) at (16 c + q) x 128 bytes, so a k16 step's B starts
+// at 4096 s, its two k chunks 2048 apart (LBO), its token groups 128 apart (SBO)). A k-tile: 8 wgmma
+// m64n128k16 into the tile accumulator (the first with scale-d 0), committed and waited, then scaled into
+// the running total (two sets of 64 floats a thread).
+#define GEMM_WG_TOKENS 128
+#define GEMM_WG_B_BYTES (GEMM_WG_TOKENS * 256)
+#define GEMM_WG_STAGE_BYTES (8 * 2048 + GEMM_WG_B_BYTES)
+#ifndef GEMM_WG_SWAP
+#define GEMM_WG_SWAP 0  // 1: the descriptor's two byte offsets exchanged (if the canonical layout reads them the other way)
+#endif
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned lbo, unsigned sbo) {
+  if (GEMM_WG_SWAP) {
+    const unsigned t = lbo;
+    lbo = sbo;
+    sbo = t;
+  }
+  return (unsigned long long)((smem_addr(p) & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32);
+}
+// d (64 floats: n8 chunk j's four at 4 j, as mma.sync's D) = (zero ? 0 : d) + A (4 registers) x B (desc).
+__device__ __forceinline__ void wgmma_m64n128(float (&d)[64], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long desc, unsigned accumulate) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %68, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64, %65, %66, %67}, %69, p, 1, 1, 0; }"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(accumulate), "l"(desc));
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// k-tile kt of the block's weight rows and GEMM_WG_TOKENS tokens into stage st (A as gemm_load's; B in
+// the canonical layout).
+__device__ __forceinline__ void gemm_wg_load(char* st, const unsigned char* W, const unsigned short* X, unsigned T, unsigned N, unsigned K, unsigned n0, unsigned t0, unsigned kt) {
+  const unsigned kc = chunk_k(K), tiles = kc / 128, t = (kt * 128 % kc) / 128, tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned p = tid + GEMM_THREADS * i, tile = p / 128, piece = p % 128, rg = n0 / 32 + tile / 2;
+    const bool ok = rg * 32 < N;
+    const unsigned char* src = W + ((size_t)(ok ? rg : 0) * (K / kc) + kt * 128 / kc) * 32 * kc + ((tile % 2) * tiles + t) * 2048 + piece * 16;
+    cp_async16(st + tile * 2048 + piece * 16, src, ok);
+  }
+  char* b = st + 8 * 2048;
+#pragma unroll
+  for (int i = 0; i < GEMM_WG_TOKENS * 16 / GEMM_THREADS; ++i) {
+    // token r's k chunk c (8 bf16): core matrix (c, r / 8), its row r % 8
+    const unsigned p = tid + GEMM_THREADS * i, r = p / 16, c = p % 16, tok = t0 + r;
+    const bool ok = tok < T;
+#ifdef MK_BREAK_GEMV  // negative control: each k16's two chunks of x exchanged (every product wrong)
+    const unsigned cx = c ^ 1;
+#else
+    const unsigned cx = c;
+#endif
+    cp_async16(b + (16 * c + r / 8) * 128 + (r % 8) * 16, X + (size_t)(ok ? tok : 0) * K + kt * 128 + cx * 8, ok);
+  }
+}
+#endif
+
+// As k_gemm_fp8 (the same arguments, layouts and numerics), GEMM_WG_TOKENS tokens a block.
+extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 1)
+k_gemm_wg(const unsigned char* __restrict__ W, const float* __restrict__ S, const unsigned short* __restrict__ X, float* __restrict__ Y, unsigned T, unsigned N, unsigned K, unsigned kps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) char smem[];  // (as every kernel's; wgmma's no-swizzle operands need 16)
+  const unsigned n0 = blockIdx.x * GEMM_ROWS, t0 = blockIdx.y * GEMM_WG_TOKENS, z = blockIdx.z;
+  const unsigned kt0 = z * kps, nk = min(K / 128, kt0 + kps) - min(K / 128, kt0);
+  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+  // the warpgroup's rows: warp w's 16 (w = 4 wg + w'); a warpgroup past N skips the arithmetic
+  const unsigned rw = n0 + 16 * warp, wg0 = n0 + 64 * (warp / 4);
+  const bool active = wg0 < N;
+  const float* srow = S + (size_t)(min(rw, N - 1) / 128) * (K / 128);
+  float tot[64], acc[64];
+#pragma unroll
+  for (int e = 0; e < 64; ++e) tot[e] = 0.f;
+#pragma unroll
+  for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+    if (s < nk) gemm_wg_load(smem + s * GEMM_WG_STAGE_BYTES, W, X, T, N, K, n0, t0, kt0 + s);
+    cp_async_commit();
+  }
+  for (unsigned i = 0; i < nk; ++i) {
+    cp_async_wait<GEMM_STAGES - 2>();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copies visible to wgmma's reads
+    __syncthreads();
+    if (i + GEMM_STAGES - 1 < nk)
+      gemm_wg_load(smem + (i + GEMM_STAGES - 1) % GEMM_STAGES * GEMM_WG_STAGE_BYTES, W, X, T, N, K, n0, t0, kt0 + i + GEMM_STAGES - 1);
+    cp_async_commit();
+    if (!active) continue;
+    const char* st = smem + i % GEMM_STAGES * GEMM_WG_STAGE_BYTES;
+    const uint4* a = (const uint4*)(st + warp * 2048) + lane;
+    const uint4 v0 = lds16(a), v1 = lds16(a + 32), v2 = lds16(a + 64), v3 = lds16(a + 96);
+    const unsigned r0[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    const unsigned r8[8] = {v2.x, v2.y, v2.z, v2.w, v3.x, v3.y, v3.z, v3.w};
+    const char* b = st + 8 * 2048;
+    // every step's A widened before the first wgmma (an in-flight wgmma's A registers must not be
+    // rewritten: widening into the same ones made ptxas wait for each wgmma before the next)
+    unsigned aw[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      aw[j][0] = e4m3x2_widen(r0[j], 0x9180);
+      aw[j][1] = e4m3x2_widen(r8[j], 0x9180);
+      aw[j][2] = e4m3x2_widen(r0[j], 0xB3A2);
+      aw[j][3] = e4m3x2_widen(r8[j], 0xB3A2);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) wgmma_m64n128(acc, aw[j][0], aw[j][1], aw[j][2], aw[j][3], wg_desc(b + 4096 * j, 2048, 128), j > 0);
+    wgmma_commit();
+    wgmma_wait0();
+    const float sc = srow[kt0 + i] * 0x1p56f;
+#pragma unroll
+    for (int e = 0; e < 64; ++e) tot[e] += sc * acc[e];  // ORDER: k-tiles in order
+  }
+  cp_async_wait<0>();
+  if (!active || rw >= N) return;
+  float* y = Y + (size_t)z * T * N;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const unsigned r = rw + g + 8 * (e >> 1), t = t0 + 8 * j + 2 * cq + (e & 1);
+      if (t < T) y[(size_t)t * N + r] = tot[4 * j + e];
+    }
+#endif
+}
+
 // The splits' partials summed: out[i] = parts[0][i] + parts[1][i] + .. (ORDER: split by split).
 extern "C" __global__ void k_gemm_reduce(const float* __restrict__ parts, float* __restrict__ out, unsigned long long count, unsigned splits) {
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count; i += (unsigned long long)gridDim.x * blockDim.x) {

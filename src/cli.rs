@@ -354,6 +354,9 @@ pub enum GpuCmd {
         /// Timed rotations per shape and T (medians).
         #[arg(long, default_value_t = 5)]
         reps: usize,
+        /// mma (mma.sync, 64 tokens a block) or wg (wgmma, sm_90a, 128 tokens a block).
+        #[arg(long, default_value = "mma")]
+        kernel: String,
         /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,

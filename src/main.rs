@@ -130,8 +130,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gpu { cmd: GpuCmd::Ops { dir, steps, cache, defines, units, drafter, pruned } } => {
             mk::verify::gpu::ops(&dir, steps, &cache, &Defines::parse(&defines)?, units, drafter, pruned)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Gemm { preset, t, reps, cache, defines } } => {
-            mk::verify::gemm::run(&preset, &t, reps.max(1), &cache, &Defines::parse(&defines)?).map(|_| ())?
+        Cmd::Gpu { cmd: GpuCmd::Gemm { preset, t, reps, kernel, cache, defines } } => {
+            let kernel = mk::verify::gemm::Kernel::parse(&kernel)?;
+            mk::verify::gemm::run(&preset, &t, reps.max(1), &cache, &Defines::parse(&defines)?, kernel).map(|_| ())?
         }
         Cmd::Gpu { cmd: GpuCmd::Gemv { preset, reps, cache } } => {
             mk::verify::gemv::run(&preset, reps.max(1), &cache).map(|_| ())?

@@ -87,8 +87,11 @@ fn the_prefill_gemm_matches_the_cpu_and_a_broken_one_is_caught() {
         return;
     }
     // tiny's fp8 shapes at T = 1, 59 (split-K) and 200 (four token tiles, the last partial)
-    mk::verify::gemm::run("tiny", &[1, 59, 200], 1, &cache(), &Defines::default()).unwrap();
+    use mk::verify::gemm::{run, Kernel};
     let broken = Defines::parse(&["MK_BREAK_GEMV".to_string()]).unwrap();
-    let e = mk::verify::gemm::run("tiny", &[59], 1, &cache(), &broken).unwrap_err().to_string();
-    assert!(e.contains("the GEMM is wrong"), "{e}");
+    for k in [Kernel::Mma, Kernel::Wg] {
+        run("tiny", &[1, 59, 200], 1, &cache(), &Defines::default(), k).unwrap();
+        let e = run("tiny", &[59], 1, &cache(), &broken, k).unwrap_err().to_string();
+        assert!(e.contains("the GEMM is wrong"), "{k:?}: {e}");
+    }
 }

@@ -18,9 +18,40 @@ const ROTATE_BYTES: usize = 256 << 20;
 /// megakernel/gemm.cuh's block: threads, weight rows, tokens, stage bytes and stages.
 const THREADS: u32 = 256;
 const ROWS: usize = 128;
-const TOKENS: usize = 64;
-const STAGE_BYTES: u32 = 8 * 2048 + 64 * 272;
 const STAGES: u32 = 3;
+
+/// The two forms of the GEMM (megakernel/gemm.cuh): mma.sync (k_gemm_fp8, 64 tokens a block, with its
+/// loads-only probe) and the warpgroup form (k_gemm_wg: wgmma, sm_90a, 128 tokens a block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    Mma,
+    Wg,
+}
+
+impl Kernel {
+    pub fn parse(s: &str) -> Result<Kernel> {
+        match s {
+            "mma" => Ok(Kernel::Mma),
+            "wg" => Ok(Kernel::Wg),
+            _ => crate::bail!("gpu gemm: --kernel {s}: mma or wg"),
+        }
+    }
+    /// Tokens a block.
+    pub fn tokens(self) -> usize {
+        match self {
+            Kernel::Mma => 64,
+            Kernel::Wg => 128,
+        }
+    }
+    /// Shared memory a block (STAGES stages of the weights' 8 warp tiles and the tokens' k-tile).
+    fn smem(self) -> u32 {
+        STAGES
+            * match self {
+                Kernel::Mma => 8 * 2048 + 64 * 272,
+                Kernel::Wg => 8 * 2048 + 128 * 256,
+            }
+    }
+}
 
 /// One (shape, T)'s figures.
 #[derive(Debug)]
@@ -39,8 +70,8 @@ pub struct GemmRow {
 
 /// The k-tiles a split and the splits of a T x N x K GEMM on `sms` SMs: enough blocks for two waves'
 /// worth of the machine when the (row, token) tiles alone give fewer, at least 4 k-tiles a split.
-pub fn splits(t: usize, n: usize, k: usize, sms: usize) -> (usize, usize) {
-    let tiles = n.div_ceil(ROWS) * t.div_ceil(TOKENS);
+pub fn splits(t: usize, n: usize, k: usize, sms: usize, tokens: usize) -> (usize, usize) {
+    let tiles = n.div_ceil(ROWS) * t.div_ceil(tokens);
     let kt = k / 128;
     let want = (2 * sms).div_ceil(tiles).clamp(1, (kt / 4).max(1));
     let kps = kt.div_ceil(want);
@@ -56,28 +87,34 @@ fn floats(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defines) -> Result<Vec<GemmRow>> {
+pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defines, kernel: Kernel) -> Result<Vec<GemmRow>> {
     let cfg = ModelConfig::preset(preset)?;
     if ts.is_empty() || ts.contains(&0) {
         crate::bail!("gpu gemm: --t needs prompt lengths of at least 1");
     }
     let tmax = *ts.iter().max().unwrap_or(&1);
     let gpu = Gpu::open()?;
-    let (module, _) = gpu.module(&crate::exec::gpu::source(), cache, defines)?;
-    let f = cu(module.load_function("k_gemm_fp8"), "cuModuleGetFunction (k_gemm_fp8)")?;
+    // the warpgroup form needs the arch-specific target (sm_90a on the H200's sm_90)
+    let arch = if kernel == Kernel::Wg && gpu.arch == "sm_90" { "sm_90a".to_string() } else { gpu.arch.clone() };
+    if kernel == Kernel::Wg && arch != "sm_90a" {
+        crate::bail!("gpu gemm --kernel wg: wgmma needs an sm_90 GPU (this one is {})", gpu.arch);
+    }
+    let (module, _) = gpu.module_for(&arch, &crate::exec::gpu::source(), cache, defines)?;
+    let name = if kernel == Kernel::Wg { "k_gemm_wg" } else { "k_gemm_fp8" };
+    let f = cu(module.load_function(name), "cuModuleGetFunction (k_gemm)")?;
     let fl = cu(module.load_function("k_gemm_fp8_loads"), "cuModuleGetFunction (k_gemm_fp8_loads)")?;
     let red = cu(module.load_function("k_gemm_reduce"), "cuModuleGetFunction (k_gemm_reduce)")?;
-    let smem = STAGES * STAGE_BYTES;
+    let (smem, tokens) = (kernel.smem(), kernel.tokens());
     use cudarc::driver::sys::CUfunction_attribute as F;
-    // The loads-only kernel needs fewer registers: its shared memory is raised so that no more of its
-    // blocks share an SM than of the GEMM's (whose registers allow GEMM_MIN_BLOCKS), the same occupancy.
-    let loads_smem = if defines.get("GEMM_MIN_BLOCKS") <= 1 { 120 << 10 } else { smem };
+    // The loads-only kernel (the mma form's) needs fewer registers: its shared memory is raised so that
+    // no more of its blocks share an SM than of the GEMM's (whose registers allow GEMM_MIN_BLOCKS).
+    let loads_smem = if defines.get("GEMM_MIN_BLOCKS") <= 1 { 120 << 10 } else { Kernel::Mma.smem() };
     for (k, b) in [(&f, smem), (&fl, loads_smem)] {
         cu(k.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, b as i32), "cuFuncSetAttribute")?;
     }
     let stream = gpu.stream.clone();
     let ceiling = crate::exec::gpu::device::read_ceiling_gbps(cache)?;
-    println!("the read ceiling: {ceiling:.0} GB/s (measured); T = {ts:?}");
+    println!("the read ceiling: {ceiling:.0} GB/s (measured); T = {ts:?}; kernel {name} ({arch}; loads only: k_gemm_fp8_loads)");
     let mut rng = crate::model::synth::Rng::new(11);
     let table = e4m3_table();
     // x: tmax rows of bf16 (the same inputs for every shape's first K columns), times 2^64 for the kernel
@@ -117,16 +154,17 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
             .collect();
         let mut xd = cu(stream.alloc_zeros::<u8>(x64.len()), "cuMemAlloc (x)")?;
         cu(stream.memcpy_htod(&x64, &mut xd), "x")?;
-        let max_parts = ts.iter().map(|&t| splits(t, n, k, gpu.sms as usize).1 * t * n).max().unwrap_or(0);
+        let max_parts = ts.iter().map(|&t| splits(t, n, k, gpu.sms as usize, tokens).1 * t * n).max().unwrap_or(0);
         let parts = cu(stream.alloc_zeros::<u8>(max_parts * 4), "cuMemAlloc (partials)")?;
         let out = cu(stream.alloc_zeros::<u8>(tmax * n * 4), "cuMemAlloc (out)")?;
         let (pw, ps, px, pp, po) =
             (ptr(&wd, &stream), ptr(&scale, &stream), ptr(&xd, &stream), ptr(&parts, &stream), ptr(&out, &stream));
         for &t in ts {
-            let (kps, sp) = splits(t, n, k, gpu.sms as usize);
-            let grid = (n.div_ceil(ROWS) as u32, t.div_ceil(TOKENS) as u32, sp as u32);
+            let (kps, sp) = splits(t, n, k, gpu.sms as usize, tokens);
+            let grid = (n.div_ceil(ROWS) as u32, t.div_ceil(tokens) as u32, sp as u32);
+            let loads_grid = (n.div_ceil(ROWS) as u32, t.div_ceil(Kernel::Mma.tokens()) as u32, sp as u32);
             let cfg_l = LaunchConfig { grid_dim: grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
-            let cfg_loads = LaunchConfig { shared_mem_bytes: loads_smem, ..cfg_l };
+            let cfg_loads = LaunchConfig { grid_dim: loads_grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: loads_smem };
             let (t32, n32, k32, kps32, sp32) = (t as u32, n as u32, k as u32, kps as u32, sp as u32);
             let count = (t * n) as u64;
             let launch = |copy: usize, compute: u32| -> Result<()> {
@@ -253,13 +291,13 @@ mod tests {
     #[test]
     fn splits_cover_every_k_tile_once() {
         for (t, n, k) in [(59, 5120, 5120), (4096, 17408, 5120), (1, 256, 256), (512, 6144, 17408)] {
-            let (kps, sp) = splits(t, n, k, 132);
+            let (kps, sp) = splits(t, n, k, 132, 64);
             let kt = k / 128;
             assert!(kps * sp >= kt && kps * (sp - 1) < kt, "{t} {n} {k}: {kps} x {sp} vs {kt}");
             assert!(sp == 1 || kps >= 4, "{t} {n} {k}: {kps} k-tiles a split");
         }
         // small T: more blocks by splitting K; large T: none
-        assert!(splits(59, 5120, 5120, 132).1 > 1);
-        assert_eq!(splits(4096, 17408, 5120, 132).1, 1);
+        assert!(splits(59, 5120, 5120, 132, 64).1 > 1);
+        assert_eq!(splits(4096, 17408, 5120, 132, 128).1, 1);
     }
 }
