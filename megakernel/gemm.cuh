@@ -32,6 +32,10 @@
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(pred ? 16 : 0) : "memory");
 }
+// 4 bytes global -> shared (through L1); zeros when !pred.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool pred) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(pred ? 4 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
@@ -192,22 +196,17 @@ k_gemm_fp8_loads(const unsigned char* __restrict__ W, const float* __restrict__ 
 // n0 / 32 + w / 2, half w % 2, as loaded: wgmma's register A fragment is mma.sync's per warp) x GEMM_WG_TOKENS
 // tokens (B from shared memory in the no-swizzle K-major canonical layout: core matrices of 8 tokens x 16
 // bytes, core matrix (k chunk c of 8, token group q) at (16 c + q) x 128 bytes, so a k16 step's B starts
-// at 4096 s, its two k chunks 2048 apart (LBO), its token groups 128 apart (SBO)). A k-tile: 8 wgmma
+// at 4096 s, its two k chunks 2048 apart (LBO), its token groups 128 apart (SBO); x permuted in k as the
+// weights' fragments are: gemm_wg_load). A k-tile: 8 wgmma
 // m64n128k16 into the tile accumulator (the first with scale-d 0), committed and waited, then scaled into
 // the running total (two sets of 64 floats a thread).
 #define GEMM_WG_TOKENS 128
 #define GEMM_WG_B_BYTES (GEMM_WG_TOKENS * 256)
 #define GEMM_WG_STAGE_BYTES (8 * 2048 + GEMM_WG_B_BYTES)
-#ifndef GEMM_WG_SWAP
-#define GEMM_WG_SWAP 0  // 1: the descriptor's two byte offsets exchanged (if the canonical layout reads them the other way)
-#endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The matrix descriptor (no swizzle): start address, LBO (core matrices adjacent in K), SBO (adjacent in
+// N), all >> 4 (PTX ISA, "matrix descriptor"; CUTLASS make_gmma_desc's K-major INTERLEAVE case agrees).
 __device__ __forceinline__ unsigned long long wg_desc(const void* p, unsigned lbo, unsigned sbo) {
-  if (GEMM_WG_SWAP) {
-    const unsigned t = lbo;
-    lbo = sbo;
-    sbo = t;
-  }
   return (unsigned long long)((smem_addr(p) & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32);
 }
 // d (64 floats: n8 chunk j's four at 4 j, as mma.sync's D) = (zero ? 0 : d) + A (4 registers) x B (desc).
@@ -233,18 +232,23 @@ __device__ __forceinline__ void gemm_wg_load(char* st, const unsigned char* W, c
     const unsigned char* src = W + ((size_t)(ok ? rg : 0) * (K / kc) + kt * 128 / kc) * 32 * kc + ((tile % 2) * tiles + t) * 2048 + piece * 16;
     cp_async16(st + tile * 2048 + piece * 16, src, ok);
   }
+  // B: the tokens' x in the k order the weights' fragments hold (review, session 23): wgmma's logical k
+  // 2 c + 8 h + e of step s pairs with the A registers' bytes, physical k 64 (s / 4) + 16 c + 4 (s % 4)
+  // + 2 h + e (the chunk layout's lane order). So each 4-byte pair of x at physical p (even) goes to core
+  // matrix 2 s + h (s = 4 (p / 64) + (p % 16) / 4, h = (p % 4) / 2), byte 4 c (c = (p % 64) / 16) of its
+  // token's row: 4-byte copies, a warp's 32 reading 128 contiguous bytes.
   char* b = st + 8 * 2048;
-#pragma unroll
-  for (int i = 0; i < GEMM_WG_TOKENS * 16 / GEMM_THREADS; ++i) {
-    // token r's k chunk c (8 bf16): core matrix (c, r / 8), its row r % 8
-    const unsigned p = tid + GEMM_THREADS * i, r = p / 16, c = p % 16, tok = t0 + r;
+#pragma unroll 8
+  for (int i = 0; i < GEMM_WG_TOKENS * 64 / GEMM_THREADS; ++i) {
+    const unsigned w = tid + GEMM_THREADS * i, r = w / 64, p = 2 * (w % 64), tok = t0 + r;
+    const unsigned s = 4 * (p / 64) + (p % 16) / 4, h = (p % 4) / 2, c = (p % 64) / 16;
     const bool ok = tok < T;
-#ifdef MK_BREAK_GEMV  // negative control: each k16's two chunks of x exchanged (every product wrong)
-    const unsigned cx = c ^ 1;
+#ifdef MK_BREAK_GEMV  // negative control: the two pairs of each 4-element group of x exchanged (every product wrong)
+    const unsigned px = p ^ 2;
 #else
-    const unsigned cx = c;
+    const unsigned px = p;
 #endif
-    cp_async16(b + (16 * c + r / 8) * 128 + (r % 8) * 16, X + (size_t)(ok ? tok : 0) * K + kt * 128 + cx * 8, ok);
+    cp_async4(b + (16 * (2 * s + h) + r / 8) * 128 + (r % 8) * 16 + 4 * c, X + (size_t)(ok ? tok : 0) * K + kt * 128 + px, ok);
   }
 }
 #endif
@@ -298,6 +302,9 @@ k_gemm_wg(const unsigned char* __restrict__ W, const float* __restrict__ S, cons
     for (int j = 0; j < 8; ++j) wgmma_m64n128(acc, aw[j][0], aw[j][1], aw[j][2], aw[j][3], wg_desc(b + 4096 * j, 2048, 128), j > 0);
     wgmma_commit();
     wgmma_wait0();
+    // (the accumulator's reads below stay after the wait: an empty asm naming every register)
+#pragma unroll
+    for (int e = 0; e < 64; ++e) asm volatile("" : "+f"(acc[e])::"memory");
     const float sc = srow[kt0 + i] * 0x1p56f;
 #pragma unroll
     for (int e = 0; e < 64; ++e) tot[e] += sc * acc[e];  // ORDER: k-tiles in order
@@ -312,6 +319,8 @@ k_gemm_wg(const unsigned char* __restrict__ W, const float* __restrict__ S, cons
       const unsigned r = rw + g + 8 * (e >> 1), t = t0 + 8 * j + 2 * cq + (e & 1);
       if (t < T) y[(size_t)t * N + r] = tot[4 * j + e];
     }
+#else
+  __trap();  // (compiled for an architecture without wgmma: the host compiles this kernel for sm_90a)
 #endif
 }
 

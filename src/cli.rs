@@ -208,6 +208,17 @@ pub enum Cmd {
         #[arg(long)]
         ids: bool,
     },
+    /// The agent workload's synthetic trajectories (issue 29: the seed's 13 trajectories, 82 steps,
+    /// 11,239 emitted tokens): generate them (to --out), or check a file against its own text (--check);
+    /// prints a table either way.
+    AgentTrajectories {
+        /// Write the generated trajectories here (JSON).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Read this file instead and check every recorded count against its text.
+        #[arg(long, conflicts_with = "out")]
+        check: Option<PathBuf>,
+    },
 }
 
 /// How the compiler cuts the program's work (the same bits whichever: the tests use them to exercise

@@ -5,8 +5,10 @@
 //! `verify` (the checks: GPU against CPU op by op, M rows, the oracle's goldens and traces, the
 //! sampler, soaks), `compiler` (model -> program), `exec` (runs programs: the CPU interpreter, the
 //! GPU's graph and megakernel), `model` (config, checkpoints, CPU reference), `isa` (the contract:
-//! opcodes, words, programs, validation, the weights an executor receives), `tokenizer`, `error`.
+//! opcodes, words, programs, validation, the weights an executor receives), `agent` (the agent workload's
+//! trajectories, over the tokenizer), `tokenizer`, `error`.
 
+pub mod agent;
 pub mod compiler;
 pub mod error;
 pub mod exec;

@@ -192,6 +192,24 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Tokenize => mk::tokenizer::cli::tokenize_stdio()?,
         Cmd::Detokenize => mk::tokenizer::cli::detokenize_stdio()?,
         Cmd::ChatRender { file, ids } => mk::tokenizer::cli::chat_render_stdout(&file, ids)?,
+        Cmd::AgentTrajectories { out, check } => {
+            use mk::agent::trajectory as tr;
+            let ts = match &check {
+                Some(f) => {
+                    let text = std::fs::read_to_string(f).map_err(|e| mk::error::Error::new(format!("{}: {e}", f.display())))?;
+                    let ts = tr::from_json(&text)?;
+                    for t in &ts {
+                        tr::replay(t)?;
+                    }
+                    ts
+                }
+                None => tr::generate()?,
+            };
+            if let Some(f) = &out {
+                std::fs::write(f, tr::to_json(&ts)).map_err(|e| mk::error::Error::new(format!("{}: {e}", f.display())))?;
+            }
+            print!("{}", tr::table(&ts));
+        }
         Cmd::Generate { dir, prompt, steps, temperature, top_k, top_p, seed, speculate } => {
             let params = mk::model::sample::SamplingParams { temperature, top_k, top_p };
             let ck = Checkpoint::open(&dir)?;

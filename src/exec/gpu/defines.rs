@@ -24,15 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 10] = [
-    Known {
-        name: "GEMM_WG_SWAP",
-        default: 0,
-        min: 0,
-        max: 1,
-        flag: false,
-        what: "prefill GEMM's wgmma form: its B descriptor's two byte offsets exchanged (a layout question for the GPU to answer; wrong results one way)",
-    },
+pub const KNOWN: [Known; 9] = [
     Known {
         name: "GEMM_MIN_BLOCKS",
         default: 1,
