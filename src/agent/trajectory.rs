@@ -71,7 +71,7 @@ const PLAN: [(usize, Effort, usize); TRAJECTORIES] = [
     (7, Effort::High, 12_000),
     (8, Effort::High, 16_000),
     (10, Effort::VeryHigh, 22_000),
-    (11, Effort::VeryHigh, 30_050),
+    (11, Effort::VeryHigh, 29_770),
 ];
 
 /// One step's counts: the context when its decode starts, the tokens it emits (reasoning and tool call
