@@ -208,6 +208,22 @@ pub enum Cmd {
         #[arg(long)]
         ids: bool,
     },
+    /// The fixed-count replay of agent trajectories on the CPU reference (issue 29): each step appends its
+    /// tokens, prefills them, decodes greedily the recorded count; a table per trajectory (prefill
+    /// tokens, TTFT, decode ms a token).
+    AgentReplay {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// The trajectories (`mk agent-trajectories --out`).
+        #[arg(long, default_value = "experiments/agent/trajectories.json")]
+        trajectories: PathBuf,
+        /// Only these trajectories (names, comma separated; all when absent).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Re-prefill the whole history every step instead of keeping the session resident.
+        #[arg(long)]
+        stateless: bool,
+    },
     /// The agent workload's synthetic trajectories (issue 29: the seed's 13 trajectories, 82 steps,
     /// 11,239 emitted tokens): generate them (to --out), or check a file against its own text (--check);
     /// prints a table either way.

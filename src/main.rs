@@ -192,6 +192,25 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Tokenize => mk::tokenizer::cli::tokenize_stdio()?,
         Cmd::Detokenize => mk::tokenizer::cli::detokenize_stdio()?,
         Cmd::ChatRender { file, ids } => mk::tokenizer::cli::chat_render_stdout(&file, ids)?,
+        Cmd::AgentReplay { dir, trajectories, only, stateless } => {
+            use mk::agent::{replay, trajectory as tr};
+            let text = std::fs::read_to_string(&trajectories)
+                .map_err(|e| mk::error::Error::new(format!("{}: {e}", trajectories.display())))?;
+            let ts = tr::from_json(&text)?;
+            if let Some(bad) = only.iter().find(|n| !ts.iter().any(|t| &t.name == *n)) {
+                return Err(mk::error::Error::new(format!("agent-replay: no trajectory {bad} in {}", trajectories.display())));
+            }
+            let ck = Checkpoint::open(&dir)?;
+            ck.deep_check()?;
+            let w = forward::Weights::from_checkpoint(&ck);
+            let residency = if stateless { replay::Residency::Stateless } else { replay::Residency::Resident };
+            for t in ts.iter().filter(|t| only.is_empty() || only.contains(&t.name)) {
+                let r = tr::replay(t)?;
+                let ctx = r.prompt.len() + r.steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
+                let run = replay::replay(&w, &r, residency, ctx.div_ceil(256) * 256)?;
+                print!("{}", replay::table(&t.name, residency, &run));
+            }
+        }
         Cmd::AgentTrajectories { out, check } => {
             use mk::agent::trajectory as tr;
             let ts = match &check {

@@ -62,3 +62,61 @@ fn a_corrupted_count_or_text_is_refused() {
         assert!(tr::from_json(bad).err().unwrap().to_string().starts_with("trajectories:"), "{bad}");
     }
 }
+
+mod common;
+
+/// The first state buffer in which `a` differs from `b` (GDN states, KV rows below `n`), or None.
+fn first_difference(a: &mk::model::forward::State, b: &mk::model::forward::State, n: usize) -> Option<String> {
+    let bits = |x: &[f32], y: &[f32]| x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits());
+    for l in 0..a.recurrent.len() {
+        if let Some(e) = bits(&a.recurrent[l], &b.recurrent[l]) {
+            return Some(format!("GDN layer {l} recurrent state, element {e}"));
+        }
+        if let Some(e) = bits(&a.conv[l], &b.conv[l]) {
+            return Some(format!("GDN layer {l} conv state, element {e}"));
+        }
+    }
+    for l in 0..a.k_cache.len() {
+        let kv = a.k_cache[l].len() / a.max_context;
+        if let Some(e) = bits(&a.k_cache[l][..n * kv], &b.k_cache[l][..n * kv]) {
+            return Some(format!("attention layer {l} keys, element {e}"));
+        }
+        if let Some(e) = bits(&a.v_cache[l][..n * kv], &b.v_cache[l][..n * kv]) {
+            return Some(format!("attention layer {l} values, element {e}"));
+        }
+    }
+    (a.pos != b.pos).then(|| format!("position {} vs {}", a.pos, b.pos))
+}
+
+/// The fixed-count replay on the tiny reference (a truncated t01: its first 150 prompt tokens, three
+/// steps of 5 emitted tokens and appends of 37 and 45, so the appends cross and miss the 64-token
+/// boundaries): a resident session and a stateless one (the whole history re-prefilled each step) emit
+/// the same tokens at every step, exactly the recorded counts, and end in the same state bit for bit; the
+/// resident one prefills fewer tokens. The negative control (unanchored appends) ends in another state.
+#[test]
+fn resident_and_stateless_replays_emit_the_same_tokens_and_end_in_the_same_state() {
+    use mk::agent::replay::{replay, Residency};
+    let ck = mk::model::checkpoint::Checkpoint::open(common::tiny()).unwrap();
+    let w = mk::model::forward::Weights::from_checkpoint(&ck);
+    let t01 = tr::replay(&tr::from_json(&committed()).unwrap()[0]).unwrap();
+    let r = tr::Replay {
+        prompt: t01.prompt[..150].to_vec(),
+        steps: vec![(5, t01.steps[0].1[..37].to_vec()), (5, t01.steps[1].1[..45].to_vec()), (5, vec![])],
+    };
+    let n = 150 + 15 + 37 + 45;
+    let res = replay(&w, &r, Residency::Resident, 512).unwrap();
+    let st = replay(&w, &r, Residency::Stateless, 512).unwrap();
+    for (i, (a, b)) in res.steps.iter().zip(&st.steps).enumerate() {
+        assert_eq!(a.emitted.len(), 5, "step {i}: the recorded count");
+        assert_eq!(a.emitted, b.emitted, "step {i}: resident and stateless emit other tokens");
+    }
+    assert_eq!(first_difference(&res.session.state, &st.session.state, n), None);
+    let (pr, ps): (usize, usize) =
+        (res.steps.iter().map(|s| s.prefill_tokens).sum(), st.steps.iter().map(|s| s.prefill_tokens).sum());
+    assert!(pr < ps, "resident prefilled {pr} tokens, stateless {ps}");
+    assert_eq!(ps, 150 + (150 + 5 + 37) + (150 + 5 + 37 + 5 + 45));
+    let bad = replay(&w, &r, Residency::ResidentUnanchored, 512).unwrap();
+    assert!(first_difference(&bad.session.state, &st.session.state, n).is_some(), "the negative control must differ");
+    // a trajectory past the session's context is refused
+    assert!(replay(&w, &r, Residency::Resident, 200).err().unwrap().to_string().contains("the session holds 200"));
+}

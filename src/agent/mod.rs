@@ -1,4 +1,6 @@
 //! The agent workload (issue 29): synthetic trajectories with the seed's statistics (`trajectory`), the
-//! data a fixed-count replay feeds.
+//! data a fixed-count replay feeds, and the replay itself on the CPU reference (`replay`: a resident
+//! append-anchored session or a stateless re-prefill each step).
 
+pub mod replay;
 pub mod trajectory;

@@ -234,6 +234,11 @@ impl Session {
         &self.tokens
     }
 
+    /// The checkpoint's position: an anchored append re-runs the tokens from here.
+    pub fn checkpoint(&self) -> usize {
+        self.anchor.pos
+    }
+
     /// Appends `new` by prefill; returns the last token's logits. Re-runs the tokens since the
     /// checkpoint (at most GDN_CHUNK - 1 after prefills only; more after decode steps crossed a boundary).
     pub fn append(&mut self, w: &Weights, new: &[u32]) -> Result<Vec<f32>> {

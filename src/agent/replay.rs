@@ -1,0 +1,120 @@
+//! The fixed-count replay of agent trajectories (issue 29 item 5) on the CPU reference: each step
+//! appends its tokens (the cold prompt, then the previous step's tool result turn), prefills them, then
+//! decodes greedily exactly the recorded count (stop tokens do not end a step: the seed's fixed-count
+//! replay, 10.3). Two ways to hold a session between steps:
+//! - **resident**: one append-anchored `Session` (model::prefill): an append re-runs only the tokens since
+//!   the last 64-token checkpoint, then the new ones;
+//! - **stateless**: every step re-prefills the whole history (the prompt, every emitted token, every
+//!   appended one) from an empty state.
+//! Both leave the state a single prefill over the history makes (the anchoring's guarantee), so both emit
+//! the same tokens; the tests check it bit for bit, with a negative control (unanchored appends).
+//! Clocks per step: prefill (submit to first token: the append and the first decode's logits) and
+//! decode (first token to the last), wall time of this process. The GPU paths come with the session pool.
+//!
+//! Owns: the replay loop and its clocks. Refuses: a trajectory past the session's context.
+
+use std::time::Instant;
+
+use super::trajectory::Replay;
+use crate::error::Result;
+use crate::model::forward::Weights;
+use crate::model::ops::argmax;
+use crate::model::prefill::Session;
+
+/// How a session lives between steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Residency {
+    Resident,
+    Stateless,
+    /// NEGATIVE CONTROL: resident with unanchored appends (the chunks anchored at each append's start).
+    #[doc(hidden)]
+    ResidentUnanchored,
+}
+
+/// One step's outcome: the emitted ids, the tokens its prefill ran (the appended ones plus any re-run),
+/// and its clocks in ms.
+#[derive(Debug, Clone)]
+pub struct StepRun {
+    pub emitted: Vec<u32>,
+    pub prefill_tokens: usize,
+    pub ttft_ms: f64,
+    pub decode_ms: f64,
+}
+
+/// A trajectory's replay: its steps and the session's final state (for the bit comparisons).
+pub struct Run {
+    pub steps: Vec<StepRun>,
+    pub session: Session,
+}
+
+/// Replays `r` on the CPU reference with a session of `max_context` positions.
+pub fn replay(w: &Weights, r: &Replay, residency: Residency, max_context: usize) -> Result<Run> {
+    let total = r.prompt.len() + r.steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
+    if total > max_context {
+        crate::bail!("replay: the trajectory reaches {total} tokens, the session holds {max_context}");
+    }
+    let mut session = Session::new(&w.cfg, max_context);
+    let mut history: Vec<u32> = Vec::new();
+    let mut pending: Vec<u32> = r.prompt.clone();
+    let mut steps = Vec::new();
+    for (emit, append) in &r.steps {
+        let t0 = Instant::now();
+        let (logits, prefill_tokens) = match residency {
+            Residency::Stateless => {
+                history.extend_from_slice(&pending);
+                session = Session::new(&w.cfg, max_context);
+                (session.append(w, &history)?, history.len())
+            }
+            Residency::Resident | Residency::ResidentUnanchored => {
+                history.extend_from_slice(&pending);
+                // the tokens this append runs: the re-run since the checkpoint (anchored), then the new ones
+                let from = if residency == Residency::Resident { session.checkpoint() } else { session.tokens().len() };
+                let l = if residency == Residency::Resident {
+                    session.append(w, &pending)?
+                } else {
+                    session.append_unanchored(w, &pending)?
+                };
+                (l, history.len() - from)
+            }
+        };
+        let mut tok = argmax(&logits) as u32;
+        let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let t1 = Instant::now();
+        let mut emitted = vec![tok];
+        // the step's first token came from the prefill's logits; each further one from a decode step
+        for _ in 1..*emit {
+            let l = session.step(w, tok)?;
+            tok = argmax(&l) as u32;
+            emitted.push(tok);
+        }
+        // the last emitted token goes into the session too (the next append follows it)
+        session.step(w, tok)?;
+        let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+        history.extend_from_slice(&emitted);
+        pending = append.clone();
+        steps.push(StepRun { emitted, prefill_tokens, ttft_ms, decode_ms });
+    }
+    Ok(Run { steps, session })
+}
+
+/// A table of one replay: per step the tokens prefilled, TTFT, decode ms a token, the step's total.
+pub fn table(name: &str, residency: Residency, run: &Run) -> String {
+    let mut o = format!("{name} ({residency:?}):\n  {:>4} {:>8} {:>8} {:>10} {:>10} {:>10}\n", "step", "prefill", "emitted", "ttft ms", "ms/token", "total ms");
+    let (mut p, mut e, mut t) = (0, 0, 0.0);
+    for (i, s) in run.steps.iter().enumerate() {
+        let per = s.decode_ms / s.emitted.len().max(1) as f64;
+        o += &format!(
+            "  {:>4} {:>8} {:>8} {:>10.1} {:>10.2} {:>10.1}\n",
+            i,
+            s.prefill_tokens,
+            s.emitted.len(),
+            s.ttft_ms,
+            per,
+            s.ttft_ms + s.decode_ms
+        );
+        p += s.prefill_tokens;
+        e += s.emitted.len();
+        t += s.ttft_ms + s.decode_ms;
+    }
+    o + &format!("  all  {p:>8} {e:>8} {:>34.1}\n", t)
+}
