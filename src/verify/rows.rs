@@ -180,6 +180,43 @@ fn opcode_shares(p: &Program, raw: &[u64]) -> Vec<(String, f64)> {
     v
 }
 
+/// Per opcode, what its units did: words, units a word, the mean and the largest unit's work (ready to
+/// done, us) and the mean wait (ticket to ready: the unit held its block waiting for its inputs). A word
+/// whose share is large but whose units work briefly is waiting on the word before it, not slow itself.
+fn opcode_units(p: &Program, raw: &[u64]) -> Vec<String> {
+    let stamps = crate::experiment::timeline::decode(raw);
+    let mut v: Vec<(String, usize, usize, f64, f64, f64)> = Vec::new();
+    for s in &stamps {
+        let op = format!("{:?}", p.words[s.word as usize].opcode);
+        let work = s.done.saturating_sub(s.ready) as f64 / 1e3;
+        let wait = s.ready.saturating_sub(s.ticket) as f64 / 1e3;
+        match v.iter_mut().find(|e| e.0 == op) {
+            Some(e) => {
+                e.2 += 1;
+                e.3 += work;
+                e.4 = e.4.max(work);
+                e.5 += wait;
+            }
+            None => v.push((op, 0, 1, work, work, wait)),
+        }
+    }
+    for e in v.iter_mut() {
+        e.1 = p.words.iter().filter(|w| format!("{:?}", w.opcode) == e.0).count();
+    }
+    v.iter()
+        .map(|(op, words, units, work, max, wait)| {
+            let n = *units as f64;
+            format!(
+                "{op:24} {words:>5} {:>8.0} {:>10.2} {:>10.2} {:>10.2}",
+                n / (*words).max(1) as f64,
+                work / n,
+                max,
+                wait / n
+            )
+        })
+        .collect()
+}
+
 /// The `n` words with the largest shares of one step's timeline: a line each (index, opcode, layer,
 /// rows, input width, units, k-parts, us), the costliest first.
 fn top_words(p: &Program, raw: &[u64], n: usize) -> Vec<String> {
@@ -288,6 +325,7 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Pa
     let (_, raw) = d1.step_mega_timeline(token(0, vocab))?;
     let mut shares = vec![(1, opcode_shares(&p1, &raw))];
     let top1 = top_words(&p1, &raw, 12);
+    let mut units = vec![(1, opcode_units(&p1, &raw))];
     let mut top = (1, Vec::new());
     let mut bad = off_list;
     let mut rounds = Vec::new();
@@ -389,6 +427,7 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Pa
         d.reset()?;
         let (_, raw) = d.step_rows_timeline(&toks)?;
         shares.push((m, opcode_shares(&p, &raw)));
+        units.push((m, opcode_units(&p, &raw)));
         top = (m, top_words(&p, &raw, 12));
     }
     println!("timing ({reps} synchronised steps each from position 0, mean; \"vs 1 row\": the M-row step over the same path's one-row step):");
@@ -419,6 +458,13 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Pa
             print!(" {:>9.0}", sh.iter().find(|(o, _)| o == op).map_or(0.0, |x| x.1));
         }
         println!();
+    }
+    for (m, lines) in &units {
+        println!("megakernel units by opcode, M = {m} (one step; us: a unit's work is ready to done, its wait ticket to ready):");
+        println!("  {:24} {:>5} {:>8} {:>10} {:>10} {:>10}", "opcode", "words", "units/w", "work mean", "work max", "wait mean");
+        for l in lines {
+            println!("  {l}");
+        }
     }
     println!("the megakernel's costliest words (shares of one step's timeline), one row:");
     for l in &top1 {

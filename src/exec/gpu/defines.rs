@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 9] = [
+pub const KNOWN: [Known; 10] = [
     Known {
         name: "GEMM_MIN_BLOCKS",
         default: 1,
@@ -96,6 +96,14 @@ pub const KNOWN: [Known; 9] = [
         max: 1,
         flag: true,
         what: "PROBE (wrong results): the fp8 GEMV loads its weights but does no arithmetic",
+    },
+    Known {
+        name: "MK_SKIP_PREP",
+        default: 0,
+        min: 0,
+        max: 1,
+        flag: true,
+        what: "PROBE (wrong results): an M-row GEMV's inputs not prepared (its shared-memory rows as they are)",
     },
 ];
 
