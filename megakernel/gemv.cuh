@@ -404,9 +404,12 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
       const bool xsm = mrow_x_in_smem(w);
-#ifndef MK_SKIP_PREP  // probe (wrong results): the input preparation's cost (`mk gpu rows`' timings)
-      if (xsm) prep(M_ROWS);
+#ifdef MK_SKIP_PREP  // probe (wrong results): the input preparation's cost (`mk gpu rows`' timings)
+      const bool skip = true;
+#else
+      const bool skip = false;
 #endif
+      if (xsm && !skip) prep(M_ROWS);
       if (!is_fp8(c, wid)) {
         // bf16 (its inputs in shared memory: mrow_gemv): each weight load applied to the M rows, a warp
         // a row (dot_rows_m: row m's sums in dot_rows' order, so the bits of a one-row step)
