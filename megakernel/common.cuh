@@ -238,11 +238,6 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
 }
 
 
-// Chunks of 16 bytes a lane an M-row preparation loads before it computes on them (prepared_rows,
-// gated_norm_input): registers against round trips.
-#ifndef PREP_BATCH
-#define PREP_BATCH 3
-#endif
 // The prepared inputs of nx rows (1, or an M-row GEMV's M_ROWS) side by side (prepared_input's), when
 // `fresh`. M rows with a norm (and K % 8 == 0) at once, warp m on row m (M_ROWS <= WARPS), in
 // block_rmsnorm's order: lane l stands for the block's threads l, 32 + l, .. (each its 16-byte chunks
@@ -262,42 +257,17 @@ __device__ unsigned short* prepared_rows(const DevCtx& c, const Word& w, unsigne
     const unsigned short* x = B<unsigned short>(r, w.ops[SLOT_IN0]);
     const float* nw = B<float>(r, w.ops[norm_slot]);
     const float s = input_scale(c, w.ops[SLOT_W0]);
-    // Every load of a batch is issued before its arithmetic (a round trip a batch: one load at a time,
-    // a warp's 20 + 20 chunks of a 5,120-wide row were 40 round trips in each of the word's units,
-    // 15 us a unit at M = 8: MK_SKIP_PREP). The sums' order is unchanged.
     float total = 0.f;  // ORDER: block_sum's (thread groups in order from 0)
 #pragma unroll
     for (unsigned j = 0; j < WARPS; ++j) {
-      float ss = 0.f;  // ORDER: the group's chunks in order (t ascending)
-      for (unsigned i0 = 8 * (32 * j + lane); i0 < K; i0 += PREP_BATCH * 8 * THREADS) {
-        uint4 v[PREP_BATCH];
-#pragma unroll
-        for (int t = 0; t < PREP_BATCH; ++t)
-          if (i0 + t * 8 * THREADS < K) v[t] = *(const uint4*)(x + i0 + t * 8 * THREADS);
-#pragma unroll
-        for (int t = 0; t < PREP_BATCH; ++t)
-          if (i0 + t * 8 * THREADS < K) ss = chunk_squares(v[t], ss);
-      }
+      float ss = 0.f;
+      for (unsigned i = 8 * (32 * j + lane); i < K; i += 8 * THREADS) ss = chunk_squares(*(const uint4*)(x + i), ss);
       total += warp_sum(ss);
     }
     const float rstd = 1.0f / sqrtf(total * (1.0f / (float)K) + c.eps);
     unsigned short* out = (unsigned short*)(smem + m * xrow_bytes(K));
-    for (unsigned i0 = 8 * lane; i0 < K; i0 += PREP_BATCH * 8 * 32) {
-      uint4 v[PREP_BATCH];
-      float4 wa[PREP_BATCH], wb[PREP_BATCH];
-#pragma unroll
-      for (int t = 0; t < PREP_BATCH; ++t) {
-        const unsigned i = i0 + t * 8 * 32;
-        if (i < K) {
-          v[t] = *(const uint4*)(x + i);
-          wa[t] = *(const float4*)(nw + i);
-          wb[t] = *(const float4*)(nw + i + 4);
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < PREP_BATCH; ++t)
-        if (i0 + t * 8 * 32 < K) *(uint4*)(out + i0 + t * 8 * 32) = chunk_normed(v[t], wa[t], wb[t], rstd, s);
-    }
+    for (unsigned i = 8 * lane; i < K; i += 8 * 32)
+      *(uint4*)(out + i) = chunk_normed(*(const uint4*)(x + i), *(const float4*)(nw + i), *(const float4*)(nw + i + 4), rstd, s);
   }
   BLOCK_SYNC();
   return (unsigned short*)smem;

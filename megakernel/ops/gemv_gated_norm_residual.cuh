@@ -2,9 +2,6 @@
 // z (IN1) and the plain weight W1: bf(bf(w * bf(x * rstd)) * silu(z)); then h[r] = bf(h[r] + bf(W0 . x))
 // or split-K partials.
 #define GATED_HEADS 6  // value heads per warp the one-round-trip gated norm handles (6 x 8 warps = 48, the 27B's)
-#ifndef GATED_ROWS_BATCH
-#define GATED_ROWS_BATCH 8  // (row, head) pairs a warp loads at once in an M-row step's gated norm
-#endif
 // One 128-wide head's gated RMSNorm by one warp (the one arithmetic of GemvGatedNormResidual's input and
 // GdnStep): lane l holds the bf16 pairs at 2 l (cw[0], zw[0]) and 64 + 2 l (cw[1], zw[1]) of the head's
 // values and gates, wn the norm weight at 2 l, 2 l + 1, 64 + 2 l, 65 + 2 l. ORDER of the sum of squares:
@@ -40,37 +37,6 @@ __device__ const unsigned short* gated_norm_input(const DevCtx& c, const Word& w
   unsigned heads = K / d, warp = threadIdx.x >> 5;
   float wn[4] = {nw[2 * lane], nw[2 * lane + 1], nw[64 + 2 * lane], nw[65 + 2 * lane]};
   const float s = input_scale(c, w.ops[SLOT_W0]);
-  if (M_ROWS > 1 && nx > 1) {
-    // M rows: the (row, head) pairs p = m heads + h spread over the warps (warp w: pairs w, w + 8, ..),
-    // GATED_ROWS_BATCH of them a batch with every load of the batch issued before any arithmetic (a
-    // round trip a batch; row after row cost 62 us in each of the M = 8 word's 160 units: MK_SKIP_PREP).
-    // Row m's activation pointers from lane m (one load for all rows). The same gated_head per head.
-    const unsigned pairs = nx * heads;
-    const void* pc = lane < nx ? c.bufs[lane * c.n_bufs + w.ops[SLOT_IN0]] : nullptr;
-    const void* pz = lane < nx ? c.bufs[lane * c.n_bufs + w.ops[SLOT_IN1]] : nullptr;
-    for (unsigned p0 = warp; p0 < pairs; p0 += WARPS * GATED_ROWS_BATCH) {
-      unsigned cw[GATED_ROWS_BATCH][2], zw[GATED_ROWS_BATCH][2];
-#pragma unroll
-      for (int j = 0; j < GATED_ROWS_BATCH; ++j) {
-        const unsigned p = p0 + j * WARPS, m = p / heads, hh = p % heads;
-        const unsigned* cr = (const unsigned*)((const unsigned short*)__shfl_sync(0xffffffffu, (unsigned long long)pc, m) + hh * d);
-        const unsigned* zr = (const unsigned*)((const unsigned short*)__shfl_sync(0xffffffffu, (unsigned long long)pz, m) + hh * d);
-        if (p < pairs) {
-          cw[j][0] = cr[lane];
-          cw[j][1] = cr[32 + lane];
-          zw[j][0] = zr[lane];
-          zw[j][1] = zr[32 + lane];
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < GATED_ROWS_BATCH; ++j) {
-        const unsigned p = p0 + j * WARPS;
-        if (p < pairs) gated_head(c, cw[j], zw[j], wn, (unsigned*)(xs0 + (p / heads) * (xrow_bytes(K) / 2) + (p % heads) * d), s);
-      }
-    }
-    BLOCK_SYNC();
-    return xs0;
-  }
   for (unsigned m = 0; m < (M_ROWS == 1 ? 1 : nx); ++m) {
     const DevCtx r = row_view(c, m);
     const unsigned short* core = B<unsigned short>(r, w.ops[SLOT_IN0]);

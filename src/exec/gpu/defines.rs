@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 12] = [
+pub const KNOWN: [Known; 10] = [
     Known {
         name: "GEMM_MIN_BLOCKS",
         default: 1,
@@ -64,22 +64,6 @@ pub const KNOWN: [Known; 12] = [
         max: 16,
         flag: false,
         what: "value rows in flight in attention PV (default: ATTN_UNROLL)",
-    },
-    Known {
-        name: "PREP_BATCH",
-        default: 3,
-        min: 1,
-        max: 8,
-        flag: false,
-        what: "16-byte chunks a lane loads before computing in an M-row RMS-normed input",
-    },
-    Known {
-        name: "GATED_ROWS_BATCH",
-        default: 8,
-        min: 1,
-        max: 16,
-        flag: false,
-        what: "(row, head) pairs a warp loads at once in an M-row step's gated norm",
     },
     Known {
         name: "GRAPH_STAMPS",
