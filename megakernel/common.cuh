@@ -19,9 +19,6 @@
 #define M_ROWS 1           // the program's M (rows of a verification step); the host prepends it to the source
                            // for M > 1 programs, so M = 1 programs compile exactly as before (no row loop)
 #endif
-#ifndef GNR_MIN_BLOCKS
-#define GNR_MIN_BLOCKS GEMV_MIN_BLOCKS  // GDN out_proj's launch bounds alone (the split GDN lowering's)
-#endif
 #define PV_GROUPS 4    // attention PV: position groups a unit's warps split its positions into (pairs of warps)
 static_assert(WARPS == 2 * PV_GROUPS, "attention PV: two warps (128 dims each) per position group");
 #ifndef ATTN_UNROLL
@@ -239,38 +236,81 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
 
 
 // The prepared inputs of nx rows (1, or an M-row GEMV's M_ROWS) side by side (prepared_input's), when
-// `fresh`. M rows with a norm (and K % 8 == 0) at once, warp m on row m (M_ROWS <= WARPS), in
-// block_rmsnorm's order: lane l stands for the block's threads l, 32 + l, .. (each its 16-byte chunks
-// in order), a butterfly per such 32-thread group, the group sums added in group order from 0, so row
-// m's bits are block_rmsnorm's; one barrier for all rows instead of a normalisation per row.
-__device__ unsigned short* prepared_rows(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh, unsigned nx) {
-  if (M_ROWS == 1 || nx == 1) return prepared_input(c, w, norm_slot, smem, fresh);
+// `fresh`. M rows with a norm (K % 8 == 0, K <= NORM_CHUNKS x 8 x THREADS) in block_rmsnorm's order:
+// thread t sums the squares of its chunks 8 (t + j THREADS) in order, the warp butterfly, the warps'
+// sums added in warp order from 0 (block_sum's), so row m's bits are block_rmsnorm's; but rows two at a
+// time with every load of a pair issued before its arithmetic (the raw chunks stored into the row's
+// slot as they are summed), one barrier, then each thread normalises its own chunks in place
+// (chunk_normed): two barriers for all rows instead of three a row. The warp sums go to the room after
+// the block sums ([nx][WARPS] floats; launch.rs reserves it).
+// (Out of line: inlined, its loads moved ptxas's allocation of the M-row GEMVs' weight loops, k_gemv_norm
+// 268 -> 456 bytes of spills; a call costs a register save once a unit.)
+__device__ __noinline__ unsigned short* prepared_rows_m(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh, unsigned nx) {
   const unsigned K = c.cols[w.ops[SLOT_IN0]];
-  if (!fresh || w.ops[norm_slot] == OPERAND_NONE || K % 8 != 0) {
+  if (!fresh || w.ops[norm_slot] == OPERAND_NONE || K % 8 != 0 || K > NORM_CHUNKS * 8 * THREADS) {
     for (unsigned m = 0; m < nx; ++m) prepared_input(row_view(c, m), w, norm_slot, smem, fresh, m, nx);
     return (unsigned short*)smem;
   }
-  static_assert(M_ROWS <= WARPS, "prepared_rows: a warp per row");
-  const unsigned m = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (m < nx) {
-    const DevCtx r = row_view(c, m);
-    const unsigned short* x = B<unsigned short>(r, w.ops[SLOT_IN0]);
-    const float* nw = B<float>(r, w.ops[norm_slot]);
-    const float s = input_scale(c, w.ops[SLOT_W0]);
-    float total = 0.f;  // ORDER: block_sum's (thread groups in order from 0)
+  const unsigned t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  float* sums = (float*)(smem + nx * xrow_bytes(K) + 32);
+  auto row = [&](unsigned m) { return (unsigned short*)(smem + m * xrow_bytes(K)); };
+  for (unsigned m = 0; m < nx; m += 2) {
+    uint4 xv[2][NORM_CHUNKS];
 #pragma unroll
-    for (unsigned j = 0; j < WARPS; ++j) {
-      float ss = 0.f;
-      for (unsigned i = 8 * (32 * j + lane); i < K; i += 8 * THREADS) ss = chunk_squares(*(const uint4*)(x + i), ss);
-      total += warp_sum(ss);
+    for (int r = 0; r < 2; ++r)
+      if (m + r < nx) {
+        const unsigned short* x = B<unsigned short>(row_view(c, m + r), w.ops[SLOT_IN0]);
+#pragma unroll
+        for (int j = 0; j < NORM_CHUNKS; ++j) {
+          const unsigned i = 8 * (t + j * THREADS);
+          if (i < K) xv[r][j] = *(const uint4*)(x + i);
+        }
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (m + r < nx) {
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < NORM_CHUNKS; ++j) {
+          const unsigned i = 8 * (t + j * THREADS);
+          if (i < K) {
+            ss = chunk_squares(xv[r][j], ss);
+            *(uint4*)(row(m + r) + i) = xv[r][j];
+          }
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) sums[(m + r) * WARPS + warp] = ss;
+      }
+  }
+  BLOCK_SYNC();
+  const float* nw = B<float>(c, w.ops[norm_slot]);
+  const float s = input_scale(c, w.ops[SLOT_W0]);
+  float4 wa[NORM_CHUNKS], wb[NORM_CHUNKS];
+#pragma unroll
+  for (int j = 0; j < NORM_CHUNKS; ++j) {
+    const unsigned i = 8 * (t + j * THREADS);
+    if (i < K) {
+      wa[j] = *(const float4*)(nw + i);
+      wb[j] = *(const float4*)(nw + i + 4);
     }
+  }
+  for (unsigned m = 0; m < nx; ++m) {
+    float total = 0.f;  // ORDER: block_sum's (warps in order from 0)
+#pragma unroll
+    for (unsigned j = 0; j < WARPS; ++j) total += sums[m * WARPS + j];
     const float rstd = 1.0f / sqrtf(total * (1.0f / (float)K) + c.eps);
-    unsigned short* out = (unsigned short*)(smem + m * xrow_bytes(K));
-    for (unsigned i = 8 * lane; i < K; i += 8 * 32)
-      *(uint4*)(out + i) = chunk_normed(*(const uint4*)(x + i), *(const float4*)(nw + i), *(const float4*)(nw + i + 4), rstd, s);
+#pragma unroll
+    for (int j = 0; j < NORM_CHUNKS; ++j) {
+      const unsigned i = 8 * (t + j * THREADS);
+      if (i < K) *(uint4*)(row(m) + i) = chunk_normed(*(const uint4*)(row(m) + i), wa[j], wb[j], rstd, s);
+    }
   }
   BLOCK_SYNC();
   return (unsigned short*)smem;
+}
+__device__ __forceinline__ unsigned short* prepared_rows(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh, unsigned nx) {
+  if (M_ROWS == 1 || nx == 1) return prepared_input(c, w, norm_slot, smem, fresh);
+  return prepared_rows_m(c, w, norm_slot, smem, fresh, nx);
 }
 
 // M-row steps: whether a GEMV word's M inputs are prepared in shared memory (normed inputs) rather than
@@ -280,7 +320,7 @@ __device__ __forceinline__ bool mrow_x_in_smem(const Word& w) {
     case OP_GEMV_NORM:
     case OP_GEMV_RESIDUAL: return w.ops[SLOT_W1] != OPERAND_NONE;
     case OP_GEMV_GATE_UP: return w.ops[SLOT_W2] != OPERAND_NONE;
-    default: return true;  // the gated norm's, the lm_head's
+    default: return true;  // the lm_head's
   }
 }
 // Whether a unit of word w runs the M rows of a verification step (M_ROWS > 1) in one pass over its
@@ -292,7 +332,6 @@ __device__ __forceinline__ bool mrow_gemv(const DevCtx& c, const Word& w) {
   if (M_ROWS == 1) return false;
   switch (w.opcode) {
     case OP_GEMV_NORM:
-    case OP_GEMV_GATED_NORM_RESIDUAL:
     case OP_GEMV_RESIDUAL:
       // fp8: fp8_rows_m; bf16 (GDN's a and b): dot_rows_m, over inputs prepared in shared memory
       if (!is_fp8(c, w.ops[SLOT_W0]) && !mrow_x_in_smem(w)) return false;
@@ -305,7 +344,8 @@ __device__ __forceinline__ bool mrow_gemv(const DevCtx& c, const Word& w) {
   }
   return !mrow_x_in_smem(w) || M_ROWS * xrow_bytes(c.cols[w.ops[SLOT_IN0]]) <= MROW_X_BYTES;
 }
-// An M-row fp8 GEMV's tile sums (WARPS x M_ROWS x 32 floats) after its prepared inputs and block sums.
+// An M-row fp8 GEMV's runs (weights x groups x 2 x M_ROWS x 32 floats: fp8_rows_m) after its prepared
+// inputs and block sums.
 __device__ __forceinline__ float* mrow_red(char* smem, unsigned K, bool x_smem) {
   return (float*)(smem + (x_smem ? M_ROWS * xrow_bytes(K) : 0) + 32);
 }

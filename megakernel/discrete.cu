@@ -100,7 +100,6 @@ __device__ __forceinline__ void graph_stamp(const DevCtx& c, unsigned word, unsi
 K_OP(embed)
 K_GEMV(gemv_norm, GEMV_MIN_BLOCKS)
 K_GEMV(gemv_gate_up, GEMV_MIN_BLOCKS)
-K_GEMV(gemv_gated_norm_residual, GNR_MIN_BLOCKS)
 K_GEMV(gemv_residual, GEMV_MIN_BLOCKS)
 K_OP(reduce_store)
 K_OP(reduce_residual)

@@ -72,19 +72,18 @@ __device__ __forceinline__ float fp8_tile_scale(const float* S, unsigned K, unsi
   return kt < min(K, (kg + 1) * KGROUP) ? S[(size_t)(rg / 4) * (K / 128) + kt / 128] : 0.f;
 }
 
-// The tile sums of row group rg (rows 32 rg ..) of fp8 weight `wid` (K columns) over k-group kg, for
-// MR rows of input (a verification step's; 1 otherwise): `xload(m, k)` gives the 8 bf16 of row m's
-// prepared input (x * 2^64) at k. Into shared memory red[t][MR][32] (t: the group's 128-wide tiles; no
-// barrier: the caller joins, fp8_row_group / fp8_rows_m). Warp w takes tile w (the chunk layout's warp
-// tiles (h, t) of both 16-row halves h: 2 x 4 loads of 16 bytes a lane, all issued before any
-// arithmetic), widens e4m3 exactly to bf16 and runs 2 x 8 mma.sync m16n8k16 with row n's input in B's
-// column n (lane (g, cq) loads row min(g, MR - 1)'s; MR = 1: every column holds the one row), permuted
-// as the layout permutes the weights, then applies the 128 x 128 block scale (times 2^56: sc0,
-// fp8_tile_scale, loaded a group ahead by the caller) to the tile's fp32 sum once: D's column n is row
-// n's. ORDER within a tile: the tensor core's (two accumulators, d + e), the same for every column: a
-// row's bits do not depend on MR. The same instructions on the same bytes in both paths.
+// The tile sums of row group rg (rows 32 rg ..) of fp8 weight `wid` (K columns) over k-group kg for one
+// row of input: `xload(m, k)` gives the 8 bf16 of the prepared input (x * 2^64) at k. Into shared
+// memory red[t][32] (t: the group's 128-wide tiles; no barrier: the caller joins, fp8_row_group). Warp w
+// takes tile w (the chunk layout's warp tiles (h, t) of both 16-row halves h: 2 x 4 loads of 16 bytes a
+// lane, all issued before any arithmetic), widens e4m3 exactly to bf16 and runs 2 x 8 mma.sync
+// m16n8k16 with the input in every column of B, permuted as the layout permutes the weights, then
+// applies the 128 x 128 block scale (times 2^56: sc0, fp8_tile_scale, loaded a group ahead by the
+// caller) to the tile's fp32 sum once. ORDER within a tile: the tensor core's (two accumulators,
+// d + e), the same for every column of B: fp8_rows_m's M rows get the same bits. The same instructions
+// on the same bytes in both paths.
 static_assert(KGROUP / 128 == WARPS, "fp8_tiles: a warp per 128-wide tile of a k-group");
-template <int MR, typename XLoad>
+template <typename XLoad>
 __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, unsigned K, unsigned rg, unsigned kg, float sc0, XLoad xload, float* red) {
   const unsigned kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
@@ -107,16 +106,14 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int i = 0; i < 4; ++i) v ^= wv[h][i].x ^ wv[h][i].y ^ wv[h][i].z ^ wv[h][i].w;
-#pragma unroll
-    for (int n = 0; n < MR; ++n) red[(warp * MR + n) * 32 + lane] = __uint_as_float(v & 0x3fffffffu) * sc0;
+    red[warp * 32 + lane] = __uint_as_float(v & 0x3fffffffu) * sc0;
   }
   return;
 #endif
   if (warp < nt) {
     const float sc = sc0 * 0x1p56f;
-    const unsigned m = MR == 1 ? 0 : min(g, (unsigned)MR - 1);  // B's column g: row g's input
-    const uint4 xa = xload(m, kt + 16 * cq), xb = xload(m, kt + 16 * cq + 8);
-    const uint4 xc = xload(m, kt + 64 + 16 * cq), xd = xload(m, kt + 72 + 16 * cq);
+    const uint4 xa = xload(0, kt + 16 * cq), xb = xload(0, kt + 16 * cq + 8);
+    const uint4 xc = xload(0, kt + 64 + 16 * cq), xd = xload(0, kt + 72 + 16 * cq);
 #ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: the two halves of x's 16-byte pieces swapped (every fp8 GEMV wrong)
     const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
 #else
@@ -126,24 +123,30 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
     for (int h = 0; h < 2; ++h) {
       float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
       fp8_tile_mma(wv[h], xw, d, e);
-      // D's columns 2 cq (d[0]: row g, d[2]: row g + 8) and 2 cq + 1 (d[1], d[3]): input rows n < MR
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const unsigned n = 2 * cq + j;
-        if (n < MR) {
-          red[(warp * MR + n) * 32 + h * 16 + g] = sc * (d[j] + e[j]);
-          red[(warp * MR + n) * 32 + h * 16 + g + 8] = sc * (d[2 + j] + e[2 + j]);
-        }
+      // D's column 0 (d[0]: row g, d[2]: row g + 8; every column holds the same sums)
+      if (cq == 0) {
+        red[warp * 32 + h * 16 + g] = sc * (d[0] + e[0]);
+        red[warp * 32 + h * 16 + g + 8] = sc * (d[2] + e[2]);
       }
     }
   }
 }
 
+// ORDER of an fp8 k-group's partial (one row or M, both paths): its tile sums in two runs, tiles
+// 0 .. RUN_TILES - 1 and RUN_TILES .. (fewer where K ends), each summed from 0 in tile order, then
+// run 0 + run 1 (+0 for an empty run). (The CPU reference sums the group's tiles in one run: GPU
+// against CPU is an envelope.) Two runs so that an M-row unit can hand each to one warp (fp8_rows_m).
+#define RUN_TILES 4
+#ifndef MROW_DEPTH
+#define MROW_DEPTH 2  // fp8_rows_m: tiles whose loads a warp has in flight (1 or 2)
+#endif
+static_assert(KGROUP / 128 == 2 * RUN_TILES, "fp8: a k-group is two runs of tiles");
+
 // Row group rg of NW fp8 weights wid[0..NW) (gate and up: 2) over k-groups [g0, g1): every group's tiles
 // (fp8_tiles, k-groups in order, weight by weight), a join, the group partials, a join, then
 // `done(i, row, total)` on lanes of warp 0 (row 32 rg + lane; with `partial`, each group partial goes to
-// out[g][rows] instead). ORDER: a group partial = 0 + tile 0 + tile 1 + .. in tile order (the CPU's
-// `group_partial`); a row = 0 + partial g0 + partial g0 + 1 + .. in group order (`row_dot`). red: NW x
+// out[g][rows] instead). ORDER: a group partial = run 0 + run 1 (RUN_TILES); a row = 0 + partial g0 +
+// partial g0 + 1 + .. in group order (the CPU's `row_dot`). red: NW x
 // groups x 256 tile sums, then NW x groups x 32 partials (`tile_red`; launch.rs sizes it).
 template <int NW, typename Done>
 __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, const unsigned short* xs, float* red, bool partial, float* out, unsigned rows, Done done) {
@@ -159,14 +162,16 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
       // the next group's scale (the next weight's first) in flight while this group computes
       const bool last = g + 1 == g1;
       const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
-      fp8_tiles<1>(c, wid[i], K, rg, g, sc, [&](unsigned, unsigned k) { return lds16(xs + k); }, red + (i * ng + g - g0) * 256);
+      fp8_tiles(c, wid[i], K, rg, g, sc, [&](unsigned, unsigned k) { return lds16(xs + k); }, red + (i * ng + g - g0) * 256);
       sc = next;
     }
   BLOCK_SYNC();
   for (unsigned p = threadIdx.x; p < NW * ng * 32; p += THREADS) {
     const unsigned j = p / 32, r = p % 32, g = g0 + j % ng, nt = (min(K, (g + 1) * KGROUP) - g * KGROUP) / 128;
-    float s = 0.f;
-    for (unsigned t = 0; t < nt; ++t) s += red[j * 256 + t * 32 + r];
+    float s0 = 0.f, s1 = 0.f;  // ORDER: the group partial's two runs (RUN_TILES)
+    for (unsigned t = 0; t < min(nt, (unsigned)RUN_TILES); ++t) s0 += red[j * 256 + t * 32 + r];
+    for (unsigned t = RUN_TILES; t < nt; ++t) s1 += red[j * 256 + t * 32 + r];
+    const float s = s0 + s1;
     if (partial) out[(size_t)g * rows + rg * 32 + r] = s;
     else sums[p] = s;
   }
@@ -182,44 +187,99 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
 }
 
 // M_ROWS rows of a verification step (M_ROWS > 1), row group rg of NW fp8 weights over k-groups
-// [g0, g1), the weights read once for all rows: each group's tiles for every row (fp8_tiles<M_ROWS>), a
-// join, thread (m, r) (m = warp < M_ROWS) sums row m's group partial of row 32 rg + r, a join (the next
-// group reuses red: WARPS x M_ROWS x 32 floats). With `partial` the group partial goes to row m's
-// split-K buffer (id `out`, [g][rows]); else it is added to the row's running total and
-// `done(i, m, row, total)` runs for each weight i on thread (m, r) at the end. ORDER: fp8_row_group's
-// (a group partial = 0 + tile 0 + tile 1 + ..; a row = 0 + partial g0 + partial g0 + 1 + ..), so row m
+// [g0, g1), the weights read once for all rows, with one join: the work is cut into items (weight i,
+// group, run q, 16-row half h), item it on warp it % WARPS, each a run of up to RUN_TILES tiles of one
+// half (4 loads of 16 bytes a lane a tile, every load of the run issued before its arithmetic) summed
+// in registers from 0 in tile order (fp8_tile_mma, the block scale times 2^56 on each tile's sum, as
+// fp8_tiles: the same instructions), row n's input in B's column n (lane (g, cq) loads row
+// min(g, M_ROWS - 1)'s, `xload(m, k)`); the runs into red [NW][groups][2][M_ROWS][32]; a join; then
+// thread (m, r) (m = warp < M_ROWS) forms row m's group partials of row 32 rg + r (run 0 + run 1) and
+// either stores each to row m's split-K buffer (`partial`: id `out`, [g][rows]) or sums them in group
+// order and calls `done(i, m, row, total)`; a join (red is reused). ORDER: fp8_row_group's, so row m
 // has the bits of a one-row step.
 template <int NW, typename XLoad, typename Done>
 __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, XLoad xload, float* red, bool partial, unsigned short out, unsigned rows, Done done) {
-  const unsigned K = c.cols[wid[0]], m = threadIdx.x >> 5, r = threadIdx.x & 31;
-  const float* S[NW];
-  float tot[NW];
+  const unsigned K = c.cols[wid[0]], ng = g1 - g0, kc = chunk_k(K), T = kc / 128;
+  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+  const unsigned mx = min(g, (unsigned)M_ROWS - 1);  // B's column g: row g's input
+  for (unsigned it = warp; it < NW * ng * 4; it += WARPS) {
+    const unsigned h = it & 1, q = (it >> 1) & 1, gi = (it >> 2) % ng, i = (it >> 2) / ng;
+    const unsigned k0 = (g0 + gi) * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
+    const unsigned t0 = q * RUN_TILES, n = t0 < nt ? min(nt - t0, (unsigned)RUN_TILES) : 0u;
+    // the group's chunks are contiguous in the chunk layout (32 x its width bytes); tile tt of half h
+    const uint4* grp = (const uint4*)((const unsigned char*)c.bufs[wid[i]] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc) + lane;
+    const float* S = c.scales[wid[i]] + (size_t)(rg / 4) * (K / 128) + k0 / 128;
+    // two tiles' loads in flight: tile j + 2's issued as soon as tile j's arithmetic has its bytes
+    auto load = [&](unsigned j, uint4 (&wv)[4], float& sc) {
+      const unsigned kt = k0 + (t0 + j) * 128, t = (kt % kc) / 128;
+      const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + (h * T + t) * 128;
 #pragma unroll
-  for (int i = 0; i < NW; ++i) {
-    S[i] = c.scales[wid[i]];
-    tot[i] = 0.f;
-  }
-  float sc = fp8_tile_scale(S[0], K, rg, g0);
+      for (int l = 0; l < 4; ++l) wv[l] = ldw(tile + 32 * l);
+      sc = S[t0 + j] * 0x1p56f;
+    };
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    auto tile_sum = [&](unsigned j, const uint4 (&wv)[4], float sc) {
+      const unsigned kt = k0 + (t0 + j) * 128;
+      const uint4 xa = xload(mx, kt + 16 * cq), xb = xload(mx, kt + 16 * cq + 8);
+      const uint4 xc = xload(mx, kt + 64 + 16 * cq), xd = xload(mx, kt + 72 + 16 * cq);
+#ifdef MK_BREAK_GEMV  // negative control, as fp8_tiles'
+      const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
+#else
+      const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
+#endif
+      float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
+      fp8_tile_mma(wv, xw, d, e);
 #pragma unroll
-  for (int i = 0; i < NW; ++i)
-    for (unsigned g = g0; g < g1; ++g) {
-      const bool last = g + 1 == g1;
-      const float next = last ? (i + 1 < NW ? fp8_tile_scale(S[i + 1 < NW ? i + 1 : i], K, rg, g0) : 0.f) : fp8_tile_scale(S[i], K, rg, g + 1);
-      fp8_tiles<M_ROWS>(c, wid[i], K, rg, g, sc, xload, red);
-      sc = next;
-      BLOCK_SYNC();
-      if (m < M_ROWS) {
-        const unsigned nt = (min(K, (g + 1) * KGROUP) - g * KGROUP) / 128;
-        float s = 0.f;
-        for (unsigned t = 0; t < nt; ++t) s += red[(t * M_ROWS + m) * 32 + r];
-        if (partial) ((float*)c.bufs[m * c.n_bufs + out])[(size_t)g * rows + rg * 32 + r] = s;
-        else tot[i] += s;
+      for (int l = 0; l < 4; ++l) acc[l] += sc * (d[l] + e[l]);  // ORDER: tiles in order, from 0
+    };
+    uint4 wa[4], wb[4];
+    float sa = 0.f, sb = 0.f;
+    if (MROW_DEPTH == 1) {
+#pragma unroll 1
+      for (unsigned j = 0; j < n; ++j) {
+        load(j, wa, sa);
+        tile_sum(j, wa, sa);
       }
-      BLOCK_SYNC();
+    } else {
+      if (n > 0) load(0, wa, sa);
+      if (n > 1) load(1, wb, sb);
+      static_assert(RUN_TILES == 4, "fp8_rows_m: a run is two pairs of tiles");
+#pragma unroll 1
+      for (unsigned j = 0; j < RUN_TILES; j += 2) {
+        if (j < n) {
+          tile_sum(j, wa, sa);
+          if (j + 2 < n) load(j + 2, wa, sa);
+        }
+        if (j + 1 < n) {
+          tile_sum(j + 1, wb, sb);
+          if (j + 3 < n) load(j + 3, wb, sb);
+        }
+      }
     }
-  if (!partial && m < M_ROWS)
+    // D's columns 2 cq (acc[0]: row g, acc[2]: row g + 8) and 2 cq + 1 (acc[1], acc[3]): input rows < M
+    float* run = red + ((i * ng + gi) * 2 + q) * M_ROWS * 32 + h * 16 + g;
 #pragma unroll
-    for (int i = 0; i < NW; ++i) done(i, m, rg * 32 + r, tot[i]);
+    for (int j = 0; j < 2; ++j)
+      if (2 * cq + j < M_ROWS) {
+        run[(2 * cq + j) * 32] = acc[j];
+        run[(2 * cq + j) * 32 + 8] = acc[2 + j];
+      }
+  }
+  BLOCK_SYNC();
+  const unsigned m = warp, r = lane;
+  if (m < M_ROWS)
+#pragma unroll
+    for (int i = 0; i < NW; ++i) {
+      float tot = 0.f;
+      for (unsigned gi = 0; gi < ng; ++gi) {
+        const float* run = red + ((i * ng + gi) * 2) * M_ROWS * 32 + m * 32 + r;
+        const float pg = run[0] + run[M_ROWS * 32];  // ORDER: run 0 + run 1
+        if (partial) ((float*)c.bufs[m * c.n_bufs + out])[(size_t)(g0 + gi) * rows + rg * 32 + r] = pg;
+        else tot += pg;  // ORDER: groups in order, from 0
+      }
+      if (!partial) done(i, m, rg * 32 + r, tot);
+    }
+  BLOCK_SYNC();
 }
 
 // An M-row fp8 GEMV's input loader for fp8_tiles (row m's 8 bf16 at k, times 2^64): the prepared rows in
@@ -391,7 +451,7 @@ __device__ __forceinline__ float* tile_red(char* smem, unsigned K) { return (flo
 // row view the row belongs to; one thread a row; fp8: `pre`, what the epilogue reads, is loaded before
 // the row group's weights stream by). `prep(nx)` prepares the inputs of nx rows (1, or M_ROWS) side by
 // side (every thread calls it; it honours the op's `fresh`) and returns them; fp8 weights read it times
-// 2^64 (the preps scale it: `prepared_input`, `gated_norm_input`). fp8: whole row groups of 32 (the
+// 2^64 (the prep scales it: `prepared_input`). fp8: whole row groups of 32 (the
 // compiler's unit rows are multiples of 32, fp8 row counts too: layout.rs), their k-groups in order.
 // An M-row step's fp8 word (`mrow_gemv`) takes all M rows here in one pass over its weights
 // (fp8_rows_m), its inputs prepared side by side or read as they are (`mrow_x_in_smem`).

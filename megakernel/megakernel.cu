@@ -24,7 +24,6 @@ __device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u
     case OP_EMBED: op_embed(c, w, u, smem, fresh); break;
     case OP_GEMV_NORM: op_gemv_norm(c, w, u, smem, fresh); break;
     case OP_GEMV_GATE_UP: op_gemv_gate_up(c, w, u, smem, fresh); break;
-    case OP_GEMV_GATED_NORM_RESIDUAL: op_gemv_gated_norm_residual(c, w, u, smem, fresh); break;
     case OP_GEMV_RESIDUAL: op_gemv_residual(c, w, u, smem, fresh); break;
     case OP_REDUCE_STORE: op_reduce_store(c, w, u, smem, fresh); break;
     case OP_REDUCE_RESIDUAL: op_reduce_residual(c, w, u, smem, fresh); break;

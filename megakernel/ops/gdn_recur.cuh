@@ -1,7 +1,8 @@
 // op_gdn_recur: the gated delta rule for value head j = unit (fp32): l2norm of its q/k head (j / (Hv/Hk)),
 // q / sqrt(128), beta = bf(sigmoid(b)), decay = exp(-exp(A_log) softplus(a + dt_bias)); thread v owns
 // state column v: kv = sum_k (S[k][v] decay) k[k]; delta = (v - kv) beta; S[k][v] = S[k][v] decay +
-// k[k] delta; o[v] = sum_k S[k][v] q[k]. ORDER: k = 0..127 in order, as the CPU reference.
+// k[k] delta; o[v] = sum_k S[k][v] q[k]. ORDER: k = 0..127 in order, as the CPU reference. Then the
+// head's gated RMSNorm (z = IN4, the norm weight W3: gdn_gated_out) into OUT0, out_proj's input as is.
 // A thread loads its half of a state column into registers first (its loads
 // all in flight, issued before the norms so their latency overlaps them), then works from registers and
 // stores it back once.
@@ -13,6 +14,26 @@
 // barrier), `out(m, v, o)` takes row m's output element v (one thread each). Every thread reaches the
 // end (no early return: the caller may join the block after it).
 // Shared memory: GDN_STEP_SMEM floats.
+// One 128-wide head's gated RMSNorm by one warp, bf(bf(w * bf(x * rstd)) * silu(z)) (the one arithmetic
+// of GdnStep's and GdnRecur's outputs): lane l holds the bf16 pairs at 2 l (cw[0], zw[0]) and 64 + 2 l
+// (cw[1], zw[1]) of the head's values and gates, wn the norm weight at 2 l, 2 l + 1, 64 + 2 l, 65 + 2 l.
+// ORDER of the sum of squares: the lane's four elements in that order, then the butterfly. Writes the
+// pairs to dst[lane], dst[32 + lane].
+__device__ __forceinline__ void gated_head(const DevCtx& c, const unsigned* cw, const unsigned* zw, const float* wn, unsigned* dst) {
+  const unsigned d = 128, lane = threadIdx.x & 31;
+  float x[4] = {lo_bf(cw[0]), hi_bf(cw[0]), lo_bf(cw[1]), hi_bf(cw[1])};
+  float zz[4] = {lo_bf(zw[0]), hi_bf(zw[0]), lo_bf(zw[1]), hi_bf(zw[1])};
+  float ss = 0.f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) ss += x[e] * x[e];
+  ss = warp_sum(ss);
+  float rstd = 1.0f / sqrtf(ss * (1.0f / (float)d) + c.eps);
+  unsigned o[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) o[e] = f2bf(bf(wn[e] * bf(x[e] * rstd)) * silu(zz[e]));
+  dst[lane] = o[0] | (o[1] << 16);
+  dst[32 + lane] = o[2] | (o[3] << 16);
+}
 // q, k, v, the two norms, two exchange rows; GdnStep's output, gates and norm weight
 #define GDN_STEP_SMEM (7 * 128 + 2)
 // gdn_rows: the body over `rows` rows (MR == 1: one), the state stored back after row `store` only (none
@@ -142,8 +163,19 @@ __device__ __forceinline__ void gdn_head(const DevCtx& c, const Word& w, unsigne
 // step's M rows from it in registers (not stored), each row's k, v, b and a kept for the next commit.
 // Every row's inputs are staged in shared memory first (GDN_STAGE bf16 a row after GDN_STEP_SMEM floats:
 // q, k, v, b, a; one round trip for the n + M rows instead of one a row), the kept rows read before the
-// step's own rows overwrite them (a barrier between).
+// step's own rows overwrite them (a barrier between). A step row's outputs go to its stage row's q (read
+// before them), then warp m gated-norms row m's (gated_head, z = IN4, the norm weight W3) into OUT0.
 #define GDN_STAGE (3 * 128 + 2)
+// Warp-wide: head j's gated norm of the bf16 outputs `ow` (pairs, shared memory) with row view r's z
+// (IN4) and the norm weight (W3) into r's OUT0 (gated_head).
+__device__ __forceinline__ void gdn_gated_out(const DevCtx& c, const Word& w, unsigned j, const DevCtx& r, const unsigned* ow) {
+  const unsigned d = 128, lane = threadIdx.x & 31;
+  const unsigned* z = (const unsigned*)(B<unsigned short>(r, w.ops[SLOT_IN4]) + j * d);
+  const float* nw = B<float>(c, w.ops[SLOT_W3]);
+  const unsigned cw[2] = {ow[lane], ow[32 + lane]}, zw[2] = {z[lane], z[32 + lane]};
+  const float wn[4] = {nw[2 * lane], nw[2 * lane + 1], nw[64 + 2 * lane], nw[65 + 2 * lane]};
+  gated_head(c, cw, zw, wn, (unsigned*)(B<unsigned short>(r, w.ops[SLOT_OUT0]) + j * d));
+}
 __device__ void gdn_recur_rows(const DevCtx& c, const Word& w, unsigned j, char* smem) {
   const unsigned d = 128, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d, t = threadIdx.x;
   // (n <= M as the host sets it; clamped so that a corrupt control block cannot stage past the shared
@@ -199,8 +231,12 @@ __device__ void gdn_recur_rows(const DevCtx& c, const Word& w, unsigned j, char*
         }
       },
       [&](unsigned m, unsigned v, unsigned short o) {
-        if (m >= n) B<unsigned short>(row_view(c, m - n), w.ops[SLOT_OUT0])[j * d + v] = o;
+        if (m >= n) st[m * GDN_STAGE + v] = o;
       });
+  BLOCK_SYNC();
+  static_assert(M_ROWS <= WARPS, "GdnRecur: a warp per row's gated norm");
+  const unsigned wi = t >> 5;
+  if (wi < M_ROWS) gdn_gated_out(c, w, j, row_view(c, wi), (const unsigned*)(st + (n + wi) * GDN_STAGE));
 }
 
 __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
@@ -211,7 +247,7 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
   const unsigned d = 128;
   unsigned j = u, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d;
   const unsigned short* mixed = B<unsigned short>(c, w.ops[SLOT_IN0]);
-  unsigned short* core = B<unsigned short>(c, w.ops[SLOT_OUT0]);
+  unsigned short* os = (unsigned short*)((float*)smem + 5 * d + 2);  // the head's outputs (GdnStep's room)
   gdn_head<1>(
       c, w, j, smem,
       [&](unsigned, float* qs, float* ks, float* vs) {
@@ -221,5 +257,7 @@ __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* s
           vs[threadIdx.x] = bf2f(mixed[2 * key_dim + j * d + threadIdx.x]);
         }
       },
-      [&](unsigned, unsigned v, unsigned short o) { core[j * d + v] = o; });
+      [&](unsigned, unsigned v, unsigned short o) { os[v] = o; });
+  BLOCK_SYNC();
+  if (threadIdx.x < 32) gdn_gated_out(c, w, j, c, (const unsigned*)os);
 }

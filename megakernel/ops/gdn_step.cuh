@@ -1,7 +1,7 @@
 // op_gdn_step (GdnStep): value head j = unit. Its q / k / v channels' causal conv (GdnConv's arithmetic,
 // conv_out4), the recurrence (gdn_head, GdnRecur's), then the gated RMSNorm of its 128 outputs by warp 0
-// (gated_head, GemvGatedNormResidual's input preparation) into OUT0: the same bits as the split form's
-// three words, in one unit (two joins a layer fewer, and out_proj reads a prepared input).
+// (gated_head, GdnRecur's) into OUT0: the same bits as the split form's
+// two words, in one unit (a join a layer fewer).
 // The conv ring's q / k channels are written by the group's first head (j % (Hv / Hk) == 0) only; every
 // head of the group reads the ring's three older slots (pos + 1 .. pos + 3 mod 4), which no unit writes
 // in this step, and takes the new input from qkv, so the group's heads never race.

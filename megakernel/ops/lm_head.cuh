@@ -18,14 +18,42 @@ __device__ __forceinline__ void topk_count(const DevCtx& c, const unsigned short
   }
 }
 
-// The unit's logits for MR inputs (row m's prepared at xs + m stride, on row view m): each weight row
-// read once for all of them (dot_rows_m), then row m's candidate by lane 0 of warp m, row m's top-k
-// counts by warp 1.
+// One 16 x 128 bf16 warp tile of the lm_head times x on tensor cores: wv the lane's 8 loads (lane
+// (g, cq): [0..3] row g's elements 32 cq .. 32 cq + 31 of the tile, [4..7] row g + 8's), xw its 16 words
+// of x over the same elements. mma s (8) takes the rows' words 2 s and 2 s + 1 (elements 32 cq + 4 s ..
+// + 3) as A's k pairs 2 cq and 2 cq + 8 and x's words 2 s, 2 s + 1 as B's: one permutation of k for A and
+// B, so the sum is the tile's dot product. Even s into d, odd into e (two accumulator chains).
+__device__ __forceinline__ void bf16_tile_mma(const uint4 (&wv)[8], const unsigned (&xw)[16], float (&d)[4], float (&e)[4]) {
+  const unsigned r0[16] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w,
+                           wv[2].x, wv[2].y, wv[2].z, wv[2].w, wv[3].x, wv[3].y, wv[3].z, wv[3].w};
+  const unsigned r8[16] = {wv[4].x, wv[4].y, wv[4].z, wv[4].w, wv[5].x, wv[5].y, wv[5].z, wv[5].w,
+                           wv[6].x, wv[6].y, wv[6].z, wv[6].w, wv[7].x, wv[7].y, wv[7].z, wv[7].w};
+#pragma unroll
+  for (int s = 0; s < 8; s += 2) {
+#ifdef MK_BREAK_GEMV  // negative control: x's two k pairs of each mma swapped (the lm_head wrong)
+    mma_bf16(d, r0[2 * s], r8[2 * s], r0[2 * s + 1], r8[2 * s + 1], xw[2 * s + 1], xw[2 * s]);
+#else
+    mma_bf16(d, r0[2 * s], r8[2 * s], r0[2 * s + 1], r8[2 * s + 1], xw[2 * s], xw[2 * s + 1]);
+#endif
+    mma_bf16(e, r0[2 * s + 2], r8[2 * s + 2], r0[2 * s + 3], r8[2 * s + 3], xw[2 * s + 2], xw[2 * s + 3]);
+  }
+}
+
+// The unit's logits for MR inputs (row m's prepared at xs + m stride, on row view m) on tensor cores,
+// each weight tile read once for all of them: warp w takes the 16 rows r0 + 16 (w % 4) .. and half
+// w / 4 of the k-tiles (half 0: tiles 0 .. K / 256, half 1 the rest; each tile's 8 loads of 16 bytes a
+// lane issued before its arithmetic), row m's input in B's column m (lane (g, cq) loads row
+// min(g, MR - 1)'s; MR = 1: every column holds the one row); half 1's sums through shared memory `xch`
+// ([4][MR][16] floats) to half 0's warps, which write the logits. ORDER of a logit: each half's
+// tensor-core sum over its tiles in order (two chains d and e, d + e), then half 0 + half 1; the same
+// for every column, so row m has the bits of a one-row step. Then row m's candidate by lane 0 of warp
+// m, row m's top-k counts by warp 1. The host's unit is LM_UNIT_ROWS = 64 rows (word_checks).
 // The pruned head (IN1 = [n, ids ..], the MTP drafter's, M = 1; ISA LmHead): rows are list positions below
 // n, each scoring W's row ids[pos], logits by position, the candidate's id the list's; a unit past n
 // offers (NaN, FLT_MAX), which every candidate beats.
+static_assert(WARPS == 8, "lm_head: 4 row tiles x 2 k-halves");
 template <int MR>
-__device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const unsigned short* xs, unsigned stride) {
+__device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const unsigned short* xs, unsigned stride, float* xch) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
 #ifdef MK_MTP  // (drafter programs only: the target's lm_head compiles as before)
   const unsigned* list = MR == 1 && w.ops[SLOT_IN1] != OPERAND_NONE ? B<unsigned>(c, w.ops[SLOT_IN1]) : nullptr;
@@ -44,22 +72,54 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
       return;
     }
   }
-  unsigned groups = (K + KGROUP - 1) / KGROUP;
-  unsigned short wids[2] = {w.ops[SLOT_W0], w.ops[SLOT_W0]};
-  // one row a warp at a time for MR rows (its 32 widened weights and MR sums: pairs spilled at M = 8)
-  warp_rows(r0, r1, MR == 1 ? 2 : 1, [&](const unsigned* rows, int n) {
-    float v[2][MR];
+  {
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+    const unsigned tr = warp % 4, half = warp / 4, nt = K / 128, ta = half ? nt / 2 : 0, tb = half ? nt : nt / 2;
+    const unsigned ra = r0 + 16 * tr + g, rb = ra + 8;  // the lane's two rows
+    const unsigned short* W = B<unsigned short>(c, w.ops[SLOT_W0]);
+    const bool oka = ra < r1, okb = rb < r1;
+    const unsigned short* wa = W + (size_t)(oka ? (list ? list[1 + ra] : ra) : 0) * K + 32 * cq;
+    const unsigned short* wb = W + (size_t)(okb ? (list ? list[1 + rb] : rb) : 0) * K + 32 * cq;
+    const unsigned short* xr = xs + (MR == 1 ? 0 : min(g, (unsigned)MR - 1)) * stride + 32 * cq;
+    float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
+    for (unsigned t = ta; t < tb; ++t) {
+      uint4 wv[8];
 #pragma unroll
-    for (int m = 0; m < MR; ++m) v[0][m] = v[1][m] = 0.f;
-    auto part = [&](int i, int m, unsigned, float p) { v[i][m] += p; };  // ORDER: k-groups in order
-    const unsigned ids[2] = {list ? list[1 + rows[0]] : rows[0], list && n == 2 ? list[1 + rows[1]] : rows[n - 1]};
-    if (n == 2) dot_rows_m<2, MR>(c, wids, ids, xs, stride, 0, groups, part);
-    else dot_rows_m<1, MR>(c, wids, ids, xs, stride, 0, groups, part);
-    if ((threadIdx.x & 31) == 0)
+      for (int l = 0; l < 4; ++l) {
+        wv[l] = oka ? ldw(wa + t * 128 + 8 * l) : make_uint4(0, 0, 0, 0);
+        wv[4 + l] = okb ? ldw(wb + t * 128 + 8 * l) : make_uint4(0, 0, 0, 0);
+      }
+      unsigned xw[16];
 #pragma unroll
-      for (int m = 0; m < MR; ++m)
-        for (int i = 0; i < n; ++i) B<unsigned short>(row_view(c, m), w.ops[SLOT_OUT0])[rows[i]] = f2bf(v[i][m]);
-  });
+      for (int l = 0; l < 4; ++l) {
+        const uint4 v = lds16(xr + t * 128 + 8 * l);
+        xw[4 * l] = v.x;
+        xw[4 * l + 1] = v.y;
+        xw[4 * l + 2] = v.z;
+        xw[4 * l + 3] = v.w;
+      }
+      bf16_tile_mma(wv, xw, d, e);
+    }
+    // D's columns 2 cq (d[0]: row g, d[2]: row g + 8) and 2 cq + 1 (d[1], d[3]): input rows < MR
+    float* x4 = xch + tr * MR * 16;
+    if (half == 1)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        if (2 * cq + j < MR) {
+          x4[(2 * cq + j) * 16 + g] = d[j] + e[j];
+          x4[(2 * cq + j) * 16 + g + 8] = d[2 + j] + e[2 + j];
+        }
+    BLOCK_SYNC();
+    if (half == 0)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        if (2 * cq + j < MR) {
+          unsigned short* out = B<unsigned short>(row_view(c, 2 * cq + j), w.ops[SLOT_OUT0]);
+          const float va = (d[j] + e[j]) + x4[(2 * cq + j) * 16 + g], vb = (d[2 + j] + e[2 + j]) + x4[(2 * cq + j) * 16 + g + 8];
+          if (oka) out[ra] = f2bf(va);  // ORDER: half 0 + half 1
+          if (okb) out[rb] = f2bf(vb);
+        }
+  }
   BLOCK_SYNC();
   const unsigned m = threadIdx.x >> 5;
   if ((threadIdx.x & 31) == 0 && m < MR) {
@@ -86,9 +146,9 @@ __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* sme
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
       prepared_rows(c, w, SLOT_W1, smem, fresh, M_ROWS);
-      lm_head_rows<M_ROWS>(c, w, u, (const unsigned short*)smem, xrow_bytes(K) / 2);
+      lm_head_rows<M_ROWS>(c, w, u, (const unsigned short*)smem, xrow_bytes(K) / 2, mrow_red(smem, K, true));
       return;
     }
   }
-  lm_head_rows<1>(c, w, u, prepared_input(c, w, SLOT_W1, smem, fresh), 0);
+  lm_head_rows<1>(c, w, u, prepared_input(c, w, SLOT_W1, smem, fresh), 0, tile_red(smem, K));
 }

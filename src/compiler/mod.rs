@@ -434,7 +434,7 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
         GdnLowering::Split => b.act("conv_out", cfg.gdn_conv_dim()),
         GdnLowering::Fused => NONE,
     };
-    // The recurrence's output: gated-normed by GdnStep (fused), raw for GemvGatedNormResidual (split).
+    // The recurrence's output, gated-normed per head (by GdnStep or GdnRecur): out_proj's input as it is.
     let core = b.act("core", cfg.gdn_value_dim());
     let ab = b.attn_bufs(cfg, ctrl, h);
     let act = b.act("act", cfg.intermediate);
@@ -528,9 +528,11 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                         r.arg0 = cfg.gdn_k_heads as u32;
                         r.ops[slot::W0] = a_log;
                         r.ops[slot::W1] = dt_bias;
+                        r.ops[slot::W3] = norm_w;
                         r.ops[slot::IN0] = conv_out;
                         r.ops[slot::IN1] = gb;
                         r.ops[slot::IN2] = ga;
+                        r.ops[slot::IN4] = z;
                         r.ops[slot::OUT0] = core;
                         r.ops[slot::ST0] = rec;
                         r.ops[slot::ST1] = kept_rec;
@@ -539,7 +541,7 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                         }
                         b.stage(vec![r]);
                         let (mut o, split) = b.gemv(
-                            Opcode::GemvGatedNormResidual,
+                            Opcode::GemvResidual,
                             hd,
                             cfg.gdn_value_dim(),
                             h,
@@ -548,9 +550,7 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                             &format!("{la}out_proj.weight"),
                         );
                         o.ops[slot::W0] = out_proj;
-                        o.ops[slot::W1] = norm_w;
                         o.ops[slot::IN0] = core;
-                        o.ops[slot::IN1] = z;
                         b.residual_stage(o, split, h);
                     }
                 }

@@ -136,17 +136,6 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                 a.r(slot::IN1, 0, k);
                 a.row(slot::OUT0, m, rs.start, rs.end, true);
             }
-            Opcode::GemvGatedNormResidual => {
-                let k = a.cols(slot::IN0);
-                a.row(slot::IN0, m, 0, k, false);
-                a.row(slot::IN1, m, 0, k, false);
-                if partial {
-                    a.partials(m, &rs, kp, true);
-                } else {
-                    a.row(slot::OUT0, m, rs.start, rs.end, false);
-                    a.row(slot::OUT0, m, rs.start, rs.end, true);
-                }
-            }
             Opcode::ReduceStore | Opcode::ReduceResidual => {
                 let (groups, rows) = (w.arg0 as usize, w.rows as usize);
                 for g in 0..groups {
@@ -182,6 +171,7 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                     a.row(slot::IN0, m, 2 * key_dim + j * dk, 2 * key_dim + (j + 1) * dk, false);
                     a.row(slot::IN1, m, j, j + 1, false);
                     a.row(slot::IN2, m, j, j + 1, false);
+                    a.row(slot::IN4, m, j * dk, (j + 1) * dk, false);
                     a.r(slot::ST0, j * dk * dk, (j + 1) * dk * dk);
                     a.wr(slot::ST0, j * dk * dk, (j + 1) * dk * dk);
                     a.row(slot::OUT0, m, j * dk, (j + 1) * dk, true);

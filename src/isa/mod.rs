@@ -38,8 +38,8 @@ pub enum Opcode {
     GemvNorm = 2,
     /// act = bf(bf(silu(Wg . n)) * bf(Wu . n)), n = rmsnorm(x): gate/up with the SwiGLU epilogue.
     GemvGateUp = 3,
-    /// h = bf(h + bf(W . gatednorm(core, z))): GDN out_proj with the gated norm folded in; or partials.
-    GemvGatedNormResidual = 4,
+    // 4: GemvGatedNormResidual, retired 2026-12-04 (GDN out_proj with the gated norm folded into every
+    // unit; GdnRecur now applies the gated norm once per head, docs/notebook/speculation.md).
     /// h = bf(h + bf(W . x)): o_proj / down_proj with the residual add in the epilogue; or partials.
     GemvResidual = 5,
     /// y = bf(sum_g partial[g]) in group order (split-K reduce).
@@ -54,7 +54,9 @@ pub enum Opcode {
     /// The gated delta rule for one value head: l2norm, gates, fp32 state update, output. In an M-row
     /// program (ST1 = the kept rows, `[M][heads][GDN_HIST_HEAD]`; IN3 = ctrl) the state update is
     /// deferred as GdnConv's: the previous step's first n kept rows are replayed into the state (their
-    /// outputs dropped), then the M rows run from it in registers without writing it back.
+    /// outputs dropped), then the M rows run from it in registers without writing it back. Each row's
+    /// output is gated-RMS-normed per head (IN4 = z, W3 = the norm weight: GdnStep's arithmetic), so
+    /// out_proj reads it as it is.
     GdnRecur = 9,
     /// k = rope(rmsnorm(k)), v appended to the KV cache at the current position, per KV head.
     AttnKv = 10,
@@ -76,7 +78,7 @@ pub enum Opcode {
     EndStep = 16,
     /// The fused GDN step for one value head: its q/k/v channels' causal conv (ring of 4 by position) +
     /// SiLU, l2norm, gates, fp32 state update, then the gated RMSNorm of its output (GdnConv, GdnRecur
-    /// and GemvGatedNormResidual's input preparation in one word, the same arithmetic).
+    /// in one word, the same arithmetic).
     GdnStep = 17,
     /// The MTP drafter's fc (issue 27): h = bf(W . [bf(rmsnorm(e; W1)), bf(rmsnorm(g; W2))]) with e = IN0
     /// (the drafted token's embedding) and g = bf(rmsnorm(IN1; W3)) (a residual stream, the target's or
@@ -86,11 +88,10 @@ pub enum Opcode {
 }
 
 impl Opcode {
-    pub const ALL: [Opcode; 18] = [
+    pub const ALL: [Opcode; 17] = [
         Opcode::Embed,
         Opcode::GemvNorm,
         Opcode::GemvGateUp,
-        Opcode::GemvGatedNormResidual,
         Opcode::GemvResidual,
         Opcode::ReduceStore,
         Opcode::ReduceResidual,
@@ -561,7 +562,8 @@ mod tests {
     #[test]
     fn header_names_every_opcode() {
         let h = cuda_header();
-        assert!(h.contains("#define OP_GEMV_GATED_NORM_RESIDUAL 4\n"));
+        assert!(h.contains("#define OP_GEMV_RESIDUAL 5\n"));
+        assert!(!h.lines().any(|l| l.starts_with("#define OP_") && l.ends_with(" 4")), "opcode 4 is retired");
         assert!(h.contains("#define OP_END_STEP 16\n"));
         assert_eq!(Opcode::GdnRecur.snake(), "gdn_recur");
     }

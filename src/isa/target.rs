@@ -61,8 +61,8 @@ pub enum GdnLowering {
     /// `GemvResidual`: two words a layer fewer to join on.
     #[default]
     Fused,
-    /// `GdnConv`, `GdnRecur`, then out_proj as `GemvGatedNormResidual` (the gated norm prepared by every
-    /// out_proj block): the form before 2026-12-01.
+    /// `GdnConv`, `GdnRecur` (recurrence + gated norm per value head), then out_proj as a plain
+    /// `GemvResidual`: M-row programs' form (the conv's ring window kept per channel across the rows).
     Split,
 }
 

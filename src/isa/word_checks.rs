@@ -31,12 +31,6 @@ pub(super) fn required(op: Opcode) -> [Option<BufKind>; slot::COUNT] {
             set(slot::IN0, Activation);
             set(slot::OUT0, Activation);
         }
-        Opcode::GemvGatedNormResidual => {
-            set(slot::W0, Weight);
-            set(slot::W1, Weight);
-            set(slot::IN0, Activation);
-            set(slot::IN1, Activation);
-        }
         Opcode::ReduceStore | Opcode::ReduceResidual => {
             set(slot::IN0, Scratch);
             set(slot::OUT0, Activation);
@@ -51,9 +45,11 @@ pub(super) fn required(op: Opcode) -> [Option<BufKind>; slot::COUNT] {
         Opcode::GdnRecur => {
             set(slot::W0, Weight);
             set(slot::W1, Weight);
+            set(slot::W3, Weight);
             set(slot::IN0, Activation);
             set(slot::IN1, Activation);
             set(slot::IN2, Activation);
+            set(slot::IN4, Activation);
             set(slot::OUT0, Activation);
             set(slot::ST0, State);
         }
@@ -180,7 +176,7 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
             kind == BufKind::Activation
         }
     };
-    if matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual) {
+    if matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual) {
         let out = w.op(slot::OUT0).map(|b| p.buffers[b].kind);
         if !out.is_some_and(gemv_out_ok) {
             bail!("{at}: shape: operand out0 must be a Scratch buffer with split-K partials, else an Activation");
@@ -207,7 +203,7 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
     }
     if matches!(
         w.opcode,
-        Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp | Opcode::MtpFc
+        Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGateUp | Opcode::MtpFc
     ) && w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1)
     {
         // the GPU reads fp8 weights a chunk of 32 rows x one k-group at a time (exec::gpu::layout)
@@ -236,7 +232,7 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
 /// The flags: known ones, on the opcodes that have their forms.
 fn check_flags(at: &str, w: &Word) -> Result<()> {
     let partial = w.flags & FLAG_PARTIAL != 0;
-    if partial && !matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual) {
+    if partial && !matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual) {
         bail!("{at}: shape: FLAG_PARTIAL on an opcode that has no split-K form");
     }
     if w.flags & FLAG_ROW_UNITS != 0 && !w.opcode.row_split() {
@@ -330,6 +326,10 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
         Opcode::LmHead => {
             matrix(slot::W0, k)?;
             vector(slot::W1, k)?;
+            // the kernel's unit: 4 tiles of 16 rows x 2 halves of the k-tiles of 128 (lm_head.cuh)
+            if w.unit_rows != 64 || k % 128 != 0 {
+                bail!("{at}: shape: the lm_head runs units of 64 rows over a width that is a multiple of 128 (unit_rows {}, width {k})", w.unit_rows);
+            }
             // the pruned head (the MTP drafter's, issue 27): IN1 = [n, ids ..] of the rows it scores
             if let Some(b) = buf(slot::IN1) {
                 if b.kind != BufKind::Control || b.elem_bytes != 4 || b.cols != w.rows as u64 + 1 || w.m_rows != 1 {
@@ -354,6 +354,7 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
         Opcode::GdnRecur => {
             vector(slot::W0, w.rows as u64)?;
             vector(slot::W1, w.rows as u64)?;
+            vector(slot::W3, GDN_HEAD_DIM as u64)?;
             deferred_gdn(p, at, w, w.rows as u64 * GDN_HIST_HEAD as u64)?;
         }
         Opcode::GdnStep => {

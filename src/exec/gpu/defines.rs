@@ -42,12 +42,12 @@ pub const KNOWN: [Known; 10] = [
         what: "discrete GEMV kernels' launch bounds (blocks per SM ptxas must fit)",
     },
     Known {
-        name: "GNR_MIN_BLOCKS",
+        name: "MROW_DEPTH",
         default: 2,
         min: 1,
-        max: 4,
+        max: 2,
         flag: false,
-        what: "GDN out_proj's launch bounds alone (default: GEMV_MIN_BLOCKS)",
+        what: "M-row fp8 GEMV (fp8_rows_m): tiles whose loads a warp has in flight",
     },
     Known {
         name: "ATTN_UNROLL",
@@ -159,7 +159,6 @@ impl Defines {
             return v;
         }
         match name {
-            "GNR_MIN_BLOCKS" => self.get("GEMV_MIN_BLOCKS"),
             "PV_UNROLL" => self.get("ATTN_UNROLL"),
             _ => known(name).map_or(0, |k| k.default),
         }
@@ -192,7 +191,6 @@ mod tests {
         let ok = d(&["ATTN_UNROLL=8", "MK_BREAK_GEMV", "GEMV_MIN_BLOCKS=3"]).unwrap();
         assert_eq!(ok.get("ATTN_UNROLL"), 8);
         assert_eq!(ok.get("PV_UNROLL"), 8, "PV_UNROLL follows ATTN_UNROLL");
-        assert_eq!(ok.get("GNR_MIN_BLOCKS"), 3, "GNR_MIN_BLOCKS follows GEMV_MIN_BLOCKS");
         assert_eq!(ok.flags(), ["-DATTN_UNROLL=8", "-DGEMV_MIN_BLOCKS=3", "-DMK_BREAK_GEMV=1"]);
         assert!(d(&["MK_BREAK_GEMV=0"]).unwrap().flags().is_empty());
         for (bad, says) in [
@@ -200,7 +198,7 @@ mod tests {
             ("ATTN_UNROLL=0", "out of range"),
             ("GEMV_MIN_BLOCKS=9", "out of range"),
             ("GEMV_MIN_BLOCKS=0x2", "decimal"),
-            ("GNR_MIN_BLOCKS=GEMV_MIN_BLOCKS", "decimal"),
+            ("PV_UNROLL=ATTN_UNROLL", "decimal"),
         ] {
             let e = d(&[bad]).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
@@ -218,7 +216,6 @@ mod tests {
             let line = rest.lines().nth(1).unwrap();
             let value = line.split_whitespace().nth(2).unwrap();
             let want = match k.name {
-                "GNR_MIN_BLOCKS" => "GEMV_MIN_BLOCKS".to_string(),
                 "PV_UNROLL" => "ATTN_UNROLL".to_string(),
                 _ => k.default.to_string(),
             };

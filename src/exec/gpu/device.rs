@@ -17,7 +17,7 @@ use crate::bail;
 use crate::error::{Context, Error, Result};
 
 /// The CUDA sources, in include order (one translation unit for NVRTC).
-const SOURCES: [(&str, &str); 26] = [
+const SOURCES: [(&str, &str); 25] = [
     ("common.cuh", include_str!("../../../megakernel/common.cuh")),
     ("gemv.cuh", include_str!("../../../megakernel/gemv.cuh")),
     ("ring.cuh", include_str!("../../../megakernel/ring.cuh")),
@@ -25,7 +25,6 @@ const SOURCES: [(&str, &str); 26] = [
     ("ops/embed.cuh", include_str!("../../../megakernel/ops/embed.cuh")),
     ("ops/gemv_norm.cuh", include_str!("../../../megakernel/ops/gemv_norm.cuh")),
     ("ops/gemv_gate_up.cuh", include_str!("../../../megakernel/ops/gemv_gate_up.cuh")),
-    ("ops/gemv_gated_norm_residual.cuh", include_str!("../../../megakernel/ops/gemv_gated_norm_residual.cuh")),
     ("ops/gemv_residual.cuh", include_str!("../../../megakernel/ops/gemv_residual.cuh")),
     ("ops/reduce_store.cuh", include_str!("../../../megakernel/ops/reduce_store.cuh")),
     ("ops/reduce_residual.cuh", include_str!("../../../megakernel/ops/reduce_residual.cuh")),

@@ -51,10 +51,9 @@ pub fn mrow_gemv(p: &Program, w: &Word) -> Option<bool> {
     let x_smem = match w.opcode {
         Opcode::GemvNorm | Opcode::GemvResidual if fp8() => w.op(slot::W1).is_some(),
         Opcode::GemvGateUp if fp8() => w.op(slot::W2).is_some(),
-        Opcode::GemvGatedNormResidual if fp8() => true,
         // bf16 (GDN's a and b): one pass when its inputs are normed into shared memory (dot_rows_m)
         Opcode::GemvNorm | Opcode::GemvResidual if w.op(slot::W1).is_some() => true,
-        Opcode::GemvGatedNormResidual | Opcode::LmHead => true,
+        Opcode::LmHead => true,
         _ => return None,
     };
     let k = w.op(slot::IN0).map(|b| p.buffers[b].cols as u32).unwrap_or(0);
@@ -76,11 +75,15 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8 + weights * k.div_ceil(KGROUP) * 9 * 32 * 4;
     let group = w.arg1 as usize;
     if let Some(x_smem) = mrow_gemv(p, w) {
-        // M-row: the M prepared inputs (or none), the block sums, then one k-group's tile sums of every
-        // row (WARPS x M x 32 floats: fp8_rows_m; the lm_head has none)
+        // M-row: the M prepared inputs (or none), the block sums, then the runs of every k-group of
+        // every row (weights x groups x 2 runs x M x 32 floats: fp8_rows_m; the lm_head has none)
         let m = p.target.m_rows;
         let x = if x_smem { m * xrow_bytes(k(slot::IN0) as u32) } else { 0 };
-        let red = if w.opcode == Opcode::LmHead { 0 } else { (THREADS / 32) * m * 32 * 4 };
+        let groups = k(slot::IN0).div_ceil(KGROUP) as u32;
+        // (the lm_head: its k-halves' exchange, 4 row tiles x M x 16 floats: lm_head.cuh)
+        let red = if w.opcode == Opcode::LmHead { 4 * m * 16 * 4 } else { weights as u32 * groups * 2 * m * 32 * 4 };
+        // (the normed inputs' warp sums, [M][WARPS] floats, use the same room first: prepared_rows)
+        let red = red.max(m * (THREADS / 32) * 4);
         return x + 32 + red;
     }
     (match w.opcode {
@@ -171,7 +174,6 @@ fn is_gemv(op: Opcode) -> bool {
         op,
         Opcode::GemvNorm
             | Opcode::GemvGateUp
-            | Opcode::GemvGatedNormResidual
             | Opcode::GemvResidual
             | Opcode::LmHead
             | Opcode::MtpFc
@@ -289,7 +291,7 @@ mod tests {
             match w.opcode {
                 // every fp8 GEMV and the lm_head in one weight pass; normed inputs in shared memory
                 Opcode::GemvResidual if fp8(w) => assert_eq!(one_pass, Some(false)),
-                Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvGatedNormResidual if fp8(w) => {
+                Opcode::GemvNorm | Opcode::GemvGateUp if fp8(w) => {
                     assert_eq!(one_pass, Some(true), "{:?}", w.opcode)
                 }
                 // the lm_head, and GDN's bf16 a and b (normed inputs: dot_rows_m)
@@ -298,9 +300,10 @@ mod tests {
                 _ => assert_eq!(one_pass, None, "{:?}", w.opcode),
             }
         }
-        // the widest: GDN out_proj's 8 gated-norm inputs of 6,144 and one k-group's tile sums of 8 rows
+        // the widest: gate/up's 8 normed inputs of 5,120 and the runs of its 2 weights x 5 k-groups x 2
+        // runs x 8 rows (fp8_rows_m)
         let need = mega_smem_bytes(&p).unwrap();
-        assert_eq!(need, 8 * 6_144 * 2 + 32 + 8 * 8 * 32 * 4);
+        assert_eq!(need, 8 * 5_120 * 2 + 32 + 2 * 5 * 2 * 8 * 32 * 4);
         // M = 1: no word is an M-row word
         let one = crate::compiler::compile(&cfg, "qwen3.5-27b", &crate::compiler::h200(1)).unwrap();
         assert!(one.words.iter().all(|w| mrow_gemv(&one, w).is_none()));

@@ -16,7 +16,7 @@ use crate::isa::{slot, Opcode, Word};
 pub fn weight_stream(w: &Word) -> Vec<usize> {
     let gemv = matches!(
         w.opcode,
-        Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::LmHead
+        Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual | Opcode::LmHead
     );
     let slots: &[usize] = if w.opcode == Opcode::GemvGateUp { &[slot::W0, slot::W1] } else { &[slot::W0] };
     if gemv {

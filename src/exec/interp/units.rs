@@ -50,6 +50,7 @@ impl<'a> Interp<'a> {
             let (dk, dv, hk, hv) = (self.cfg.gdn_k_dim, self.cfg.gdn_v_dim, self.cfg.gdn_k_heads, self.cfg.gdn_v_heads);
             let key_dim = hk * dk;
             let (a_log, dt_bias) = (self.vecw(w, slot::W0).to_vec(), self.vecw(w, slot::W1).to_vec());
+            let (norm_w, eps) = (self.vecw(w, slot::W3).to_vec(), self.cfg.rms_eps as f32);
             let (b_b, a_b) = (w.ops[slot::IN1] as usize, w.ops[slot::IN2] as usize);
             let conv_dim = self.prog.buffers[in_b].cols as usize;
             for j in rs {
@@ -75,7 +76,10 @@ impl<'a> Interp<'a> {
                     let mixed = std::mem::take(&mut self.bufs[in_b]);
                     let mut o = vec![0f32; dv];
                     fw::gdn_head(&self.cfg, j, &mixed, gates(b, a), &mut st, &mut o);
-                    self.bufs[out_b][j * dv..(j + 1) * dv].copy_from_slice(&o);
+                    let z = &self.bufs[w.ops[slot::IN4] as usize][j * dv..(j + 1) * dv];
+                    let mut normed = vec![0f32; dv];
+                    ops::rms_norm_gated(&o, z, &norm_w, eps, &mut normed);
+                    self.bufs[out_b][j * dv..(j + 1) * dv].copy_from_slice(&normed);
                     let at = (r * hv + j) * GDN_HIST_HEAD;
                     let kept = &mut self.bufs[kept_b][at..at + GDN_HIST_HEAD];
                     kept[..dk].copy_from_slice(&mixed[kc..kc + dk]);
@@ -107,18 +111,12 @@ impl<'a> Interp<'a> {
                 };
                 self.out(&w, slot::OUT0)[rs].copy_from_slice(&row);
             }
-            Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGatedNormResidual | Opcode::GemvGateUp => {
+            Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGateUp => {
                 let x: Cow<[f32]> = match w.opcode {
                     Opcode::GemvNorm if w.op(slot::W1).is_some() => {
                         Cow::Owned(self.rms(self.input(&w, slot::IN0), self.vecw(&w, slot::W1), eps))
                     }
                     Opcode::GemvGateUp => Cow::Owned(self.rms(self.input(&w, slot::IN0), self.vecw(&w, slot::W2), eps)),
-                    Opcode::GemvGatedNormResidual => Cow::Owned(fw::gated_norm(
-                        &self.cfg,
-                        self.input(&w, slot::IN0),
-                        self.input(&w, slot::IN1),
-                        self.vecw(&w, slot::W1),
-                    )),
                     _ => Cow::Owned(self.input(&w, slot::IN0).to_vec()),
                 };
                 let lin = self.lin(&w, slot::W0);
@@ -190,20 +188,22 @@ impl<'a> Interp<'a> {
                 let (a_log, dt_bias) = (self.vecw(&w, slot::W0).to_vec(), self.vecw(&w, slot::W1).to_vec());
                 let conv = self.input(&w, slot::IN0).to_vec();
                 let (b, a) = (self.input(&w, slot::IN1).to_vec(), self.input(&w, slot::IN2).to_vec());
+                let (z, norm_w) = (self.input(&w, slot::IN4).to_vec(), self.vecw(&w, slot::W3).to_vec());
                 let (core_b, st_b) = (w.ops[slot::OUT0] as usize, w.ops[slot::ST0] as usize);
                 let mut core = std::mem::take(&mut self.bufs[core_b]);
                 for j in rs {
                     let gates = GdnGates { b: b[j], a: a[j], a_log: a_log[j], dt_bias: dt_bias[j] };
                     let st = &mut self.bufs[st_b][j * dk * dv..(j + 1) * dk * dv];
-                    fw::gdn_head(&self.cfg, j, &conv, gates, st, &mut core[j * dv..(j + 1) * dv]);
+                    let mut o = vec![0f32; dv];
+                    fw::gdn_head(&self.cfg, j, &conv, gates, st, &mut o);
+                    ops::rms_norm_gated(&o, &z[j * dv..(j + 1) * dv], &norm_w, eps, &mut core[j * dv..(j + 1) * dv]);
                 }
                 self.bufs[core_b] = core;
             }
             Opcode::GdnStep => {
                 // Per value head: the conv of its q/k/v channels (the ring's q/k channels written by the
                 // group's first head only; every head computes their outputs), the recurrence, then
-                // the gated norm of the head's output: GdnConv, GdnRecur and GemvGatedNormResidual's
-                // input, the same arithmetic.
+                // the gated norm of the head's output: GdnConv's and GdnRecur's arithmetic.
                 let (dk, dv, hk, hv) =
                     (self.cfg.gdn_k_dim, self.cfg.gdn_v_dim, self.cfg.gdn_k_heads, self.cfg.gdn_v_heads);
                 let (key_dim, ratio) = (hk * dk, hv / hk);
