@@ -137,9 +137,6 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
 // run 0 + run 1 (+0 for an empty run). (The CPU reference sums the group's tiles in one run: GPU
 // against CPU is an envelope.) Two runs so that an M-row unit can hand each to one warp (fp8_rows_m).
 #define RUN_TILES 4
-#ifndef MROW_DEPTH
-#define MROW_DEPTH 2  // fp8_rows_m: tiles whose loads a warp has in flight (1 or 2)
-#endif
 static_assert(KGROUP / 128 == 2 * RUN_TILES, "fp8: a k-group is two runs of tiles");
 
 // Row group rg of NW fp8 weights wid[0..NW) (gate and up: 2) over k-groups [g0, g1): every group's tiles
@@ -189,7 +186,7 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
 // M_ROWS rows of a verification step (M_ROWS > 1), row group rg of NW fp8 weights over k-groups
 // [g0, g1), the weights read once for all rows, with one join: the work is cut into items (weight i,
 // group, run q, 16-row half h), item it on warp it % WARPS, each a run of up to RUN_TILES tiles of one
-// half (4 loads of 16 bytes a lane a tile, every load of the run issued before its arithmetic) summed
+// half (4 loads of 16 bytes a lane a tile, a tile's loads issued before its arithmetic) summed
 // in registers from 0 in tile order (fp8_tile_mma, the block scale times 2^56 on each tile's sum, as
 // fp8_tiles: the same instructions), row n's input in B's column n (lane (g, cq) loads row
 // min(g, M_ROWS - 1)'s, `xload(m, k)`); the runs into red [NW][groups][2][M_ROWS][32]; a join; then
@@ -209,7 +206,6 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
     // the group's chunks are contiguous in the chunk layout (32 x its width bytes); tile tt of half h
     const uint4* grp = (const uint4*)((const unsigned char*)c.bufs[wid[i]] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc) + lane;
     const float* S = c.scales[wid[i]] + (size_t)(rg / 4) * (K / 128) + k0 / 128;
-    // two tiles' loads in flight: tile j + 2's issued as soon as tile j's arithmetic has its bytes
     auto load = [&](unsigned j, uint4 (&wv)[4], float& sc) {
       const unsigned kt = k0 + (t0 + j) * 128, t = (kt % kc) / 128;
       const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + (h * T + t) * 128;
@@ -232,29 +228,14 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
 #pragma unroll
       for (int l = 0; l < 4; ++l) acc[l] += sc * (d[l] + e[l]);  // ORDER: tiles in order, from 0
     };
-    uint4 wa[4], wb[4];
-    float sa = 0.f, sb = 0.f;
-    if (MROW_DEPTH == 1) {
+    // one tile in flight a warp (two, tile j + 1's loads issued before tile j's arithmetic, LOST: spills,
+    // 36.5 against 29.5 ms for the 27B's M = 8 megakernel step, docs/notebook/speculation.md)
 #pragma unroll 1
-      for (unsigned j = 0; j < n; ++j) {
-        load(j, wa, sa);
-        tile_sum(j, wa, sa);
-      }
-    } else {
-      if (n > 0) load(0, wa, sa);
-      if (n > 1) load(1, wb, sb);
-      static_assert(RUN_TILES == 4, "fp8_rows_m: a run is two pairs of tiles");
-#pragma unroll 1
-      for (unsigned j = 0; j < RUN_TILES; j += 2) {
-        if (j < n) {
-          tile_sum(j, wa, sa);
-          if (j + 2 < n) load(j + 2, wa, sa);
-        }
-        if (j + 1 < n) {
-          tile_sum(j + 1, wb, sb);
-          if (j + 3 < n) load(j + 3, wb, sb);
-        }
-      }
+    for (unsigned j = 0; j < n; ++j) {
+      uint4 wv[4];
+      float sc;
+      load(j, wv, sc);
+      tile_sum(j, wv, sc);
     }
     // D's columns 2 cq (acc[0]: row g, acc[2]: row g + 8) and 2 cq + 1 (acc[1], acc[3]): input rows < M
     float* run = red + ((i * ng + gi) * 2 + q) * M_ROWS * 32 + h * 16 + g;
@@ -283,7 +264,7 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
 }
 
 // An M-row fp8 GEMV's input loader for fp8_tiles (row m's 8 bf16 at k, times 2^64): the prepared rows in
-// shared memory (xrow_bytes apart), or, for an input taken as is (`mrow_x_in_smem` false), straight
+// shared memory (xrow_bytes apart), or, for an input read as it is (`mrow_x_in_smem` false), straight
 // from row m's activation: loaded through L2 (another block of the megakernel wrote it), scaled as
 // prepared_input scales it (the same bits).
 struct MrowX {
@@ -463,7 +444,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   bool partial = w.flags & FLAG_PARTIAL;
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
-      const bool xsm = mrow_x_in_smem(w);
+      const bool xsm = mrow_x_in_smem(c, w);
 #ifdef MK_SKIP_PREP  // probe (wrong results): the input preparation's cost (`mk gpu rows`' timings)
       const bool skip = true;
 #else

@@ -19,10 +19,11 @@ __device__ __forceinline__ void topk_count(const DevCtx& c, const unsigned short
 }
 
 // One 16 x 128 bf16 warp tile of the lm_head times x on tensor cores: wv the lane's 8 loads (lane
-// (g, cq): [0..3] row g's elements 32 cq .. 32 cq + 31 of the tile, [4..7] row g + 8's), xw its 16 words
-// of x over the same elements. mma s (8) takes the rows' words 2 s and 2 s + 1 (elements 32 cq + 4 s ..
-// + 3) as A's k pairs 2 cq and 2 cq + 8 and x's words 2 s, 2 s + 1 as B's: one permutation of k for A and
-// B, so the sum is the tile's dot product. Even s into d, odd into e (two accumulator chains).
+// (g, cq): [l] row g's elements 32 l + 8 cq .. + 7 of the tile, [4 + l] row g + 8's, l = 0..3: each
+// load instruction reads 64 contiguous bytes of each of 16 rows, whole 32-byte sectors), xw its 16 words
+// of x over the same elements. mma s (8) takes the rows' words 2 s and 2 s + 1 as A's k pairs 2 cq and
+// 2 cq + 8 and x's words 2 s, 2 s + 1 as B's: one permutation of k for A and B, so the sum is the
+// tile's dot product. Even s into d, odd into e (two accumulator chains).
 __device__ __forceinline__ void bf16_tile_mma(const uint4 (&wv)[8], const unsigned (&xw)[16], float (&d)[4], float (&e)[4]) {
   const unsigned r0[16] = {wv[0].x, wv[0].y, wv[0].z, wv[0].w, wv[1].x, wv[1].y, wv[1].z, wv[1].w,
                            wv[2].x, wv[2].y, wv[2].z, wv[2].w, wv[3].x, wv[3].y, wv[3].z, wv[3].w};
@@ -78,21 +79,21 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
     const unsigned ra = r0 + 16 * tr + g, rb = ra + 8;  // the lane's two rows
     const unsigned short* W = B<unsigned short>(c, w.ops[SLOT_W0]);
     const bool oka = ra < r1, okb = rb < r1;
-    const unsigned short* wa = W + (size_t)(oka ? (list ? list[1 + ra] : ra) : 0) * K + 32 * cq;
-    const unsigned short* wb = W + (size_t)(okb ? (list ? list[1 + rb] : rb) : 0) * K + 32 * cq;
-    const unsigned short* xr = xs + (MR == 1 ? 0 : min(g, (unsigned)MR - 1)) * stride + 32 * cq;
+    const unsigned short* wa = W + (size_t)(oka ? (list ? list[1 + ra] : ra) : 0) * K + 8 * cq;
+    const unsigned short* wb = W + (size_t)(okb ? (list ? list[1 + rb] : rb) : 0) * K + 8 * cq;
+    const unsigned short* xr = xs + (MR == 1 ? 0 : min(g, (unsigned)MR - 1)) * stride + 8 * cq;
     float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
     for (unsigned t = ta; t < tb; ++t) {
       uint4 wv[8];
 #pragma unroll
       for (int l = 0; l < 4; ++l) {
-        wv[l] = oka ? ldw(wa + t * 128 + 8 * l) : make_uint4(0, 0, 0, 0);
-        wv[4 + l] = okb ? ldw(wb + t * 128 + 8 * l) : make_uint4(0, 0, 0, 0);
+        wv[l] = oka ? ldw(wa + t * 128 + 32 * l) : make_uint4(0, 0, 0, 0);
+        wv[4 + l] = okb ? ldw(wb + t * 128 + 32 * l) : make_uint4(0, 0, 0, 0);
       }
       unsigned xw[16];
 #pragma unroll
       for (int l = 0; l < 4; ++l) {
-        const uint4 v = lds16(xr + t * 128 + 8 * l);
+        const uint4 v = lds16(xr + t * 128 + 32 * l);
         xw[4 * l] = v.x;
         xw[4 * l + 1] = v.y;
         xw[4 * l + 2] = v.z;

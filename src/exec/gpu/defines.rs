@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 10] = [
+pub const KNOWN: [Known; 9] = [
     Known {
         name: "GEMM_MIN_BLOCKS",
         default: 1,
@@ -40,14 +40,6 @@ pub const KNOWN: [Known; 10] = [
         max: 4,
         flag: false,
         what: "discrete GEMV kernels' launch bounds (blocks per SM ptxas must fit)",
-    },
-    Known {
-        name: "MROW_DEPTH",
-        default: 2,
-        min: 1,
-        max: 2,
-        flag: false,
-        what: "M-row fp8 GEMV (fp8_rows_m): tiles whose loads a warp has in flight",
     },
     Known {
         name: "ATTN_UNROLL",
