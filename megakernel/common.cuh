@@ -247,26 +247,6 @@ __device__ unsigned short* prepared_input(const DevCtx& c, const Word& w, unsign
 // 268 -> 456 bytes of spills; a call costs a register save once a unit.)
 __device__ __noinline__ unsigned short* prepared_rows_m(const DevCtx& c, const Word& w, unsigned norm_slot, char* smem, bool fresh, unsigned nx) {
   const unsigned K = c.cols[w.ops[SLOT_IN0]];
-  if (fresh && w.ops[norm_slot] == OPERAND_NONE && K % 8 == 0) {
-    // as they are (times the fp8 scale): the M rows' chunks over all threads, 4 loads in flight each
-    const float s = input_scale(c, w.ops[SLOT_W0]);
-    const unsigned per = K / 8, total = nx * per;
-    for (unsigned e0 = threadIdx.x; e0 < total; e0 += 4 * THREADS) {
-      uint4 v[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const unsigned e = e0 + j * THREADS;
-        if (e < total) v[j] = *(const uint4*)(B<unsigned short>(row_view(c, e / per), w.ops[SLOT_IN0]) + 8 * (e % per));
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const unsigned e = e0 + j * THREADS;
-        if (e < total) *(uint4*)(smem + (e / per) * xrow_bytes(K) + 16 * (e % per)) = scaled8(v[j], s);
-      }
-    }
-    BLOCK_SYNC();
-    return (unsigned short*)smem;
-  }
   if (!fresh || w.ops[norm_slot] == OPERAND_NONE || K % 8 != 0 || K > NORM_CHUNKS * 8 * THREADS) {
     for (unsigned m = 0; m < nx; ++m) prepared_input(row_view(c, m), w, norm_slot, smem, fresh, m, nx);
     return (unsigned short*)smem;
@@ -333,14 +313,12 @@ __device__ __forceinline__ unsigned short* prepared_rows(const DevCtx& c, const 
   return prepared_rows_m(c, w, norm_slot, smem, fresh, nx);
 }
 
-// M-row steps: whether a GEMV word's M inputs are prepared in shared memory (normed inputs, and inputs
-// taken as they are whose M rows fit MROW_X_BYTES: o_proj's and out_proj's) rather than read as they
-// are from each row's activation, tile by tile (down_proj's).
-__device__ __forceinline__ bool mrow_x_in_smem(const DevCtx& c, const Word& w) {
+// M-row steps: whether a GEMV word's M inputs are prepared in shared memory (normed inputs) rather than
+// read as they are from each row's activation.
+__device__ __forceinline__ bool mrow_x_in_smem(const Word& w) {
   switch (w.opcode) {
     case OP_GEMV_NORM:
-    case OP_GEMV_RESIDUAL:
-      return w.ops[SLOT_W1] != OPERAND_NONE || M_ROWS * xrow_bytes(c.cols[w.ops[SLOT_IN0]]) <= MROW_X_BYTES;
+    case OP_GEMV_RESIDUAL: return w.ops[SLOT_W1] != OPERAND_NONE;
     case OP_GEMV_GATE_UP: return w.ops[SLOT_W2] != OPERAND_NONE;
     default: return true;  // the lm_head's
   }
@@ -356,7 +334,7 @@ __device__ __forceinline__ bool mrow_gemv(const DevCtx& c, const Word& w) {
     case OP_GEMV_NORM:
     case OP_GEMV_RESIDUAL:
       // fp8: fp8_rows_m; bf16 (GDN's a and b): dot_rows_m, over inputs prepared in shared memory
-      if (!is_fp8(c, w.ops[SLOT_W0]) && !mrow_x_in_smem(c, w)) return false;
+      if (!is_fp8(c, w.ops[SLOT_W0]) && !mrow_x_in_smem(w)) return false;
       break;
     case OP_GEMV_GATE_UP:
       if (!is_fp8(c, w.ops[SLOT_W0])) return false;
@@ -364,7 +342,7 @@ __device__ __forceinline__ bool mrow_gemv(const DevCtx& c, const Word& w) {
     case OP_LM_HEAD: break;
     default: return false;
   }
-  return !mrow_x_in_smem(c, w) || M_ROWS * xrow_bytes(c.cols[w.ops[SLOT_IN0]]) <= MROW_X_BYTES;
+  return !mrow_x_in_smem(w) || M_ROWS * xrow_bytes(c.cols[w.ops[SLOT_IN0]]) <= MROW_X_BYTES;
 }
 // An M-row fp8 GEMV's runs (weights x groups x 2 x M_ROWS x 32 floats: fp8_rows_m) after its prepared
 // inputs and block sums.

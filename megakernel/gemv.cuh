@@ -215,6 +215,10 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
     };
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     auto tile_sum = [&](unsigned j, const uint4 (&wv)[4], float sc) {
+#ifdef MK_LOADS_ONLY  // probe (wrong results): the weight loads alone, no x and no arithmetic
+      acc[0] += __uint_as_float((wv[0].x ^ wv[1].y ^ wv[2].z ^ wv[3].w) & 0x3fffffffu) * sc;
+      return;
+#endif
       const unsigned kt = k0 + (t0 + j) * 128;
       const uint4 xa = xload(mx, kt + 16 * cq), xb = xload(mx, kt + 16 * cq + 8);
       const uint4 xc = xload(mx, kt + 64 + 16 * cq), xd = xload(mx, kt + 72 + 16 * cq);
@@ -264,7 +268,7 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
 }
 
 // An M-row fp8 GEMV's input loader for fp8_tiles (row m's 8 bf16 at k, times 2^64): the prepared rows in
-// shared memory (xrow_bytes apart), or, for an input read as it is (`mrow_x_in_smem` false), straight
+// shared memory (xrow_bytes apart), or, for an input taken as is (`mrow_x_in_smem` false), straight
 // from row m's activation: loaded through L2 (another block of the megakernel wrote it), scaled as
 // prepared_input scales it (the same bits).
 struct MrowX {
@@ -444,7 +448,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   bool partial = w.flags & FLAG_PARTIAL;
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
-      const bool xsm = mrow_x_in_smem(c, w);
+      const bool xsm = mrow_x_in_smem(w);
 #ifdef MK_SKIP_PREP  // probe (wrong results): the input preparation's cost (`mk gpu rows`' timings)
       const bool skip = true;
 #else
