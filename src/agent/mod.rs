@@ -1,6 +1,8 @@
 //! The agent workload (issue 29): synthetic trajectories with the seed's statistics (`trajectory`), the
 //! data a fixed-count replay feeds, and the replay itself on the CPU reference (`replay`: a resident
-//! append-anchored session or a stateless re-prefill each step).
+//! append-anchored session or a stateless re-prefill each step), and the session pool (`pool`: KV pages,
+//! copy-on-write forks, park / restore).
 
+pub mod pool;
 pub mod replay;
 pub mod trajectory;

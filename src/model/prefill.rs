@@ -202,6 +202,19 @@ mod tests {
     }
 }
 
+/// A session without its KV caches (`Session::take_parts`): what a session pool holds per session
+/// beside its KV pages.
+#[derive(Clone)]
+pub struct SessionParts {
+    pub tokens: Vec<u32>,
+    pub pos: usize,
+    pub conv: Vec<Vec<f32>>,
+    pub recurrent: Vec<Vec<f32>>,
+    pub anchor_pos: usize,
+    pub anchor_conv: Vec<Vec<f32>>,
+    pub anchor_recurrent: Vec<Vec<f32>>,
+}
+
 /// The GDN states at a position that is a multiple of the chunk (`Session`'s checkpoint).
 #[derive(Clone)]
 struct Anchor {
@@ -284,6 +297,29 @@ impl Session {
         }
         self.tokens = all;
         Ok(logits)
+    }
+
+    /// Everything of the session but its KV caches (the session pool keeps those in pages,
+    /// agent::pool): its tokens, position, GDN states and checkpoint. The KV caches stay in `self.state`.
+    pub fn take_parts(&mut self) -> SessionParts {
+        SessionParts {
+            tokens: std::mem::take(&mut self.tokens),
+            pos: self.state.pos,
+            conv: self.state.conv.clone(),
+            recurrent: self.state.recurrent.clone(),
+            anchor_pos: self.anchor.pos,
+            anchor_conv: self.anchor.conv.clone(),
+            anchor_recurrent: self.anchor.recurrent.clone(),
+        }
+    }
+
+    /// `take_parts`' inverse over this session's KV caches (whatever they hold: the pool gathers them).
+    pub fn put_parts(&mut self, p: SessionParts) {
+        self.tokens = p.tokens;
+        self.state.pos = p.pos;
+        self.state.conv = p.conv;
+        self.state.recurrent = p.recurrent;
+        self.anchor = Anchor { pos: p.anchor_pos, conv: p.anchor_conv, recurrent: p.anchor_recurrent };
     }
 
     /// One decode step (the recurrence token by token; the checkpoint stays where it is).
