@@ -223,6 +223,10 @@ pub enum Cmd {
         /// Re-prefill the whole history every step instead of keeping the session resident.
         #[arg(long)]
         stateless: bool,
+        /// The trajectories as sessions of one session pool (KV in 256-token pages), their steps
+        /// interleaved round-robin.
+        #[arg(long, conflicts_with = "stateless")]
+        pooled: bool,
     },
     /// The agent workload's synthetic trajectories (issue 29: the seed's 13 trajectories, 82 steps,
     /// 11,239 emitted tokens): generate them (to --out), or check a file against its own text (--check);

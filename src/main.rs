@@ -192,7 +192,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Tokenize => mk::tokenizer::cli::tokenize_stdio()?,
         Cmd::Detokenize => mk::tokenizer::cli::detokenize_stdio()?,
         Cmd::ChatRender { file, ids } => mk::tokenizer::cli::chat_render_stdout(&file, ids)?,
-        Cmd::AgentReplay { dir, trajectories, only, stateless } => {
+        Cmd::AgentReplay { dir, trajectories, only, stateless, pooled } => {
             use mk::agent::{replay, trajectory as tr};
             let text = std::fs::read_to_string(&trajectories)
                 .map_err(|e| mk::error::Error::new(format!("{}: {e}", trajectories.display())))?;
@@ -204,6 +204,21 @@ fn run(cli: Cli) -> Result<()> {
             ck.deep_check()?;
             let w = forward::Weights::from_checkpoint(&ck);
             let residency = if stateless { replay::Residency::Stateless } else { replay::Residency::Resident };
+            if pooled {
+                let chosen: Vec<_> = ts.iter().filter(|t| only.is_empty() || only.contains(&t.name)).collect();
+                let rs = chosen.iter().map(|t| tr::replay(t)).collect::<mk::error::Result<Vec<_>>>()?;
+                let ctx: Vec<usize> =
+                    rs.iter().map(|r| r.prompt.len() + r.steps.iter().map(|(e, a)| e + a.len()).sum::<usize>()).collect();
+                let pages = ctx.iter().map(|c| c.div_ceil(mk::agent::pool::PAGE_TOKENS)).sum::<usize>();
+                let max = ctx.iter().max().copied().unwrap_or(1).div_ceil(256) * 256;
+                let (runs, pool, _) = replay::replay_pooled(&w, &rs, pages, max)?;
+                for (t, steps) in chosen.iter().zip(runs) {
+                    let run = replay::Run { steps, session: mk::model::prefill::Session::new(&w.cfg, 1) };
+                    print!("{}", replay::table(&t.name, residency, &run));
+                }
+                println!("pool: {} pages of {}, {} free at the end; {:?}", pool.total_pages(), mk::agent::pool::PAGE_TOKENS, pool.free_pages(), pool.stats);
+                return Ok(());
+            }
             for t in ts.iter().filter(|t| only.is_empty() || only.contains(&t.name)) {
                 let r = tr::replay(t)?;
                 let ctx = r.prompt.len() + r.steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();

@@ -120,3 +120,31 @@ fn resident_and_stateless_replays_emit_the_same_tokens_and_end_in_the_same_state
     // a trajectory past the session's context is refused
     assert!(replay(&w, &r, Residency::Resident, 200).err().unwrap().to_string().contains("the session holds 200"));
 }
+
+/// Two truncated trajectories (t01's and t02's first 150 prompt tokens, two steps of 4 emitted tokens
+/// and an append of 30 / 40 between) as sessions of one pool, their steps interleaved, emit what each
+/// emits replayed alone and end in its state bit for bit (the pool: KV in 256-token pages).
+#[test]
+fn pooled_interleaved_replays_emit_what_each_emits_alone() {
+    use mk::agent::replay::{replay, replay_pooled, Residency};
+    let ck = mk::model::checkpoint::Checkpoint::open(common::tiny()).unwrap();
+    let w = mk::model::forward::Weights::from_checkpoint(&ck);
+    let ts = tr::from_json(&committed()).unwrap();
+    let cut = |i: usize, a: usize| {
+        let t = tr::replay(&ts[i]).unwrap();
+        tr::Replay { prompt: t.prompt[..150].to_vec(), steps: vec![(4, t.steps[0].1[..a].to_vec()), (4, vec![])] }
+    };
+    let rs = [cut(0, 30), cut(1, 40)];
+    let (runs, mut pool, ids) = replay_pooled(&w, &rs, 4, 512).unwrap();
+    for (i, r) in rs.iter().enumerate() {
+        let alone = replay(&w, r, Residency::Resident, 512).unwrap();
+        for (k, (a, b)) in runs[i].iter().zip(&alone.steps).enumerate() {
+            assert_eq!((&a.emitted, a.prefill_tokens), (&b.emitted, b.prefill_tokens), "trajectory {i} step {k}");
+        }
+        let n = alone.session.tokens().len();
+        assert_eq!(first_difference(&pool.snapshot(ids[i], &w).unwrap(), &alone.session.state, n), None, "trajectory {i}");
+    }
+    // a pool too small for the second session's prompt refuses it before running it
+    let e = replay_pooled(&w, &rs, 1, 512).err().unwrap().to_string();
+    assert!(e.contains("needs 1 more pages, 0 are free"), "{e}");
+}

@@ -9,12 +9,15 @@
 //! Both leave the state a single prefill over the history makes (the anchoring's guarantee), so both emit
 //! the same tokens; the tests check it bit for bit, with a negative control (unanchored appends).
 //! Clocks per step: prefill (submit to first token: the append and the first decode's logits) and
-//! decode (first token to the last), wall time of this process. The GPU paths come with the session pool.
+//! decode (first token to the last), wall time of this process. `replay_pooled` runs several trajectories
+//! as sessions of one session pool (KV in pages), their steps interleaved. The GPU paths come with the
+//! GPU's session pool.
 //!
 //! Owns: the replay loop and its clocks. Refuses: a trajectory past the session's context.
 
 use std::time::Instant;
 
+use super::pool::{Pool, SessionId};
 use super::trajectory::Replay;
 use crate::error::Result;
 use crate::model::forward::Weights;
@@ -77,24 +80,58 @@ pub fn replay(w: &Weights, r: &Replay, residency: Residency, max_context: usize)
                 (l, history.len() - from)
             }
         };
-        let mut tok = argmax(&logits) as u32;
         let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let t1 = Instant::now();
-        let mut emitted = vec![tok];
-        // the step's first token came from the prefill's logits; each further one from a decode step
-        for _ in 1..*emit {
-            let l = session.step(w, tok)?;
-            tok = argmax(&l) as u32;
-            emitted.push(tok);
-        }
-        // the last emitted token goes into the session too (the next append follows it)
-        session.step(w, tok)?;
-        let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+        let (emitted, decode_ms) = decode(w, &mut session, &logits, *emit)?;
         history.extend_from_slice(&emitted);
         pending = append.clone();
         steps.push(StepRun { emitted, prefill_tokens, ttft_ms, decode_ms });
     }
     Ok(Run { steps, session })
+}
+
+/// A step's decode: `emit` greedy tokens, the first from the prefill's `logits`, each further one from
+/// a decode step; the last goes into the session too (the next append follows it). The tokens and ms.
+fn decode(w: &Weights, session: &mut Session, logits: &[f32], emit: usize) -> Result<(Vec<u32>, f64)> {
+    let t1 = Instant::now();
+    let mut tok = argmax(logits) as u32;
+    let mut emitted = vec![tok];
+    for _ in 1..emit {
+        let l = session.step(w, tok)?;
+        tok = argmax(&l) as u32;
+        emitted.push(tok);
+    }
+    session.step(w, tok)?;
+    Ok((emitted, t1.elapsed().as_secs_f64() * 1e3))
+}
+
+/// Replays the trajectories `rs` as resident sessions of one session pool (`pool::Pool`, `pages` KV
+/// pages), their steps interleaved round-robin (every trajectory's step 0, then every step 1, ..): each
+/// emits what it emits replayed alone (`Residency::Resident`); the pool's page reservations make a step
+/// that does not fit an error before it runs. Returns each trajectory's steps and the pool.
+pub fn replay_pooled(w: &Weights, rs: &[Replay], pages: usize, max_context: usize) -> Result<(Vec<Vec<StepRun>>, Pool, Vec<SessionId>)> {
+    let mut pool = Pool::new(&w.cfg, pages, rs.len().max(1), max_context)?;
+    let ids = rs.iter().map(|_| pool.open()).collect::<Result<Vec<_>>>()?;
+    let mut pending: Vec<Vec<u32>> = rs.iter().map(|r| r.prompt.clone()).collect();
+    let mut runs: Vec<Vec<StepRun>> = rs.iter().map(|_| Vec::new()).collect();
+    let rounds = rs.iter().map(|r| r.steps.len()).max().unwrap_or(0);
+    for k in 0..rounds {
+        for (i, r) in rs.iter().enumerate() {
+            let Some((emit, append)) = r.steps.get(k) else { continue };
+            let (id, new) = (ids[i], std::mem::take(&mut pending[i]));
+            let len = pool.tokens(id)?.len();
+            let t0 = Instant::now();
+            let (run, from) = pool.run(id, w, len + new.len() + emit, |s, w| {
+                let from = s.checkpoint();
+                let logits = s.append(w, &new)?;
+                let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
+                let (emitted, decode_ms) = decode(w, s, &logits, *emit)?;
+                Ok((StepRun { emitted, prefill_tokens: 0, ttft_ms, decode_ms }, from))
+            })?;
+            runs[i].push(StepRun { prefill_tokens: len + new.len() - from, ..run });
+            pending[i] = append.clone();
+        }
+    }
+    Ok((runs, pool, ids))
 }
 
 /// A table of one replay: per step the tokens prefilled, TTFT, decode ms a token, the step's total.
