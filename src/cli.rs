@@ -228,6 +228,18 @@ pub enum Cmd {
         #[arg(long, conflicts_with = "stateless")]
         pooled: bool,
     },
+    /// Agent steps on one pooled session on the CPU reference (issue 29's agent-step API): FILE is a JSON
+    /// array of steps {"ids": [..] or "text": "..", "max_tokens": N, "stop": [ids]}; prints each step's
+    /// tokens and clocks.
+    Agent {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// The steps (JSON).
+        file: PathBuf,
+        /// The session's context.
+        #[arg(long, default_value_t = 4096)]
+        max_context: usize,
+    },
     /// The agent workload's synthetic trajectories (issue 29: the seed's 13 trajectories, 82 steps,
     /// 11,239 emitted tokens): generate them (to --out), or check a file against its own text (--check);
     /// prints a table either way.

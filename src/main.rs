@@ -226,6 +226,34 @@ fn run(cli: Cli) -> Result<()> {
                 print!("{}", replay::table(&t.name, residency, &run));
             }
         }
+        Cmd::Agent { dir, file, max_context } => {
+            use mk::agent::{pool, step};
+            let text = std::fs::read_to_string(&file).map_err(|e| mk::error::Error::new(format!("{}: {e}", file.display())))?;
+            let steps = step::parse_script(&text)?;
+            let ck = Checkpoint::open(&dir)?;
+            ck.deep_check()?;
+            let w = forward::Weights::from_checkpoint(&ck);
+            let tok = mk::tokenizer::Tokenizer::qwen35()?;
+            let mut pool = pool::Pool::new(&w.cfg, max_context.div_ceil(pool::PAGE_TOKENS), 1, max_context)?;
+            let id = pool.open()?;
+            for (i, s) in steps.iter().enumerate() {
+                let ids = match &s.text {
+                    Some(t) => tok.encode(t)?,
+                    None => s.ids.clone(),
+                };
+                let out = step::agent_step(&mut pool, id, &w, &ids, &step::StepSpec { max_tokens: s.max_tokens, stop: s.stop.clone() })
+                    .map_err(|e| mk::error::Error::new(format!("step {i}: {e}")))?;
+                println!(
+                    "step {i}: appended {}, emitted {} ({}), first token {:.1} ms, last {:.1} ms: {:?}",
+                    ids.len(),
+                    out.tokens.len(),
+                    out.stopped.map_or("count".to_string(), |t| format!("stop {t}")),
+                    out.first_ms,
+                    out.last_ms,
+                    tok.decode(&out.tokens)?
+                );
+            }
+        }
         Cmd::AgentTrajectories { out, check } => {
             use mk::agent::trajectory as tr;
             let ts = match &check {

@@ -209,3 +209,25 @@ fn the_27b_pool_sizes() {
     assert_eq!((s4, s32), (110_000_000_000 / (16 * page_bytes(&cfg) + state_bytes(&cfg)), 110_000_000_000 / (128 * page_bytes(&cfg) + state_bytes(&cfg))));
     assert!(s4 > 150 && s32 > 40, "{s4} {s32}");
 }
+
+/// The agent-step API: a step's tokens are the greedy continuation a plain session emits; a stop token
+/// ends the step after it (and it is in the session); the clocks are ordered; empty steps are refused.
+#[test]
+fn an_agent_step_emits_the_greedy_tokens_and_stops_on_a_stop_token() {
+    use mk::agent::step::{agent_step, StepSpec};
+    let ck = checkpoint();
+    let w = Weights::from_checkpoint(&ck);
+    let (p, x) = (ids(14, 90), ids(15, 12));
+    let mut alone = Session::new(&w.cfg, CTX);
+    let e = [step(&mut alone, &w, &p, 5), step(&mut alone, &w, &x, 3)];
+    let mut pool = Pool::new(&w.cfg, 2, 2, CTX).unwrap();
+    let id = pool.open().unwrap();
+    let out = agent_step(&mut pool, id, &w, &p, &StepSpec { max_tokens: 5, stop: vec![] }).unwrap();
+    assert_eq!((out.tokens.as_slice(), out.stopped), (e[0].as_slice(), None));
+    assert!(0.0 < out.first_ms && out.first_ms <= out.last_ms);
+    let out = agent_step(&mut pool, id, &w, &x, &StepSpec { max_tokens: 10, stop: vec![e[1][1]] }).unwrap();
+    assert_eq!((out.tokens.as_slice(), out.stopped), (&e[1][..2], Some(e[1][1])));
+    assert_eq!(pool.tokens(id).unwrap().len(), 90 + 5 + 12 + 2);
+    assert!(agent_step(&mut pool, id, &w, &[], &StepSpec { max_tokens: 1, stop: vec![] }).is_err());
+    assert!(agent_step(&mut pool, id, &w, &x, &StepSpec { max_tokens: 0, stop: vec![] }).is_err());
+}
