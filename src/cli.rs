@@ -227,6 +227,10 @@ pub enum Cmd {
         /// interleaved round-robin.
         #[arg(long, conflicts_with = "stateless")]
         pooled: bool,
+        /// Write the steps (steps.csv) and a chart of where each trajectory's time went (time.png:
+        /// prefill, re-prefill, decode) into this folder.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Agent steps on one pooled session on the CPU reference (issue 29's agent-step API): FILE is a JSON
     /// array of steps {"ids": [..] or "text": "..", "max_tokens": N, "stop": [ids]}; prints each step's

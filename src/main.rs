@@ -192,7 +192,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Tokenize => mk::tokenizer::cli::tokenize_stdio()?,
         Cmd::Detokenize => mk::tokenizer::cli::detokenize_stdio()?,
         Cmd::ChatRender { file, ids } => mk::tokenizer::cli::chat_render_stdout(&file, ids)?,
-        Cmd::AgentReplay { dir, trajectories, only, stateless, pooled } => {
+        Cmd::AgentReplay { dir, trajectories, only, stateless, pooled, out } => {
             use mk::agent::{replay, trajectory as tr};
             let text = std::fs::read_to_string(&trajectories)
                 .map_err(|e| mk::error::Error::new(format!("{}: {e}", trajectories.display())))?;
@@ -212,19 +212,24 @@ fn run(cli: Cli) -> Result<()> {
                 let pages = ctx.iter().map(|c| c.div_ceil(mk::agent::pool::PAGE_TOKENS)).sum::<usize>();
                 let max = ctx.iter().max().copied().unwrap_or(1).div_ceil(256) * 256;
                 let (runs, pool, _) = replay::replay_pooled(&w, &rs, pages, max)?;
+                let mut all = Vec::new();
                 for (t, steps) in chosen.iter().zip(runs) {
                     let run = replay::Run { steps, session: mk::model::prefill::Session::new(&w.cfg, 1) };
                     print!("{}", replay::table(&t.name, residency, &run));
+                    all.push((t.name.clone(), run.steps));
                 }
                 println!("pool: {} pages of {}, {} free at the end; {:?}", pool.total_pages(), mk::agent::pool::PAGE_TOKENS, pool.free_pages(), pool.stats);
-                return Ok(());
+                return replay_out(out.as_deref(), &all, "pooled");
             }
+            let mut all = Vec::new();
             for t in ts.iter().filter(|t| only.is_empty() || only.contains(&t.name)) {
                 let r = tr::replay(t)?;
                 let ctx = r.prompt.len() + r.steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
                 let run = replay::replay(&w, &r, residency, ctx.div_ceil(256) * 256)?;
                 print!("{}", replay::table(&t.name, residency, &run));
+                all.push((t.name.clone(), run.steps));
             }
+            replay_out(out.as_deref(), &all, if stateless { "stateless" } else { "resident" })?;
         }
         Cmd::Agent { dir, file, max_context } => {
             use mk::agent::{pool, step};
@@ -293,6 +298,29 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", out.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","));
         }
     }
+    Ok(())
+}
+
+/// `mk agent-replay --out`: the steps' CSV, then the chart of where each trajectory's time went,
+/// rendered from that file.
+fn replay_out(out: Option<&std::path::Path>, runs: &[(String, Vec<mk::agent::replay::StepRun>)], how: &str) -> Result<()> {
+    use mk::agent::replay;
+    let Some(out) = out else { return Ok(()) };
+    std::fs::create_dir_all(out).map_err(|e| mk::error::Error::new(format!("{}: {e}", out.display())))?;
+    let csv_path = out.join("steps.csv");
+    std::fs::write(&csv_path, replay::steps_csv(runs)).map_err(|e| mk::error::Error::new(format!("{}: {e}", csv_path.display())))?;
+    let csv = std::fs::read_to_string(&csv_path).map_err(|e| mk::error::Error::new(format!("{}: {e}", csv_path.display())))?;
+    let rows: Vec<(String, Vec<f64>)> = replay::time_split(&csv)?.into_iter().map(|(n, t)| (n, t.to_vec())).collect();
+    let png = out.join("time.png");
+    use plotters::style::RGBColor;
+    mk::experiment::chart::stacked_bars(
+        &png,
+        &format!("where the replay's time went ({how}, CPU reference)"),
+        "ms (prefill / re-prefill split by token counts: derived)",
+        &rows,
+        &[("prefill", RGBColor(66, 133, 244)), ("re-prefill", RGBColor(234, 67, 53)), ("decode", RGBColor(52, 168, 83))],
+    )?;
+    println!("wrote {} and {}", csv_path.display(), png.display());
     Ok(())
 }
 

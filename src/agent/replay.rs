@@ -35,11 +35,12 @@ pub enum Residency {
 }
 
 /// One step's outcome: the emitted ids, the tokens its prefill ran (the appended ones plus any re-run),
-/// and its clocks in ms.
+/// the appended ones alone, and its clocks in ms.
 #[derive(Debug, Clone)]
 pub struct StepRun {
     pub emitted: Vec<u32>,
     pub prefill_tokens: usize,
+    pub new_tokens: usize,
     pub ttft_ms: f64,
     pub decode_ms: f64,
 }
@@ -62,6 +63,7 @@ pub fn replay(w: &Weights, r: &Replay, residency: Residency, max_context: usize)
     let mut steps = Vec::new();
     for (emit, append) in &r.steps {
         let t0 = Instant::now();
+        let new_tokens = pending.len();
         let (logits, prefill_tokens) = match residency {
             Residency::Stateless => {
                 history.extend_from_slice(&pending);
@@ -84,7 +86,7 @@ pub fn replay(w: &Weights, r: &Replay, residency: Residency, max_context: usize)
         let (emitted, decode_ms) = decode(w, &mut session, &logits, *emit)?;
         history.extend_from_slice(&emitted);
         pending = append.clone();
-        steps.push(StepRun { emitted, prefill_tokens, ttft_ms, decode_ms });
+        steps.push(StepRun { emitted, prefill_tokens, new_tokens, ttft_ms, decode_ms });
     }
     Ok(Run { steps, session })
 }
@@ -125,7 +127,7 @@ pub fn replay_pooled(w: &Weights, rs: &[Replay], pages: usize, max_context: usiz
                 let logits = s.append(w, &new)?;
                 let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
                 let (emitted, decode_ms) = decode(w, s, &logits, *emit)?;
-                Ok((StepRun { emitted, prefill_tokens: 0, ttft_ms, decode_ms }, from))
+                Ok((StepRun { emitted, prefill_tokens: 0, new_tokens: new.len(), ttft_ms, decode_ms }, from))
             })?;
             runs[i].push(StepRun { prefill_tokens: len + new.len() - from, ..run });
             pending[i] = append.clone();
@@ -154,4 +156,70 @@ pub fn table(name: &str, residency: Residency, run: &Run) -> String {
         t += s.ttft_ms + s.decode_ms;
     }
     o + &format!("  all  {p:>8} {e:>8} {:>34.1}\n", t)
+}
+
+/// The replay's steps as CSV (one row a step; `chart` renders from this file): trajectory, step, the
+/// tokens appended, the tokens re-run, the prefill's ms (submit to first token), tokens emitted, the
+/// decode's ms.
+pub fn steps_csv(runs: &[(String, Vec<StepRun>)]) -> String {
+    let mut o = String::from("trajectory,step,new_tokens,rerun_tokens,ttft_ms,emitted,decode_ms\n");
+    for (name, steps) in runs {
+        for (i, s) in steps.iter().enumerate() {
+            o += &format!(
+                "{name},{i},{},{},{:.3},{},{:.3}\n",
+                s.new_tokens,
+                s.prefill_tokens - s.new_tokens,
+                s.ttft_ms,
+                s.emitted.len(),
+                s.decode_ms
+            );
+        }
+    }
+    o
+}
+
+/// Per trajectory, where its time went (ms): prefill of the appended tokens, re-prefill (the re-run
+/// tokens: since the checkpoint, or the whole history when stateless), decode; the prefill's ms split
+/// between the first two by their token counts (derived: one append runs both). Read from `steps_csv`.
+pub fn time_split(csv: &str) -> Result<Vec<(String, [f64; 3])>> {
+    let mut out: Vec<(String, [f64; 3])> = Vec::new();
+    for (n, line) in csv.lines().enumerate().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let num = |i: usize| -> Result<f64> {
+            f.get(i).and_then(|v| v.parse::<f64>().ok()).ok_or_else(|| crate::error::Error::new(format!("replay csv line {}: field {i} of {line:?}", n + 1)))
+        };
+        if f.len() != 7 {
+            crate::bail!("replay csv line {}: {} fields, expected 7", n + 1, f.len());
+        }
+        let (new, rerun, ttft, dec) = (num(2)?, num(3)?, num(4)?, num(6)?);
+        let share = if new + rerun > 0.0 { new / (new + rerun) } else { 1.0 };
+        if out.last().map(|o| o.0.as_str()) != Some(f[0]) {
+            out.push((f[0].to_string(), [0.0; 3]));
+        }
+        let t = &mut out.last_mut().unwrap().1;
+        t[0] += ttft * share;
+        t[1] += ttft * (1.0 - share);
+        t[2] += dec;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_time_split_reads_the_csv_and_splits_prefill_by_tokens() {
+        let s = |new, prefill, ttft, decode| StepRun { emitted: vec![1, 2], prefill_tokens: prefill, new_tokens: new, ttft_ms: ttft, decode_ms: decode };
+        let runs = vec![("t01".to_string(), vec![s(100, 100, 10.0, 4.0), s(30, 90, 6.0, 2.0)]), ("t02".to_string(), vec![s(10, 10, 1.0, 1.0)])];
+        let csv = steps_csv(&runs);
+        assert!(csv.starts_with("trajectory,step,new_tokens,rerun_tokens,ttft_ms,emitted,decode_ms\nt01,0,100,0,10.000,2,4.000\n"));
+        let t = time_split(&csv).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].0, "t01");
+        let [p, r, d] = t[0].1;
+        assert!((p - 12.0).abs() < 1e-9 && (r - 4.0).abs() < 1e-9 && (d - 6.0).abs() < 1e-9, "{:?}", t[0].1);
+        assert!(time_split("h\nt01,0,1,0,x,2,3\n").unwrap_err().to_string().contains("field 4"));
+        assert!(time_split("h\nt01,0,1\n").unwrap_err().to_string().contains("3 fields"));
+    }
 }

@@ -147,6 +147,53 @@ fn bars(file: &Path, title: &str, x_desc: &str, items: &[(String, f64, RGBColor)
     root.present().map_err(err(title))
 }
 
+/// Horizontal stacked bars: a row per (label, parts), the parts' names and colours in `legend`, each row
+/// labelled with its total.
+pub fn stacked_bars(file: &Path, title: &str, x_desc: &str, rows: &[(String, Vec<f64>)], legend: &[(&str, RGBColor)]) -> Result<()> {
+    fonts()?;
+    let total = |r: &[f64]| r.iter().sum::<f64>();
+    let x1 = rows.iter().map(|r| total(&r.1)).fold(0.0, f64::max) * 1.35 + 1e-9;
+    let n = rows.len().max(1);
+    let root = BitMapBackend::new(file, (SIZE.0, SIZE.1.max(120 + 26 * n as u32))).into_drawing_area();
+    root.fill(&WHITE).map_err(err(title))?;
+    let mut ch = ChartBuilder::on(&root)
+        .caption(title, (FONT, 24).into_font().style(FontStyle::Bold))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(10)
+        .build_cartesian_2d(0f64..x1, 0f64..n as f64)
+        .map_err(err(title))?;
+    ch.configure_mesh()
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc(x_desc)
+        .axis_desc_style((FONT, 17))
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(err(title))?;
+    let row = |i: usize| (n - 1 - i) as f64; // first row on top
+    for (k, (name, c)) in legend.iter().enumerate() {
+        let bars: Vec<_> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (_, parts))| {
+                let x0: f64 = parts[..k].iter().sum();
+                Rectangle::new([(x0, row(i) + 0.15), (x0 + parts.get(k).copied().unwrap_or(0.0), row(i) + 0.85)], c.filled())
+            })
+            .collect();
+        ch.draw_series(bars)
+            .map_err(err(title))?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+    }
+    ch.draw_series(rows.iter().enumerate().map(|(i, (l, parts))| {
+        Text::new(format!("{l}  {:.1}", total(parts)), (total(parts) + x1 * 0.01, row(i) + 0.7), (FONT, 14).into_font())
+    }))
+    .map_err(err(title))?;
+    ch.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).label_font((FONT, 14)).draw().map_err(err(title))?;
+    root.present().map_err(err(title))
+}
+
 /// Renders every chart of a results folder from its files; returns the PNGs written.
 pub fn render(dir: &Path, unfinished: bool) -> Result<Vec<PathBuf>> {
     fonts()?;
