@@ -198,7 +198,10 @@ fn run(cli: Cli) -> Result<()> {
                 .map_err(|e| mk::error::Error::new(format!("{}: {e}", trajectories.display())))?;
             let ts = tr::from_json(&text)?;
             if let Some(bad) = only.iter().find(|n| !ts.iter().any(|t| &t.name == *n)) {
-                return Err(mk::error::Error::new(format!("agent-replay: no trajectory {bad} in {}", trajectories.display())));
+                return Err(mk::error::Error::new(format!(
+                    "agent-replay: no trajectory {bad} in {}",
+                    trajectories.display()
+                )));
             }
             let ck = Checkpoint::open(&dir)?;
             ck.deep_check()?;
@@ -207,8 +210,10 @@ fn run(cli: Cli) -> Result<()> {
             if pooled {
                 let chosen: Vec<_> = ts.iter().filter(|t| only.is_empty() || only.contains(&t.name)).collect();
                 let rs = chosen.iter().map(|t| tr::replay(t)).collect::<mk::error::Result<Vec<_>>>()?;
-                let ctx: Vec<usize> =
-                    rs.iter().map(|r| r.prompt.len() + r.steps.iter().map(|(e, a)| e + a.len()).sum::<usize>()).collect();
+                let ctx: Vec<usize> = rs
+                    .iter()
+                    .map(|r| r.prompt.len() + r.steps.iter().map(|(e, a)| e + a.len()).sum::<usize>())
+                    .collect();
                 let pages = ctx.iter().map(|c| c.div_ceil(mk::agent::pool::PAGE_TOKENS)).sum::<usize>();
                 let max = ctx.iter().max().copied().unwrap_or(1).div_ceil(256) * 256;
                 let (runs, pool, _) = replay::replay_pooled(&w, &rs, pages, max)?;
@@ -218,7 +223,13 @@ fn run(cli: Cli) -> Result<()> {
                     print!("{}", replay::table(&t.name, residency, &run));
                     all.push((t.name.clone(), run.steps));
                 }
-                println!("pool: {} pages of {}, {} free at the end; {:?}", pool.total_pages(), mk::agent::pool::PAGE_TOKENS, pool.free_pages(), pool.stats);
+                println!(
+                    "pool: {} pages of {}, {} free at the end; {:?}",
+                    pool.total_pages(),
+                    mk::agent::pool::PAGE_TOKENS,
+                    pool.free_pages(),
+                    pool.stats
+                );
                 return replay_out(out.as_deref(), &all, "pooled");
             }
             let mut all = Vec::new();
@@ -233,7 +244,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Agent { dir, file, max_context } => {
             use mk::agent::{pool, step};
-            let text = std::fs::read_to_string(&file).map_err(|e| mk::error::Error::new(format!("{}: {e}", file.display())))?;
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| mk::error::Error::new(format!("{}: {e}", file.display())))?;
             let steps = step::parse_script(&text)?;
             let ck = Checkpoint::open(&dir)?;
             ck.deep_check()?;
@@ -246,8 +258,14 @@ fn run(cli: Cli) -> Result<()> {
                     Some(t) => tok.encode(t)?,
                     None => s.ids.clone(),
                 };
-                let out = step::agent_step(&mut pool, id, &w, &ids, &step::StepSpec { max_tokens: s.max_tokens, stop: s.stop.clone() })
-                    .map_err(|e| mk::error::Error::new(format!("step {i}: {e}")))?;
+                let out = step::agent_step(
+                    &mut pool,
+                    id,
+                    &w,
+                    &ids,
+                    &step::StepSpec { max_tokens: s.max_tokens, stop: s.stop.clone() },
+                )
+                .map_err(|e| mk::error::Error::new(format!("step {i}: {e}")))?;
                 println!(
                     "step {i}: appended {}, emitted {} ({}), first token {:.1} ms, last {:.1} ms: {:?}",
                     ids.len(),
@@ -263,7 +281,8 @@ fn run(cli: Cli) -> Result<()> {
             use mk::agent::trajectory as tr;
             let ts = match &check {
                 Some(f) => {
-                    let text = std::fs::read_to_string(f).map_err(|e| mk::error::Error::new(format!("{}: {e}", f.display())))?;
+                    let text = std::fs::read_to_string(f)
+                        .map_err(|e| mk::error::Error::new(format!("{}: {e}", f.display())))?;
                     let ts = tr::from_json(&text)?;
                     for t in &ts {
                         tr::replay(t)?;
@@ -273,7 +292,8 @@ fn run(cli: Cli) -> Result<()> {
                 None => tr::generate()?,
             };
             if let Some(f) = &out {
-                std::fs::write(f, tr::to_json(&ts)).map_err(|e| mk::error::Error::new(format!("{}: {e}", f.display())))?;
+                std::fs::write(f, tr::to_json(&ts))
+                    .map_err(|e| mk::error::Error::new(format!("{}: {e}", f.display())))?;
             }
             print!("{}", tr::table(&ts));
         }
@@ -303,13 +323,19 @@ fn run(cli: Cli) -> Result<()> {
 
 /// `mk agent-replay --out`: the steps' CSV, then the chart of where each trajectory's time went,
 /// rendered from that file.
-fn replay_out(out: Option<&std::path::Path>, runs: &[(String, Vec<mk::agent::replay::StepRun>)], how: &str) -> Result<()> {
+fn replay_out(
+    out: Option<&std::path::Path>,
+    runs: &[(String, Vec<mk::agent::replay::StepRun>)],
+    how: &str,
+) -> Result<()> {
     use mk::agent::replay;
     let Some(out) = out else { return Ok(()) };
     std::fs::create_dir_all(out).map_err(|e| mk::error::Error::new(format!("{}: {e}", out.display())))?;
     let csv_path = out.join("steps.csv");
-    std::fs::write(&csv_path, replay::steps_csv(runs)).map_err(|e| mk::error::Error::new(format!("{}: {e}", csv_path.display())))?;
-    let csv = std::fs::read_to_string(&csv_path).map_err(|e| mk::error::Error::new(format!("{}: {e}", csv_path.display())))?;
+    std::fs::write(&csv_path, replay::steps_csv(runs))
+        .map_err(|e| mk::error::Error::new(format!("{}: {e}", csv_path.display())))?;
+    let csv = std::fs::read_to_string(&csv_path)
+        .map_err(|e| mk::error::Error::new(format!("{}: {e}", csv_path.display())))?;
     let rows: Vec<(String, Vec<f64>)> = replay::time_split(&csv)?.into_iter().map(|(n, t)| (n, t.to_vec())).collect();
     let png = out.join("time.png");
     use plotters::style::RGBColor;
@@ -318,7 +344,11 @@ fn replay_out(out: Option<&std::path::Path>, runs: &[(String, Vec<mk::agent::rep
         &format!("where the replay's time went ({how}, CPU reference)"),
         "ms (prefill / re-prefill split by token counts: derived)",
         &rows,
-        &[("prefill", RGBColor(66, 133, 244)), ("re-prefill", RGBColor(234, 67, 53)), ("decode", RGBColor(52, 168, 83))],
+        &[
+            ("prefill", RGBColor(66, 133, 244)),
+            ("re-prefill", RGBColor(234, 67, 53)),
+            ("decode", RGBColor(52, 168, 83)),
+        ],
     )?;
     println!("wrote {} and {}", csv_path.display(), png.display());
     Ok(())

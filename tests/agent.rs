@@ -11,7 +11,11 @@ fn committed() -> String {
 #[test]
 fn the_committed_trajectories_are_the_generators_and_have_the_seeds_totals() {
     let ts = tr::generate().unwrap();
-    assert_eq!(tr::to_json(&ts), committed(), "regenerate with `mk agent-trajectories --out experiments/agent/trajectories.json`");
+    assert_eq!(
+        tr::to_json(&ts),
+        committed(),
+        "regenerate with `mk agent-trajectories --out experiments/agent/trajectories.json`"
+    );
     assert_eq!(tr::from_json(&committed()).unwrap(), ts);
     assert_eq!(ts.len(), TRAJECTORIES);
     assert_eq!(ts.iter().map(|t| t.steps.len()).sum::<usize>(), STEPS);
@@ -65,29 +69,6 @@ fn a_corrupted_count_or_text_is_refused() {
 
 mod common;
 
-/// The first state buffer in which `a` differs from `b` (GDN states, KV rows below `n`), or None.
-fn first_difference(a: &mk::model::forward::State, b: &mk::model::forward::State, n: usize) -> Option<String> {
-    let bits = |x: &[f32], y: &[f32]| x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits());
-    for l in 0..a.recurrent.len() {
-        if let Some(e) = bits(&a.recurrent[l], &b.recurrent[l]) {
-            return Some(format!("GDN layer {l} recurrent state, element {e}"));
-        }
-        if let Some(e) = bits(&a.conv[l], &b.conv[l]) {
-            return Some(format!("GDN layer {l} conv state, element {e}"));
-        }
-    }
-    for l in 0..a.k_cache.len() {
-        let kv = a.k_cache[l].len() / a.max_context;
-        if let Some(e) = bits(&a.k_cache[l][..n * kv], &b.k_cache[l][..n * kv]) {
-            return Some(format!("attention layer {l} keys, element {e}"));
-        }
-        if let Some(e) = bits(&a.v_cache[l][..n * kv], &b.v_cache[l][..n * kv]) {
-            return Some(format!("attention layer {l} values, element {e}"));
-        }
-    }
-    (a.pos != b.pos).then(|| format!("position {} vs {}", a.pos, b.pos))
-}
-
 /// The fixed-count replay on the tiny reference (a truncated t01: its first 150 prompt tokens, three
 /// steps of 5 emitted tokens and appends of 37 and 45, so the appends cross and miss the 64-token
 /// boundaries): a resident session and a stateless one (the whole history re-prefilled each step) emit
@@ -110,13 +91,16 @@ fn resident_and_stateless_replays_emit_the_same_tokens_and_end_in_the_same_state
         assert_eq!(a.emitted.len(), 5, "step {i}: the recorded count");
         assert_eq!(a.emitted, b.emitted, "step {i}: resident and stateless emit other tokens");
     }
-    assert_eq!(first_difference(&res.session.state, &st.session.state, n), None);
+    assert_eq!(common::first_difference(&res.session.state, &st.session.state, n), None);
     let (pr, ps): (usize, usize) =
         (res.steps.iter().map(|s| s.prefill_tokens).sum(), st.steps.iter().map(|s| s.prefill_tokens).sum());
     assert!(pr < ps, "resident prefilled {pr} tokens, stateless {ps}");
     assert_eq!(ps, 150 + (150 + 5 + 37) + (150 + 5 + 37 + 5 + 45));
     let bad = replay(&w, &r, Residency::ResidentUnanchored, 512).unwrap();
-    assert!(first_difference(&bad.session.state, &st.session.state, n).is_some(), "the negative control must differ");
+    assert!(
+        common::first_difference(&bad.session.state, &st.session.state, n).is_some(),
+        "the negative control must differ"
+    );
     // a trajectory past the session's context is refused
     assert!(replay(&w, &r, Residency::Resident, 200).err().unwrap().to_string().contains("the session holds 200"));
 }
@@ -142,7 +126,11 @@ fn pooled_interleaved_replays_emit_what_each_emits_alone() {
             assert_eq!((&a.emitted, a.prefill_tokens), (&b.emitted, b.prefill_tokens), "trajectory {i} step {k}");
         }
         let n = alone.session.tokens().len();
-        assert_eq!(first_difference(&pool.snapshot(ids[i], &w).unwrap(), &alone.session.state, n), None, "trajectory {i}");
+        assert_eq!(
+            common::first_difference(&pool.snapshot(ids[i], &w).unwrap(), &alone.session.state, n),
+            None,
+            "trajectory {i}"
+        );
     }
     // a pool too small for the second session's prompt refuses it before running it
     let e = replay_pooled(&w, &rs, 1, 512).err().unwrap().to_string();

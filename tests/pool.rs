@@ -5,7 +5,7 @@
 //! refusals leave the pool as it was.
 
 use mk::agent::pool::{page_bytes, sessions_that_fit, state_bytes, Pool, SessionId, PAGE_TOKENS};
-use mk::model::forward::{State, Weights};
+use mk::model::forward::Weights;
 use mk::model::ops::argmax;
 use mk::model::prefill::Session;
 
@@ -46,29 +46,6 @@ fn pooled(p: &mut Pool, id: SessionId, w: &Weights, new: &[u32], emit: usize) ->
     p.run(id, w, upto, |s, w| Ok(step(s, w, new, emit))).unwrap()
 }
 
-/// The first state buffer in which `a` differs from `b` (GDN states, KV rows below `n`), or None.
-fn first_difference(a: &State, b: &State, n: usize) -> Option<String> {
-    let bits = |x: &[f32], y: &[f32]| x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits());
-    for l in 0..a.recurrent.len() {
-        if let Some(e) = bits(&a.recurrent[l], &b.recurrent[l]) {
-            return Some(format!("GDN layer {l} recurrent state, element {e}"));
-        }
-        if let Some(e) = bits(&a.conv[l], &b.conv[l]) {
-            return Some(format!("GDN layer {l} conv state, element {e}"));
-        }
-    }
-    for l in 0..a.k_cache.len() {
-        let kv = a.k_cache[l].len() / a.max_context;
-        if let Some(e) = bits(&a.k_cache[l][..n * kv], &b.k_cache[l][..n * kv]) {
-            return Some(format!("attention layer {l} keys, element {e} (position {})", e / kv));
-        }
-        if let Some(e) = bits(&a.v_cache[l][..n * kv], &b.v_cache[l][..n * kv]) {
-            return Some(format!("attention layer {l} values, element {e} (position {})", e / kv));
-        }
-    }
-    (a.pos != b.pos).then(|| format!("position {} vs {}", a.pos, b.pos))
-}
-
 const CTX: usize = 640;
 
 /// Two sessions whose steps alternate (each crossing a page boundary) emit what each emits alone and
@@ -93,8 +70,8 @@ fn interleaved_and_forked_sessions_are_bit_identical_to_sessions_alone() {
     assert_eq!(pooled(&mut pool, ia, &w, &xa, 3), ea[1]);
     assert_eq!(pooled(&mut pool, ib, &w, &xb, 4), eb[1]);
     let (na, nb) = (a.tokens().len(), b.tokens().len());
-    assert_eq!(first_difference(&pool.snapshot(ia, &w).unwrap(), &a.state, na), None);
-    assert_eq!(first_difference(&pool.snapshot(ib, &w).unwrap(), &b.state, nb), None);
+    assert_eq!(common::first_difference(&pool.snapshot(ia, &w).unwrap(), &a.state, na), None);
+    assert_eq!(common::first_difference(&pool.snapshot(ib, &w).unwrap(), &b.state, nb), None);
     assert_eq!(pool.free_pages(), 8 - 2 * 2, "two sessions of two pages each");
     pool.close(ia).unwrap();
     pool.close(ib).unwrap();
@@ -129,12 +106,12 @@ fn interleaved_and_forked_sessions_are_bit_identical_to_sessions_alone() {
     assert_eq!(copies, 1, "one shared page written (the parent's second)");
     assert_eq!(got_par, e_par, "the parent after the fork");
     assert_eq!(got_br, e_br, "the branch");
-    assert_eq!(first_difference(&sp, &par.state, par.tokens().len()), None, "the parent's state");
-    assert_eq!(first_difference(&sc, &br.state, br.tokens().len()), None, "the branch's state");
+    assert_eq!(common::first_difference(&sp, &par.state, par.tokens().len()), None, "the parent's state");
+    assert_eq!(common::first_difference(&sc, &br.state, br.tokens().len()), None, "the branch's state");
     // negative control: the branch's writes land in the parent's page
     let (copies, _, _, sp, _) = run(false);
     assert_eq!(copies, 0);
-    let d = first_difference(&sp, &par.state, par.tokens().len());
+    let d = common::first_difference(&sp, &par.state, par.tokens().len());
     assert!(d.as_deref().is_some_and(|d| d.contains("position 2")), "the negative control must differ: {d:?}");
 }
 
@@ -159,7 +136,7 @@ fn a_parked_and_restored_session_continues_bit_for_bit() {
     assert_eq!(pool.free_pages(), 2);
     pool.restore(ia).unwrap();
     assert_eq!(pooled(&mut pool, ia, &w, &xa, 3), ea[1]);
-    assert_eq!(first_difference(&pool.snapshot(ia, &w).unwrap(), &a.state, a.tokens().len()), None);
+    assert_eq!(common::first_difference(&pool.snapshot(ia, &w).unwrap(), &a.state, a.tokens().len()), None);
     assert_eq!((pool.stats.parks, pool.stats.restores), (1, 1));
 }
 
@@ -204,10 +181,10 @@ fn the_27b_pool_sizes() {
     let cfg = mk::model::config::ModelConfig::preset("qwen3.5-27b").unwrap();
     assert_eq!(page_bytes(&cfg), 16 * 2 * 256 * 1024 * 2);
     assert_eq!(state_bytes(&cfg), 2 * 48 * (48 * 128 * 128 * 4 + 10_240 * 4 * 2));
-    // e.g. 110 GB free after the weights: sessions of 4K and of 32K tokens
-    let (s4, s32) = (sessions_that_fit(&cfg, 110_000_000_000, 4096), sessions_that_fit(&cfg, 110_000_000_000, 32_768));
-    assert_eq!((s4, s32), (110_000_000_000 / (16 * page_bytes(&cfg) + state_bytes(&cfg)), 110_000_000_000 / (128 * page_bytes(&cfg) + state_bytes(&cfg))));
-    assert!(s4 > 150 && s32 > 40, "{s4} {s32}");
+    // e.g. 110 GB free after the weights: 110e9 / (16 x 16 MiB + 309,854,208) and / (128 x 16 MiB + ..)
+    assert_eq!(sessions_that_fit(&cfg, 110_000_000_000, 4096), 190);
+    assert_eq!(sessions_that_fit(&cfg, 110_000_000_000, 32_768), 44);
+    assert_eq!(sessions_that_fit(&cfg, 110_000_000_000, 4097), 110_000_000_000 / (17 * 16_777_216 + 309_854_208));
 }
 
 /// The agent-step API: a step's tokens are the greedy continuation a plain session emits; a stop token

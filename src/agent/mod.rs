@@ -4,6 +4,6 @@
 //! copy-on-write forks, park / restore).
 
 pub mod pool;
-pub mod step;
 pub mod replay;
+pub mod step;
 pub mod trajectory;

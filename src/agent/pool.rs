@@ -67,7 +67,9 @@ impl Pool {
     /// positions each, all allocated here.
     pub fn new(cfg: &ModelConfig, pages: usize, sessions: usize, max_context: usize) -> Result<Pool> {
         if pages == 0 || sessions == 0 || max_context == 0 {
-            bail!("session pool: {pages} pages, {sessions} sessions, max context {max_context} (each must be positive)");
+            bail!(
+                "session pool: {pages} pages, {sessions} sessions, max context {max_context} (each must be positive)"
+            );
         }
         let (layers, kv) = (cfg.n_attn_layers(), cfg.attn_kv_dim());
         let mut work = Session::new(cfg, max_context);
@@ -139,7 +141,13 @@ impl Pool {
     /// Runs `f` on session `id`, which may write positions up to `upto` (its tokens after the run):
     /// the pages for them are taken first (the pool unchanged if there are too few), shared pages it
     /// will write copied first; the session as it was if `f` fails or passes `upto`.
-    pub fn run<T>(&mut self, id: SessionId, w: &Weights, upto: usize, f: impl FnOnce(&mut Session, &Weights) -> Result<T>) -> Result<T> {
+    pub fn run<T>(
+        &mut self,
+        id: SessionId,
+        w: &Weights,
+        upto: usize,
+        f: impl FnOnce(&mut Session, &Weights) -> Result<T>,
+    ) -> Result<T> {
         let (len, from) = {
             let s = self.resident_slot(id)?;
             (s.parts.tokens.len(), s.parts.anchor_pos.min(s.parts.tokens.len()))
@@ -155,7 +163,9 @@ impl Pool {
         for p in 0..len {
             let (pg, t) = (table[p / PAGE_TOKENS] as usize, p % PAGE_TOKENS);
             for l in 0..layers {
-                for (kind, cache) in [&mut self.work.state.k_cache[l], &mut self.work.state.v_cache[l]].into_iter().enumerate() {
+                for (kind, cache) in
+                    [&mut self.work.state.k_cache[l], &mut self.work.state.v_cache[l]].into_iter().enumerate()
+                {
                     let at = page_at(layers, kv, pg, l, kind, t);
                     cache[p * kv..(p + 1) * kv].copy_from_slice(&self.data[at..at + kv]);
                 }
@@ -181,7 +191,8 @@ impl Pool {
         for p in from..end {
             let (pg, t) = (table[p / PAGE_TOKENS] as usize, p % PAGE_TOKENS);
             for l in 0..layers {
-                for (kind, cache) in [&self.work.state.k_cache[l], &self.work.state.v_cache[l]].into_iter().enumerate() {
+                for (kind, cache) in [&self.work.state.k_cache[l], &self.work.state.v_cache[l]].into_iter().enumerate()
+                {
                     let at = page_at(layers, kv, pg, l, kind, t);
                     self.data[at..at + kv].copy_from_slice(&cache[p * kv..(p + 1) * kv]);
                 }

@@ -110,7 +110,12 @@ fn decode(w: &Weights, session: &mut Session, logits: &[f32], emit: usize) -> Re
 /// pages), their steps interleaved round-robin (every trajectory's step 0, then every step 1, ..): each
 /// emits what it emits replayed alone (`Residency::Resident`); the pool's page reservations make a step
 /// that does not fit an error before it runs. Returns each trajectory's steps and the pool.
-pub fn replay_pooled(w: &Weights, rs: &[Replay], pages: usize, max_context: usize) -> Result<(Vec<Vec<StepRun>>, Pool, Vec<SessionId>)> {
+pub fn replay_pooled(
+    w: &Weights,
+    rs: &[Replay],
+    pages: usize,
+    max_context: usize,
+) -> Result<(Vec<Vec<StepRun>>, Pool, Vec<SessionId>)> {
     let mut pool = Pool::new(&w.cfg, pages, rs.len().max(1), max_context)?;
     let ids = rs.iter().map(|_| pool.open()).collect::<Result<Vec<_>>>()?;
     let mut pending: Vec<Vec<u32>> = rs.iter().map(|r| r.prompt.clone()).collect();
@@ -138,7 +143,10 @@ pub fn replay_pooled(w: &Weights, rs: &[Replay], pages: usize, max_context: usiz
 
 /// A table of one replay: per step the tokens prefilled, TTFT, decode ms a token, the step's total.
 pub fn table(name: &str, residency: Residency, run: &Run) -> String {
-    let mut o = format!("{name} ({residency:?}):\n  {:>4} {:>8} {:>8} {:>10} {:>10} {:>10}\n", "step", "prefill", "emitted", "ttft ms", "ms/token", "total ms");
+    let mut o = format!(
+        "{name} ({residency:?}):\n  {:>4} {:>8} {:>8} {:>10} {:>10} {:>10}\n",
+        "step", "prefill", "emitted", "ttft ms", "ms/token", "total ms"
+    );
     let (mut p, mut e, mut t) = (0, 0, 0.0);
     for (i, s) in run.steps.iter().enumerate() {
         let per = s.decode_ms / s.emitted.len().max(1) as f64;
@@ -186,7 +194,9 @@ pub fn time_split(csv: &str) -> Result<Vec<(String, [f64; 3])>> {
     for (n, line) in csv.lines().enumerate().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         let num = |i: usize| -> Result<f64> {
-            f.get(i).and_then(|v| v.parse::<f64>().ok()).ok_or_else(|| crate::error::Error::new(format!("replay csv line {}: field {i} of {line:?}", n + 1)))
+            f.get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .ok_or_else(|| crate::error::Error::new(format!("replay csv line {}: field {i} of {line:?}", n + 1)))
         };
         if f.len() != 7 {
             crate::bail!("replay csv line {}: {} fields, expected 7", n + 1, f.len());
@@ -210,10 +220,21 @@ mod tests {
 
     #[test]
     fn the_time_split_reads_the_csv_and_splits_prefill_by_tokens() {
-        let s = |new, prefill, ttft, decode| StepRun { emitted: vec![1, 2], prefill_tokens: prefill, new_tokens: new, ttft_ms: ttft, decode_ms: decode };
-        let runs = vec![("t01".to_string(), vec![s(100, 100, 10.0, 4.0), s(30, 90, 6.0, 2.0)]), ("t02".to_string(), vec![s(10, 10, 1.0, 1.0)])];
+        let s = |new, prefill, ttft, decode| StepRun {
+            emitted: vec![1, 2],
+            prefill_tokens: prefill,
+            new_tokens: new,
+            ttft_ms: ttft,
+            decode_ms: decode,
+        };
+        let runs = vec![
+            ("t01".to_string(), vec![s(100, 100, 10.0, 4.0), s(30, 90, 6.0, 2.0)]),
+            ("t02".to_string(), vec![s(10, 10, 1.0, 1.0)]),
+        ];
         let csv = steps_csv(&runs);
-        assert!(csv.starts_with("trajectory,step,new_tokens,rerun_tokens,ttft_ms,emitted,decode_ms\nt01,0,100,0,10.000,2,4.000\n"));
+        assert!(csv.starts_with(
+            "trajectory,step,new_tokens,rerun_tokens,ttft_ms,emitted,decode_ms\nt01,0,100,0,10.000,2,4.000\n"
+        ));
         let t = time_split(&csv).unwrap();
         assert_eq!(t.len(), 2);
         assert_eq!(t[0].0, "t01");

@@ -98,7 +98,8 @@ mod tests {
 
     #[test]
     fn a_script_needs_steps_each_with_ids_or_text() {
-        let ok = parse_script(r#"[{"text": "hi", "max_tokens": 2}, {"ids": [1, 2], "max_tokens": 1, "stop": [7]}]"#).unwrap();
+        let ok = parse_script(r#"[{"text": "hi", "max_tokens": 2}, {"ids": [1, 2], "max_tokens": 1, "stop": [7]}]"#)
+            .unwrap();
         assert_eq!((ok.len(), ok[1].stop.as_slice()), (2, &[7u32][..]));
         for (bad, says) in [
             ("[]", "no steps"),

@@ -137,9 +137,9 @@ const TASKS: [&str; TRAJECTORIES] = [
 
 const WORDS: [&str; 48] = [
     "the", "function", "returns", "buffer", "layer", "state", "token", "check", "first", "then", "read", "file",
-    "test", "fails", "because", "value", "index", "row", "column", "shape", "case", "error", "path", "module",
-    "call", "loop", "order", "sum", "bits", "output", "input", "cache", "step", "page", "list", "free", "copy",
-    "so", "we", "need", "to", "change", "where", "it", "is", "not", "a", "one",
+    "test", "fails", "because", "value", "index", "row", "column", "shape", "case", "error", "path", "module", "call",
+    "loop", "order", "sum", "bits", "output", "input", "cache", "step", "page", "list", "free", "copy", "so", "we",
+    "need", "to", "change", "where", "it", "is", "not", "a", "one",
 ];
 
 const CODE: [&str; 12] = [
@@ -223,7 +223,14 @@ fn tool_call(rng: &mut Rng, i: usize) -> String {
         1 => ("read_file", vec![("path", "src/model/forward.rs".into()), ("start", format!("{}", 1 + 40 * i))]),
         2 => ("grep", vec![("pattern", "fn prefill".into()), ("path", "src".into())]),
         3 => ("run_tests", vec![("filter", "tokenizer".into())]),
-        _ => ("apply_patch", vec![("patch", "--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1,3 +1,3 @@\n-pub mod agent;\n+pub mod agent; // issue 29".into())]),
+        _ => (
+            "apply_patch",
+            vec![(
+                "patch",
+                "--- a/src/lib.rs\n+++ b/src/lib.rs\n@@ -1,3 +1,3 @@\n-pub mod agent;\n+pub mod agent; // issue 29"
+                    .into(),
+            )],
+        ),
     };
     let mut s = format!("<tool_call>\n<function={name}>\n");
     for (a, v) in args {
@@ -236,7 +243,8 @@ fn tool_call(rng: &mut Rng, i: usize) -> String {
 /// words are added or removed until the count is met. Returns the text and its reasoning tokens.
 fn generation(tok: &Tokenizer, rng: &mut Rng, thinking: bool, target: usize, tail: &str) -> Result<(String, usize)> {
     let tail_ids = tok.encode(&format!("{tail}<|im_end|>"))?.len();
-    let build = |r: &str| if thinking { format!("{r}\n</think>\n\n{tail}<|im_end|>") } else { format!("{tail}<|im_end|>") };
+    let build =
+        |r: &str| if thinking { format!("{r}\n</think>\n\n{tail}<|im_end|>") } else { format!("{tail}<|im_end|>") };
     if !thinking {
         let g = build("");
         return Ok((g.clone(), 0));
@@ -283,11 +291,7 @@ pub fn generate() -> Result<Vec<Trajectory>> {
         let (mut gens, mut results, mut counts) = (Vec::new(), Vec::new(), Vec::new());
         for s in 0..steps {
             let last = s + 1 == steps;
-            let tail = if last {
-                format!("Done: {}", prose(&mut rng, 30))
-            } else {
-                tool_call(&mut rng, s)
-            };
+            let tail = if last { format!("Done: {}", prose(&mut rng, 30)) } else { tool_call(&mut rng, s) };
             let scale = 60 + rng.below(81); // percent
             let mut target = effort.reasoning() * scale / 100 + tok.encode(&format!("{tail}<|im_end|>"))?.len() + 4;
             if ti + 1 == TRAJECTORIES && last {
@@ -366,7 +370,10 @@ pub fn replay(t: &Trajectory) -> Result<Replay> {
             messages.push(msg("tool", r));
             let next = tok.encode(&render(&tools, &messages, thinking)?)?;
             if !next.starts_with(&history) {
-                crate::bail!("trajectory {} step {s}: the next request's ids do not extend the history (not append-only)", t.name);
+                crate::bail!(
+                    "trajectory {} step {s}: the next request's ids do not extend the history (not append-only)",
+                    t.name
+                );
             }
             append = next[history.len()..].to_vec();
             history.extend(&append);
@@ -386,11 +393,21 @@ pub fn to_json(ts: &[Trajectory]) -> String {
     o += TOOLS.trim();
     o += ",\n \"trajectories\": [\n";
     for (i, t) in ts.iter().enumerate() {
-        o += &format!("  {{\"name\": {}, \"effort\": {}, \"prompt\": {},\n   \"steps\": [", q(&t.name), q(t.effort.name()), t.prompt);
+        o += &format!(
+            "  {{\"name\": {}, \"effort\": {}, \"prompt\": {},\n   \"steps\": [",
+            q(&t.name),
+            q(t.effort.name()),
+            t.prompt
+        );
         let steps: Vec<String> = t
             .steps
             .iter()
-            .map(|s| format!("{{\"context\": {}, \"emit\": {}, \"reasoning\": {}, \"append\": {}}}", s.context, s.emit, s.reasoning, s.append))
+            .map(|s| {
+                format!(
+                    "{{\"context\": {}, \"emit\": {}, \"reasoning\": {}, \"append\": {}}}",
+                    s.context, s.emit, s.reasoning, s.append
+                )
+            })
             .collect();
         o += &steps.join(", ");
         o += &format!("],\n   \"system\": {},\n   \"user\": {},\n   \"generations\": [", q(&t.system), q(&t.user));
@@ -407,8 +424,12 @@ pub fn from_json(text: &str) -> Result<Vec<Trajectory>> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::new(format!("trajectories: {e}")))?;
     let bad = |what: &str| Error::new(format!("trajectories: {what}"));
     let arr = v.get("trajectories").and_then(|a| a.as_array()).ok_or_else(|| bad("no \"trajectories\" array"))?;
-    let s = |x: &serde_json::Value, k: &str| x.get(k).and_then(|v| v.as_str()).map(str::to_string).ok_or_else(|| bad(&format!("\"{k}\" missing")));
-    let n = |x: &serde_json::Value, k: &str| x.get(k).and_then(|v| v.as_u64()).map(|v| v as usize).ok_or_else(|| bad(&format!("\"{k}\" missing")));
+    let s = |x: &serde_json::Value, k: &str| {
+        x.get(k).and_then(|v| v.as_str()).map(str::to_string).ok_or_else(|| bad(&format!("\"{k}\" missing")))
+    };
+    let n = |x: &serde_json::Value, k: &str| {
+        x.get(k).and_then(|v| v.as_u64()).map(|v| v as usize).ok_or_else(|| bad(&format!("\"{k}\" missing")))
+    };
     let strs = |x: &serde_json::Value, k: &str| -> Result<Vec<String>> {
         x.get(k)
             .and_then(|v| v.as_array())
@@ -432,7 +453,14 @@ pub fn from_json(text: &str) -> Result<Vec<Trajectory>> {
             .and_then(|v| v.as_array())
             .ok_or_else(|| bad("\"steps\" missing"))?
             .iter()
-            .map(|x| Ok(Step { context: n(x, "context")?, emit: n(x, "emit")?, reasoning: n(x, "reasoning")?, append: n(x, "append")? }))
+            .map(|x| {
+                Ok(Step {
+                    context: n(x, "context")?,
+                    emit: n(x, "emit")?,
+                    reasoning: n(x, "reasoning")?,
+                    append: n(x, "append")?,
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         let tr = Trajectory {
             name: s(t, "name")?,
@@ -445,7 +473,13 @@ pub fn from_json(text: &str) -> Result<Vec<Trajectory>> {
             results: strs(t, "results")?,
         };
         if tr.generations.len() != tr.steps.len() || tr.results.len() + 1 != tr.steps.len() {
-            return Err(bad(&format!("{}: {} steps, {} generations, {} results", tr.name, tr.steps.len(), tr.generations.len(), tr.results.len())));
+            return Err(bad(&format!(
+                "{}: {} steps, {} generations, {} results",
+                tr.name,
+                tr.steps.len(),
+                tr.generations.len(),
+                tr.results.len()
+            )));
         }
         out.push(tr);
     }
@@ -454,13 +488,26 @@ pub fn from_json(text: &str) -> Result<Vec<Trajectory>> {
 
 /// A table of the trajectories (a line each, then the totals).
 pub fn table(ts: &[Trajectory]) -> String {
-    let mut o = format!("{:>4} {:>10} {:>6} {:>7} {:>8} {:>9} {:>9} {:>9}\n", "name", "effort", "steps", "prompt", "emitted", "appended", "min ctx", "max ctx");
+    let mut o = format!(
+        "{:>4} {:>10} {:>6} {:>7} {:>8} {:>9} {:>9} {:>9}\n",
+        "name", "effort", "steps", "prompt", "emitted", "appended", "min ctx", "max ctx"
+    );
     let (mut steps, mut emitted, mut lo, mut hi) = (0, 0, usize::MAX, 0);
     for t in ts {
         let e: usize = t.steps.iter().map(|s| s.emit).sum();
         let a: usize = t.steps.iter().map(|s| s.append).sum();
         let (mn, mx) = (t.steps.first().map_or(0, |s| s.context), t.steps.last().map_or(0, |s| s.context));
-        o += &format!("{:>4} {:>10} {:>6} {:>7} {:>8} {:>9} {:>9} {:>9}\n", t.name, t.effort.name(), t.steps.len(), t.prompt, e, a, mn, mx);
+        o += &format!(
+            "{:>4} {:>10} {:>6} {:>7} {:>8} {:>9} {:>9} {:>9}\n",
+            t.name,
+            t.effort.name(),
+            t.steps.len(),
+            t.prompt,
+            e,
+            a,
+            mn,
+            mx
+        );
         steps += t.steps.len();
         emitted += e;
         lo = lo.min(mn);

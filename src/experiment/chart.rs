@@ -113,48 +113,44 @@ fn lines(file: &Path, title: &str, y_desc: &str, series: &BTreeMap<String, BTree
 
 /// A horizontal bar chart of (label, value, colour), each bar labelled with its name and value.
 fn bars(file: &Path, title: &str, x_desc: &str, items: &[(String, f64, RGBColor)]) -> Result<()> {
-    let x1 = items.iter().map(|i| i.1).fold(0.0, f64::max) * 1.6 + 1e-9;
-    let n = items.len().max(1);
-    let root = BitMapBackend::new(file, (SIZE.0, SIZE.1.max(90 + 26 * n as u32))).into_drawing_area();
-    root.fill(&WHITE).map_err(err(title))?;
-    let mut ch = ChartBuilder::on(&root)
-        .caption(title, (FONT, 24).into_font().style(FontStyle::Bold))
-        .margin(16)
-        .x_label_area_size(48)
-        .y_label_area_size(10)
-        .build_cartesian_2d(0f64..x1, 0f64..n as f64)
-        .map_err(err(title))?;
-    ch.configure_mesh()
-        .disable_y_mesh()
-        .y_labels(0)
-        .x_desc(x_desc)
-        .axis_desc_style((FONT, 17))
-        .label_style((FONT, 14))
-        .draw()
-        .map_err(err(title))?;
-    let row = |i: usize| (n - 1 - i) as f64; // first item on top
-    ch.draw_series(
-        items
-            .iter()
-            .enumerate()
-            .map(|(i, (_, v, c))| Rectangle::new([(0.0, row(i) + 0.15), (*v, row(i) + 0.85)], c.filled())),
-    )
-    .map_err(err(title))?;
-    ch.draw_series(items.iter().enumerate().map(|(i, (l, v, _))| {
-        Text::new(format!("{l}  {v:.3}"), (*v + x1 * 0.01, row(i) + 0.7), (FONT, 14).into_font())
-    }))
-    .map_err(err(title))?;
-    root.present().map_err(err(title))
+    let rows: Vec<_> = items.iter().map(|(l, v, c)| (l.clone(), vec![(*v, *c)])).collect();
+    hbars(file, title, x_desc, &rows, &[], 3, 1.6)
 }
 
 /// Horizontal stacked bars: a row per (label, parts), the parts' names and colours in `legend`, each row
 /// labelled with its total.
-pub fn stacked_bars(file: &Path, title: &str, x_desc: &str, rows: &[(String, Vec<f64>)], legend: &[(&str, RGBColor)]) -> Result<()> {
+pub fn stacked_bars(
+    file: &Path,
+    title: &str,
+    x_desc: &str,
+    rows: &[(String, Vec<f64>)],
+    legend: &[(&str, RGBColor)],
+) -> Result<()> {
     fonts()?;
-    let total = |r: &[f64]| r.iter().sum::<f64>();
-    let x1 = rows.iter().map(|r| total(&r.1)).fold(0.0, f64::max) * 1.35 + 1e-9;
+    let rows: Vec<_> = rows
+        .iter()
+        .map(|(l, parts)| (l.clone(), parts.iter().zip(legend).map(|(v, (_, c))| (*v, *c)).collect()))
+        .collect();
+    hbars(file, title, x_desc, &rows, legend, 1, 1.35)
+}
+
+/// Horizontal bars, first row on top: each row's parts (value, colour) end to end, the row labelled with
+/// its name and total (`decimals`); a legend when `legend` names the parts; the x axis `headroom` times
+/// the longest row.
+fn hbars(
+    file: &Path,
+    title: &str,
+    x_desc: &str,
+    rows: &[(String, Vec<(f64, RGBColor)>)],
+    legend: &[(&str, RGBColor)],
+    decimals: usize,
+    headroom: f64,
+) -> Result<()> {
+    let total = |r: &[(f64, RGBColor)]| r.iter().map(|p| p.0).sum::<f64>();
+    let x1 = rows.iter().map(|r| total(&r.1)).fold(0.0, f64::max) * headroom + 1e-9;
     let n = rows.len().max(1);
-    let root = BitMapBackend::new(file, (SIZE.0, SIZE.1.max(120 + 26 * n as u32))).into_drawing_area();
+    let extra = if legend.is_empty() { 90 } else { 120 };
+    let root = BitMapBackend::new(file, (SIZE.0, SIZE.1.max(extra + 26 * n as u32))).into_drawing_area();
     root.fill(&WHITE).map_err(err(title))?;
     let mut ch = ChartBuilder::on(&root)
         .caption(title, (FONT, 24).into_font().style(FontStyle::Bold))
@@ -171,26 +167,36 @@ pub fn stacked_bars(file: &Path, title: &str, x_desc: &str, rows: &[(String, Vec
         .label_style((FONT, 14))
         .draw()
         .map_err(err(title))?;
-    let row = |i: usize| (n - 1 - i) as f64; // first row on top
-    for (k, (name, c)) in legend.iter().enumerate() {
+    let row = |i: usize| (n - 1 - i) as f64;
+    let parts = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    for k in 0..parts {
         let bars: Vec<_> = rows
             .iter()
             .enumerate()
-            .map(|(i, (_, parts))| {
-                let x0: f64 = parts[..k].iter().sum();
-                Rectangle::new([(x0, row(i) + 0.15), (x0 + parts.get(k).copied().unwrap_or(0.0), row(i) + 0.85)], c.filled())
+            .filter(|(_, (_, p))| k < p.len())
+            .map(|(i, (_, p))| {
+                let x0: f64 = p[..k].iter().map(|q| q.0).sum();
+                Rectangle::new([(x0, row(i) + 0.15), (x0 + p[k].0, row(i) + 0.85)], p[k].1.filled())
             })
             .collect();
-        ch.draw_series(bars)
-            .map_err(err(title))?
-            .label(*name)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+        let series = ch.draw_series(bars).map_err(err(title))?;
+        if let Some(&(name, c)) = legend.get(k) {
+            series.label(name).legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+        }
     }
-    ch.draw_series(rows.iter().enumerate().map(|(i, (l, parts))| {
-        Text::new(format!("{l}  {:.1}", total(parts)), (total(parts) + x1 * 0.01, row(i) + 0.7), (FONT, 14).into_font())
+    ch.draw_series(rows.iter().enumerate().map(|(i, (l, p))| {
+        let t = total(p);
+        Text::new(format!("{l}  {t:.decimals$}"), (t + x1 * 0.01, row(i) + 0.7), (FONT, 14).into_font())
     }))
     .map_err(err(title))?;
-    ch.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).label_font((FONT, 14)).draw().map_err(err(title))?;
+    if !legend.is_empty() {
+        ch.configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font((FONT, 14))
+            .draw()
+            .map_err(err(title))?;
+    }
     root.present().map_err(err(title))
 }
 
@@ -403,4 +409,20 @@ pub fn crossover(dirs: &[PathBuf], a: &str, b: &str, out: &Path, unfinished: boo
     root.present().map_err(&e)?;
     s += &format!("chart: {}\n", f.display());
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacked_bars_render_a_png_and_refuse_an_unwritable_path() {
+        let d = crate::model::tempdir::Dir::new("stacked");
+        let f = d.path().join("s.png");
+        let rows = vec![("t01".to_string(), vec![3.0, 1.0, 2.0]), ("t02".to_string(), vec![1.0, 0.0, 4.0])];
+        let legend = [("a", RGBColor(1, 2, 3)), ("b", RGBColor(4, 5, 6)), ("c", RGBColor(7, 8, 9))];
+        stacked_bars(&f, "t", "ms", &rows, &legend).unwrap();
+        assert!(std::fs::read(&f).unwrap().starts_with(b"\x89PNG"));
+        assert!(stacked_bars(&d.path().join("no/such/dir/s.png"), "t", "ms", &rows, &legend).is_err());
+    }
 }

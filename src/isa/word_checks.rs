@@ -201,10 +201,8 @@ pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
             );
         }
     }
-    if matches!(
-        w.opcode,
-        Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGateUp | Opcode::MtpFc
-    ) && w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1)
+    if matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvResidual | Opcode::GemvGateUp | Opcode::MtpFc)
+        && w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1)
     {
         // the GPU reads fp8 weights a chunk of 32 rows x one k-group at a time (exec::gpu::layout)
         let wt = &p.buffers[w.ops[slot::W0] as usize];

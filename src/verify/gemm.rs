@@ -87,7 +87,14 @@ fn floats(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defines, kernel: Kernel) -> Result<Vec<GemmRow>> {
+pub fn run(
+    preset: &str,
+    ts: &[usize],
+    reps: usize,
+    cache: &Path,
+    defines: &Defines,
+    kernel: Kernel,
+) -> Result<Vec<GemmRow>> {
     let cfg = ModelConfig::preset(preset)?;
     if ts.is_empty() || ts.contains(&0) {
         crate::bail!("gpu gemm: --t needs prompt lengths of at least 1");
@@ -164,7 +171,8 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
             let grid = (n.div_ceil(ROWS) as u32, t.div_ceil(tokens) as u32, sp as u32);
             let loads_grid = (n.div_ceil(ROWS) as u32, t.div_ceil(Kernel::Mma.tokens()) as u32, sp as u32);
             let cfg_l = LaunchConfig { grid_dim: grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
-            let cfg_loads = LaunchConfig { grid_dim: loads_grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: loads_smem };
+            let cfg_loads =
+                LaunchConfig { grid_dim: loads_grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: loads_smem };
             let (t32, n32, k32, kps32, sp32) = (t as u32, n as u32, k as u32, kps as u32, sp as u32);
             let count = (t * n) as u64;
             let launch = |copy: usize, compute: u32| -> Result<()> {
@@ -179,7 +187,8 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
                 if sp > 1 {
                     let mut r = stream.launch_builder(&red);
                     r.arg(&pp).arg(&po).arg(&count).arg(&sp32);
-                    let rc = LaunchConfig { grid_dim: (4 * gpu.sms, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                    let rc =
+                        LaunchConfig { grid_dim: (4 * gpu.sms, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
                     // SAFETY: k_gemm_reduce reads sp x count partials and writes count outputs, both
                     // within the allocations above.
                     cu(unsafe { r.launch(rc) }.map(|_| ()), "launch k_gemm_reduce")?;
@@ -230,7 +239,8 @@ pub fn run(preset: &str, ts: &[usize], reps: usize, cache: &Path, defines: &Defi
             }
             // Timing: `reps` rotations (one launch a copy) of the GEMM and of its loads alone (the same
             // bytes through the same pipeline, no tensor work), alternated; the medians a launch.
-            let ev = || cu(gpu.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
+            let ev =
+                || cu(gpu.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT)), "cuEventCreate");
             let (e0, e1) = (ev()?, ev()?);
             let mut times = [Vec::new(), Vec::new()];
             for _ in 0..reps {

@@ -461,7 +461,10 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Pa
     }
     for (m, lines) in &units {
         println!("megakernel units by opcode, M = {m} (one step; us: a unit's work is ready to done, its wait ticket to ready):");
-        println!("  {:24} {:>5} {:>8} {:>10} {:>10} {:>10}", "opcode", "words", "units/w", "work mean", "work max", "wait mean");
+        println!(
+            "  {:24} {:>5} {:>8} {:>10} {:>10} {:>10}",
+            "opcode", "words", "units/w", "work mean", "work max", "wait mean"
+        );
         for l in lines {
             println!("  {l}");
         }

@@ -178,3 +178,27 @@ pub fn state_difference(
     }
     None
 }
+
+/// The first state buffer in which `a` differs from `b`, bit for bit (GDN states, KV rows below `n`,
+/// the position), or None.
+pub fn first_difference(a: &mk::model::forward::State, b: &mk::model::forward::State, n: usize) -> Option<String> {
+    let bits = |x: &[f32], y: &[f32]| x.iter().zip(y).position(|(p, q)| p.to_bits() != q.to_bits());
+    for l in 0..a.recurrent.len() {
+        if let Some(e) = bits(&a.recurrent[l], &b.recurrent[l]) {
+            return Some(format!("GDN layer {l} recurrent state, element {e}"));
+        }
+        if let Some(e) = bits(&a.conv[l], &b.conv[l]) {
+            return Some(format!("GDN layer {l} conv state, element {e}"));
+        }
+    }
+    for l in 0..a.k_cache.len() {
+        let kv = a.k_cache[l].len() / a.max_context;
+        if let Some(e) = bits(&a.k_cache[l][..n * kv], &b.k_cache[l][..n * kv]) {
+            return Some(format!("attention layer {l} keys, element {e} (position {})", e / kv));
+        }
+        if let Some(e) = bits(&a.v_cache[l][..n * kv], &b.v_cache[l][..n * kv]) {
+            return Some(format!("attention layer {l} values, element {e} (position {})", e / kv));
+        }
+    }
+    (a.pos != b.pos).then(|| format!("position {} vs {}", a.pos, b.pos))
+}

@@ -150,7 +150,13 @@ impl Gpu {
 
     /// `module` for an architecture of this GPU's family, e.g. "sm_90a" (its arch-specific features:
     /// wgmma, for the prefill GEMM's probe; a CUBIN for sm_90a loads on sm_90 devices only).
-    pub fn module_for(&self, arch: &str, src: &str, cache: &Path, defines: &Defines) -> Result<(Arc<CudaModule>, String)> {
+    pub fn module_for(
+        &self,
+        arch: &str,
+        src: &str,
+        cache: &Path,
+        defines: &Defines,
+    ) -> Result<(Arc<CudaModule>, String)> {
         let opts = nvrtc_options(arch, &self.cuda_home.join("include"), defines);
         let hash = crate::isa::fnv_hex(&[src.as_bytes(), opts.join(" ").as_bytes(), arch.as_bytes()]);
         let file = cache.join("cubin").join(format!("{hash}.cubin"));

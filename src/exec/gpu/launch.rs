@@ -170,14 +170,7 @@ pub fn wait_strides(prog: &Program) -> Vec<u32> {
 }
 
 fn is_gemv(op: Opcode) -> bool {
-    matches!(
-        op,
-        Opcode::GemvNorm
-            | Opcode::GemvGateUp
-            | Opcode::GemvResidual
-            | Opcode::LmHead
-            | Opcode::MtpFc
-    )
+    matches!(op, Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual | Opcode::LmHead | Opcode::MtpFc)
 }
 
 impl GpuExec {

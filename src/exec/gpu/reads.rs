@@ -14,10 +14,7 @@ use crate::isa::{slot, Opcode, Word};
 
 /// The weight buffers a GEMV word streams (W0; gate/up's W1 too). Empty for other words.
 pub fn weight_stream(w: &Word) -> Vec<usize> {
-    let gemv = matches!(
-        w.opcode,
-        Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual | Opcode::LmHead
-    );
+    let gemv = matches!(w.opcode, Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual | Opcode::LmHead);
     let slots: &[usize] = if w.opcode == Opcode::GemvGateUp { &[slot::W0, slot::W1] } else { &[slot::W0] };
     if gemv {
         slots.iter().filter_map(|&s| w.op(s)).collect()
