@@ -14,9 +14,10 @@
 // warp / 4) rows 32 wn .. (two 16-row mma tiles: the chunk layout's warp tiles h = 0, 1 of row group
 // n0 / 32 + wn) x tokens 32 wt .. (four 8-token mma columns). The weight rows sit in A (their chunk-layout
 // fragments are the mma's A fragments as loaded, each widened once for the four columns), the tokens in B
-// (row g of a column's 8 tokens, its 64 bytes at the layout's permuted k: 32 cq, 32 cq + 16, 128 + 32 cq,
-// 144 + 32 cq). GEMM_STAGES k-tiles in flight by cp.async (A: 8 x 2 KB, B: 64 x 256 bytes, rows padded
-// to 272 bytes: a quarter warp's 16-byte reads hit distinct banks).
+// (row g of a column's 8 tokens, its 64 bytes at the layout's permuted k, as bytes of the token's
+// k-tile: 16 cq, 64 + 16 cq, 128 + 16 cq, 192 + 16 cq; layout.rs). GEMM_STAGES k-tiles in flight by
+// cp.async (A: 8 x 2 KB, B: 64 x 256 bytes, rows padded to 272 bytes: a quarter warp's 16-byte reads hit
+// distinct banks).
 
 #define GEMM_THREADS 256
 #define GEMM_ROWS 128   // weight rows a block
@@ -28,16 +29,11 @@
 #define GEMM_B_STRIDE 272  // bytes of a token's k-tile in shared memory (256 + 16)
 #define GEMM_STAGE_BYTES (8 * 2048 + GEMM_TOKENS * GEMM_B_STRIDE)
 
-// 16 bytes global -> shared, not kept in L1; zeros when !pred (src-size 0).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(pred ? 16 : 0) : "memory");
-}
+// (cp_async16, cp_async_commit, cp_async_wait: gemv.cuh)
 // 4 bytes global -> shared (through L1); zeros when !pred.
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool pred) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(pred ? 4 : 0) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // k-tile kt of the block's weight rows (n0 ..) and tokens (t0 ..) into stage st.
 __device__ __forceinline__ void gemm_load(char* st, const unsigned char* W, const unsigned short* X, unsigned T, unsigned N, unsigned K, unsigned n0, unsigned t0, unsigned kt) {
@@ -106,8 +102,8 @@ __device__ __forceinline__ void gemm_fp8(const unsigned char* __restrict__ W, co
     unsigned xw[4][16];
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
-      const char* b = st + 8 * 2048 + (32 * wt + 8 * n + g) * GEMM_B_STRIDE + 32 * cq;
-      const uint4 xa = lds16(b), xb = lds16(b + 16), xc = lds16(b + 128), xd = lds16(b + 144);
+      const char* b = st + 8 * 2048 + (32 * wt + 8 * n + g) * GEMM_B_STRIDE + 16 * cq;
+      const uint4 xa = lds16(b), xb = lds16(b + 64), xc = lds16(b + 128), xd = lds16(b + 192);
 #ifdef MK_BREAK_GEMV  // negative control: the two halves of x's 16-byte pieces swapped (as the GEMV's)
       const uint4 p[4] = {xb, xa, xd, xc};
 #else
@@ -233,15 +229,16 @@ __device__ __forceinline__ void gemm_wg_load(char* st, const unsigned char* W, c
     cp_async16(st + tile * 2048 + piece * 16, src, ok);
   }
   // B: the tokens' x in the k order the weights' fragments hold (review, session 23): wgmma's logical k
-  // 2 c + 8 h + e of step s pairs with the A registers' bytes, physical k 64 (s / 4) + 16 c + 4 (s % 4)
-  // + 2 h + e (the chunk layout's lane order). So each 4-byte pair of x at physical p (even) goes to core
-  // matrix 2 s + h (s = 4 (p / 64) + (p % 16) / 4, h = (p % 4) / 2), byte 4 c (c = (p % 64) / 16) of its
-  // token's row: 4-byte copies, a warp's 32 reading 128 contiguous bytes.
+  // 2 c + 8 h + e of step s pairs with the A registers' bytes, physical k 64 (s / 4) + 32 ((s % 4) / 2)
+  // + 8 c + 4 (s % 2) + 2 h + e (the chunk layout's lane order: lane c's byte b at k 32 (b / 8) + 8 c +
+  // b % 8). So each 4-byte pair of x at physical p (even) goes to core matrix 2 s + h (s = 4 (p / 64) +
+  // 2 ((p % 64) / 32) + (p % 8) / 4, h = (p % 4) / 2), byte 4 c (c = (p % 32) / 8) of its token's row:
+  // 4-byte copies, a warp's 32 reading 128 contiguous bytes.
   char* b = st + 8 * 2048;
 #pragma unroll 8
   for (int i = 0; i < GEMM_WG_TOKENS * 64 / GEMM_THREADS; ++i) {
     const unsigned w = tid + GEMM_THREADS * i, r = w / 64, p = 2 * (w % 64), tok = t0 + r;
-    const unsigned s = 4 * (p / 64) + (p % 16) / 4, h = (p % 4) / 2, c = (p % 64) / 16;
+    const unsigned s = 4 * (p / 64) + 2 * ((p % 64) / 32) + (p % 8) / 4, h = (p % 4) / 2, c = (p % 32) / 8;
     const bool ok = tok < T;
 #ifdef MK_BREAK_GEMV  // negative control: the two pairs of each 4-element group of x exchanged (every product wrong)
     const unsigned px = p ^ 2;

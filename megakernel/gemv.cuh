@@ -34,6 +34,13 @@ __device__ __forceinline__ uint4 lds16(const void* p) {
   return v;
 }
 
+// 16 bytes global -> shared, not kept in L1; zeros when !pred (src-size 0).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(pred ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 // d += A (16 x 16 bf16, row) x B (16 x 8 bf16, col), fp32 accumulation in the tensor core's order.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
@@ -42,8 +49,9 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], unsigned a0, unsigned a1
 }
 
 // One 16 x 128 fp8 warp tile of the chunk layout times x on tensor cores: wv the lane's 4 loads of the
-// tile (lane (g, cq): [0] row g bytes 16 cq.. of the first 64, [1] the second 64, [2] / [3] row g + 8),
-// xw its 16 words of x (bf16 pairs times 2^64 at 16 cq .. and 64 + 16 cq .., permuted as the weights).
+// tile (lane (g, cq): [0] row g's k-bytes 8 cq .. + 7 and 32 + 8 cq .. + 7 of the first 64, [1] the same of
+// the second 64, [2] / [3] row g + 8), xw its 16 words of x (bf16 pairs times 2^64 at 8 cq, 32 + 8 cq,
+// 64 + 8 cq and 96 + 8 cq, 8 each: permuted as the weights, layout.rs).
 // e4m3 widened exactly (times 2^-120); mma j (8, two accumulators interleaved) takes the lane's bytes
 // 4 j .. 4 j + 3 of both rows. d + e is the tile's fp32 sum (times 2^-56): D's rows g (d[0]) and g + 8
 // (d[2]) for B's column 2 cq (d[1], d[3]: column 2 cq + 1). ORDER: the tensor core's within each mma,
@@ -112,8 +120,8 @@ __device__ __forceinline__ void fp8_tiles(const DevCtx& c, unsigned short wid, u
 #endif
   if (warp < nt) {
     const float sc = sc0 * 0x1p56f;
-    const uint4 xa = xload(0, kt + 16 * cq), xb = xload(0, kt + 16 * cq + 8);
-    const uint4 xc = xload(0, kt + 64 + 16 * cq), xd = xload(0, kt + 72 + 16 * cq);
+    const uint4 xa = xload(0, kt + 8 * cq), xb = xload(0, kt + 32 + 8 * cq);
+    const uint4 xc = xload(0, kt + 64 + 8 * cq), xd = xload(0, kt + 96 + 8 * cq);
 #ifdef MK_BREAK_GEMV  // negative control for `mk gpu ops`: the two halves of x's 16-byte pieces swapped (every fp8 GEMV wrong)
     const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
 #else
@@ -220,8 +228,9 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
       return;
 #endif
       const unsigned kt = k0 + (t0 + j) * 128;
-      const uint4 xa = xload(mx, kt + 16 * cq), xb = xload(mx, kt + 16 * cq + 8);
-      const uint4 xc = xload(mx, kt + 64 + 16 * cq), xd = xload(mx, kt + 72 + 16 * cq);
+      // (the 4 lanes cq of row mx: 64 contiguous bytes an instruction, whole sectors: layout.rs)
+      const uint4 xa = xload(mx, kt + 8 * cq), xb = xload(mx, kt + 32 + 8 * cq);
+      const uint4 xc = xload(mx, kt + 64 + 8 * cq), xd = xload(mx, kt + 96 + 8 * cq);
 #ifdef MK_BREAK_GEMV  // negative control, as fp8_tiles'
       const unsigned xw[16] = {xb.x, xb.y, xb.z, xb.w, xa.x, xa.y, xa.z, xa.w, xd.x, xd.y, xd.z, xd.w, xc.x, xc.y, xc.z, xc.w};
 #else
@@ -276,8 +285,9 @@ struct MrowX {
   const unsigned short* xs;
   unsigned stride, in;
   bool smem;
+  unsigned kb;  // the first k in shared memory (a staged k-range: mrow_stage)
   __device__ __forceinline__ uint4 operator()(unsigned m, unsigned k) const {
-    if (smem) return lds16(xs + m * stride + k);
+    if (smem) return lds16(xs + m * stride + k - kb);
     const unsigned short* x = (const unsigned short*)c.bufs[m * c.n_bufs + in] + k;
     uint4 v;
     asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(x));
@@ -473,7 +483,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
         }
         return;
       }
-      const MrowX xl{c, (const unsigned short*)smem, xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm};
+      const MrowX xl{c, (const unsigned short*)smem, xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm, 0u};
       float* red = mrow_red(smem, K, xsm);
       const unsigned m = threadIdx.x >> 5;
       for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {

@@ -125,11 +125,12 @@ k_ring_gemv(const RingSeg* __restrict__ segs, unsigned nseg, unsigned* tickets, 
 #pragma unroll
         for (int i = 0; i < 4; ++i) wv[i] = base[32 * i];
         // lane (g, cq) holds B's column g: input row g (columns past m repeat row 0, never written)
-        const unsigned short* xk = sg.x + (size_t)(g < sg.m ? g : 0) * sg.k + kk * sg.kc + t * 128 + 16 * cq;
+        // (x at the layout's permuted k: 8 cq, 32 + 8 cq, 64 + 8 cq, 96 + 8 cq; layout.rs)
+        const unsigned short* xk = sg.x + (size_t)(g < sg.m ? g : 0) * sg.k + kk * sg.kc + t * 128 + 8 * cq;
         xv[0] = *(const uint4*)xk;
-        xv[1] = *(const uint4*)(xk + 8);
+        xv[1] = *(const uint4*)(xk + 32);
         xv[2] = *(const uint4*)(xk + 64);
-        xv[3] = *(const uint4*)(xk + 72);
+        xv[3] = *(const uint4*)(xk + 96);
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[slot]);  // the bytes are in registers: the slot can refill

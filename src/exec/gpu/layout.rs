@@ -7,9 +7,12 @@
 //! small presets' K of 256 and 512), chunks ordered row group by row group, k-range by k-range. Inside a
 //! chunk, warp tile w = h * T + t (T = kc / 128 k-tiles; h the 16-row half, t the k-tile), 2 KB each,
 //! stored as [load i][lane l][16 B]: lane l = 4 g + c owns rows g and g + 8 of its tile, load i = (row
-//! g or g + 8) x (the first or second 64 k-bytes), its 16 bytes at k = 64 (i & 1) + 16 c (the reduction
-//! axis permuted as the mma's lanes take it; x is permuted the same way, so the dot product is the
-//! same). A 16 x 128 tile lies inside one 128 x 128 block scale.
+//! g or g + 8) x (the first or second 64 k-bytes), its 16 bytes two runs of 8, at k = 64 (i & 1) + 8 c
+//! and 64 (i & 1) + 32 + 8 c (the reduction axis permuted as the mma's lanes take it; x is permuted the
+//! same way, so the dot product is the same). So the 4 lanes c of a row read x for one 8-element run
+//! at k = 32 j + 8 c: 64 contiguous bytes, whole sectors (issue 27: an M-row step reads down_proj's x
+//! from L2 for every tile; 16-byte pieces 32 bytes apart, the layout before, fetched every sector
+//! twice). A 16 x 128 tile lies inside one 128 x 128 block scale.
 //!
 //! Owns: the byte map (both ways) and the transform. Refuses: shapes that are not multiples of 32 rows
 //! and 128 columns.
@@ -42,7 +45,8 @@ pub fn offset(k: usize, row: usize, col: usize) -> usize {
     let (r, c) = (row % CHUNK_ROWS, col % kc);
     let (h, t) = (r / 16, c / 128);
     let (g, hi) = (r % 8, (r % 16) / 8); // row g or g + 8 of the tile
-    let (half, cq, byte) = ((c % 128) / 64, (c % 64) / 16, c % 16);
+    let (half, c64) = ((c % 128) / 64, c % 64);
+    let (cq, byte) = ((c64 % 32) / 8, 8 * (c64 / 32) + c64 % 8);
     let (i, lane) = (hi * 2 + half, g * 4 + cq);
     chunk * CHUNK_ROWS * kc + (h * tiles + t) * TILE_BYTES + (i * 32 + lane) * 16 + byte
 }
@@ -58,11 +62,11 @@ pub fn position(k: usize, p: usize) -> (usize, usize) {
     let (i, lane, byte) = (in_tile / 512, (in_tile / 16) % 32, in_tile % 16);
     let (g, cq) = (lane / 4, lane % 4);
     let row = (chunk / (k / kc)) * CHUNK_ROWS + h * 16 + g + 8 * (i / 2);
-    let col = (chunk % (k / kc)) * kc + t * 128 + 64 * (i % 2) + 16 * cq + byte;
+    let col = (chunk % (k / kc)) * kc + t * 128 + 64 * (i % 2) + 32 * (byte / 8) + 8 * cq + byte % 8;
     (row, col)
 }
 
-/// A row-major n x k weight in the chunk layout (16-byte pieces moved whole: `offset` of a piece's
+/// A row-major n x k weight in the chunk layout (8-byte pieces moved whole: `offset` of a piece's
 /// first byte, the rest follow in order). Row groups of 32 are contiguous in both layouts, so the
 /// threads of the machine take whole row groups (the 27B's 24 GB of fp8 weights at load).
 pub fn to_chunks(src: &[u8], n: usize, k: usize) -> Result<Vec<u8>> {
@@ -78,10 +82,10 @@ pub fn to_chunks(src: &[u8], n: usize, k: usize) -> Result<Vec<u8>> {
         for (dst, srcs) in out.chunks_mut(per).zip(src.chunks(per)) {
             s.spawn(move || {
                 for (row, line) in srcs.chunks(k).enumerate() {
-                    for col in (0..k).step_by(16) {
+                    for col in (0..k).step_by(8) {
                         // offsets within this thread's row groups: they start at a row group
                         let at = offset(k, row, col);
-                        dst[at..at + 16].copy_from_slice(&line[col..col + 16]);
+                        dst[at..at + 8].copy_from_slice(&line[col..col + 8]);
                     }
                 }
             });
@@ -96,8 +100,9 @@ mod tests {
     use crate::model::config::ModelConfig;
     use crate::model::tensors::{expected_tensors, Dt};
 
-    /// Every fp8 weight shape of every preset: the map is a bijection onto 0..n k, 16-byte pieces stay
-    /// whole and in order, and a warp's load i of tile w is 512 contiguous bytes.
+    /// Every fp8 weight shape of every preset: the map is a bijection onto 0..n k, 8-byte pieces stay
+    /// whole and in order, and the 4 lanes of a row hold one 8-byte run each of 32 contiguous k (the
+    /// kernels' x loads: 64 contiguous bytes).
     #[test]
     fn the_layout_maps_back_to_the_checkpoint_for_every_shape() {
         let mut shapes = std::collections::BTreeSet::new();
@@ -118,8 +123,13 @@ mod tests {
                     let p = offset(k, row, col);
                     assert!(p < n * k, "{n}x{k} ({row}, {col}) -> {p}");
                     assert_eq!(position(k, p), (row, col), "{n}x{k}");
-                    if col % 16 != 0 {
-                        assert_eq!(p, offset(k, row, col - 1) + 1, "a 16-byte piece stays whole");
+                    if col % 8 != 0 {
+                        assert_eq!(p, offset(k, row, col - 1) + 1, "an 8-byte piece stays whole");
+                    }
+                    // k = 32 j + 8 c + e (e < 8) sits in lane c's piece (same row, load, tile) at
+                    // byte 8 (j % 2) + e: the lanes c of a row take 32 contiguous k
+                    if col % 32 >= 8 {
+                        assert_eq!(p, offset(k, row, col - 8) + 16, "lane c + 1 holds the next 8 k");
                     }
                     if let Some(s) = seen.get_mut(p) {
                         assert!(!*s, "{n}x{k}: byte {p} twice");
@@ -167,8 +177,12 @@ mod tests {
             let (r, c) = position(k, p);
             assert_eq!(b, src[r * k + c]);
         }
-        // load 1 of warp tile 0 of chunk 0: rows 0-7, k-bytes 64-127
+        // load 1 of warp tile 0 of chunk 0: rows 0-7, k-bytes 64-127; lane 0's second run at k 32,
+        // lane 1's first at k 8
         assert_eq!(position(k, 512), (0, 64));
+        assert_eq!(position(k, 8), (0, 32));
+        assert_eq!(position(k, 16), (0, 8));
+        assert_eq!(position(k, 16 * 4), (1, 0));
         assert!(to_chunks(&src, 48, k).is_err() && to_chunks(&src[1..], n, k).is_err());
         assert!(check(64, 100).unwrap_err().to_string().contains("64 x 100"));
     }
