@@ -295,6 +295,32 @@ struct MrowX {
   }
 };
 
+// An M-row unit's input taken as is (`mrow_x_in_smem` false), staged: k-range [kb, kb + kn) of the M
+// rows' activations (another block wrote them: cp.async.cg reads L2) into shared memory once, [M][kn],
+// then scaled by 2^64 in place, each thread the pieces it copied (scaled8: the bits MrowX's global read
+// makes), and a join. So a unit's two 16-row halves and its row groups read x there, not from L2 for
+// every tile (down_proj, o_proj, out_proj at M = 8). Whether a word stages (`mrow_stage_k`, the unit's
+// kn, or 0): its widest unit's range (ceil(groups / k_parts) k-groups) fits MROW_X_BYTES (launch.rs
+// sizes the shared memory by the same rule).
+__device__ __forceinline__ unsigned mrow_stage_k(const Word& w, unsigned K, unsigned g0, unsigned g1) {
+  const unsigned widest = min(K, ((K + KGROUP - 1) / KGROUP + w.k_parts - 1) / w.k_parts * KGROUP);
+  return M_ROWS * widest * 2 <= MROW_X_BYTES ? min(K, g1 * KGROUP) - g0 * KGROUP : 0u;
+}
+__device__ __noinline__ void mrow_stage(const DevCtx& c, unsigned short in, unsigned kb, unsigned kn, unsigned short* xs) {
+  const unsigned per = kn / 8, n = M_ROWS * per;
+  for (unsigned p = threadIdx.x; p < n; p += THREADS) {
+    const unsigned m = p / per, j = p % per;
+    cp_async16(xs + m * kn + 8 * j, (const unsigned short*)c.bufs[m * c.n_bufs + in] + kb + 8 * j, true);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  for (unsigned p = threadIdx.x; p < n; p += THREADS) {
+    uint4* q = (uint4*)(xs + (p / per) * kn + 8 * (p % per));
+    *q = scaled8(*q, 0x1p64f);
+  }
+  BLOCK_SYNC();
+}
+
 // The 8 bf16 of v as floats, in element order.
 __device__ __forceinline__ void widen_bf16x8(uint4 v, float* f) {
   const unsigned words[4] = {v.x, v.y, v.z, v.w};
@@ -483,8 +509,11 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
         }
         return;
       }
-      const MrowX xl{c, (const unsigned short*)smem, xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm, 0u};
-      float* red = mrow_red(smem, K, xsm);
+      // an input taken as is: the unit's k-range staged (mrow_stage), or read from L2 tile by tile
+      const unsigned kn = xsm ? 0u : mrow_stage_k(w, K, s.g0, s.g1);
+      if (kn) mrow_stage(c, w.ops[SLOT_IN0], s.g0 * KGROUP, kn, (unsigned short*)smem);
+      const MrowX xl{c, (const unsigned short*)smem, kn ? kn : xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm || kn, kn ? s.g0 * KGROUP : 0u};
+      float* red = kn ? (float*)(smem + M_ROWS * kn * 2 + 32) : mrow_red(smem, K, xsm);
       const unsigned m = threadIdx.x >> 5;
       for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
         const float pv = !partial && m < M_ROWS ? pre(row_view(c, m), rg * 32 + lane) : 0.f;

@@ -75,11 +75,23 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
     let gemv = |k: usize| (k * 2).div_ceil(16) * 16 + 4 * 8 + weights * k.div_ceil(KGROUP) * 9 * 32 * 4;
     let group = w.arg1 as usize;
     if let Some(x_smem) = mrow_gemv(p, w) {
-        // M-row: the M prepared inputs (or none), the block sums, then the runs of every k-group of
-        // every row (weights x groups x 2 runs x M x 32 floats: fp8_rows_m; the lm_head has none)
+        // M-row: the M prepared inputs, or for an input taken as is the unit's k-range of the M rows
+        // staged where it fits (gemv.cuh `mrow_stage_k`: its widest unit, ceil(groups / k_parts)
+        // k-groups), the block sums, then the runs of a unit's k-groups of every row (weights x
+        // groups x 2 runs x M x 32 floats: fp8_rows_m; the lm_head has none)
         let m = p.target.m_rows;
-        let x = if x_smem { m * xrow_bytes(k(slot::IN0) as u32) } else { 0 };
-        let groups = k(slot::IN0).div_ceil(KGROUP) as u32;
+        let kin = k(slot::IN0) as u32;
+        // (gate / up take every k-group in one unit: gemv_gate_up.cuh)
+        let parts = if w.opcode == Opcode::GemvGateUp { 1 } else { w.k_parts.max(1) as u32 };
+        let groups = kin.div_ceil(KGROUP as u32).div_ceil(parts);
+        let staged = 2 * m * kin.min(groups * KGROUP as u32);
+        let x = if x_smem {
+            m * xrow_bytes(kin)
+        } else if staged <= MROW_X_BYTES {
+            staged
+        } else {
+            0
+        };
         // (the lm_head: its k-halves' exchange, 4 row tiles x M x 16 floats: lm_head.cuh)
         let red = if w.opcode == Opcode::LmHead { 4 * m * 16 * 4 } else { weights as u32 * groups * 2 * m * 32 * 4 };
         // (the normed inputs' warp sums, [M][WARPS] floats, use the same room first: prepared_rows)
@@ -293,10 +305,16 @@ mod tests {
                 _ => assert_eq!(one_pass, None, "{:?}", w.opcode),
             }
         }
-        // the widest: gate/up's 8 normed inputs of 5,120 and the runs of its 2 weights x 5 k-groups x 2
-        // runs x 8 rows (fp8_rows_m)
+        // the widest: the staged inputs taken as is (gemv.cuh mrow_stage): 8 rows of 6,144 (o_proj and
+        // out_proj whole; down_proj's widest third, 6 of 17 k-groups) and the runs of one weight x 6
+        // k-groups x 2 runs x 8 rows (fp8_rows_m); gate/up's 8 normed inputs of 5,120 and its 2 weights'
+        // runs are below it
         let need = mega_smem_bytes(&p).unwrap();
-        assert_eq!(need, 8 * 5_120 * 2 + 32 + 2 * 5 * 2 * 8 * 32 * 4);
+        assert_eq!(need, 8 * 6_144 * 2 + 32 + 6 * 2 * 8 * 32 * 4);
+        assert!(need > 8 * 5_120 * 2 + 32 + 2 * 5 * 2 * 8 * 32 * 4);
+        for w in p.words.iter().filter(|w| mrow_gemv(&p, w) == Some(false)) {
+            assert!(smem_bytes(&p, w) >= 8 * 5_120 * 2, "{w:?}: every input taken as is is staged");
+        }
         // M = 1: no word is an M-row word
         let one = crate::compiler::compile(&cfg, "qwen3.5-27b", &crate::compiler::h200(1)).unwrap();
         assert!(one.words.iter().all(|w| mrow_gemv(&one, w).is_none()));
