@@ -84,6 +84,7 @@ pub struct ToolMatcher {
     m: Matcher,
     /// tokens consumed so far
     pub consumed: usize,
+    ended: bool,
 }
 
 impl ToolMatcher {
@@ -102,43 +103,67 @@ impl ToolMatcher {
         if let Some(e) = m.get_error() {
             bail!("grammar: {e}");
         }
-        Ok(ToolMatcher { m, consumed: 0 })
+        Ok(ToolMatcher { m, consumed: 0, ended: false })
     }
 
     /// The ids allowed next (the end-of-sequence `<|im_end|>` among them where the turn may end).
+    /// (Where the grammar has no continuation left, llguidance stops by itself: the mask is then
+    /// `<|im_end|>` alone.)
     pub fn mask(&mut self) -> Result<Mask> {
-        let v = self.m.compute_mask().map_err(|e| Error::new(format!("grammar mask: {e}")))?;
+        if self.ended {
+            bail!("grammar: no mask after the turn's end");
+        }
+        let v = self.m.compute_mask_or_eos().map_err(|e| Error::new(format!("grammar mask: {e}")))?;
         Mask::from_words(&v.as_slice()[..Mask::words_for(VOCAB_ROWS as usize)], VOCAB_ROWS as usize)
     }
 
     /// Advances over an emitted token; an error (the matcher unchanged) if the grammar does not allow it.
     pub fn advance(&mut self, token: u32) -> Result<()> {
-        if self.m.is_stopped() {
+        if self.ended {
             bail!("grammar: token {token} after the turn's end");
+        }
+        if self.m.is_stopped() {
+            // stopped by itself (nothing may follow): only the end-of-sequence token
+            if let Some(e) = self.m.get_error() {
+                bail!("grammar: {e}");
+            }
+            if token != IM_END {
+                bail!(
+                    "grammar: token {token} is not allowed here: the turn can only end (after {} tokens)",
+                    self.consumed
+                );
+            }
+            self.ended = true;
+            self.consumed += 1;
+            return Ok(());
         }
         let n = self.m.try_consume_tokens(&[token]).map_err(|e| Error::new(format!("grammar: {e}")))?;
         if n != 1 {
             bail!("grammar: token {token} is not allowed here (after {} tokens)", self.consumed);
         }
         self.consumed += 1;
+        self.ended = token == IM_END;
         Ok(())
     }
 
     /// The tokens the grammar forces next (exactly one continuation), possibly none. Not consumed.
     pub fn forced(&mut self) -> Vec<u32> {
-        if self.m.is_stopped() {
+        if self.ended {
             return Vec::new();
+        }
+        if self.m.is_stopped() {
+            return vec![IM_END];
         }
         self.m.compute_ff_tokens()
     }
 
     /// Whether the turn may end here.
     pub fn is_accepting(&mut self) -> bool {
-        self.m.is_accepting().unwrap_or(false)
+        !self.ended && (self.m.is_stopped() && self.m.get_error().is_none() || self.m.is_accepting().unwrap_or(false))
     }
 
-    /// Whether the turn has ended (its end-of-sequence token consumed) or the matcher failed.
+    /// Whether the turn has ended (its end-of-sequence token consumed).
     pub fn is_stopped(&self) -> bool {
-        self.m.is_stopped()
+        self.ended
     }
 }
