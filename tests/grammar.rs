@@ -220,6 +220,28 @@ fn constrained_decoding_on_the_tiny_model_completes_valid_calls_by_every_method(
         let got = generate_interp(&mut it, &prompt, &mut ToolMatcher::new(&tools, f).unwrap(), &o).unwrap();
         assert_eq!(got.tokens, scatter.tokens, "interpreter M = {m}");
         assert_eq!(got.forced > 0, spans_on);
+        if m == 1 {
+            // the interpreter's negative control: every id allowed gives the unconstrained tokens
+            let o = Opts { choose: Choose::Ignore, ..base };
+            let free_it = generate_interp(
+                &mut Interp::new(&p, &ck).unwrap(),
+                &prompt,
+                &mut ToolMatcher::new(&tools, f).unwrap(),
+                &o,
+            )
+            .unwrap();
+            assert_eq!(free_it.tokens, free.tokens);
+            // masks it refuses
+            let words = 248_320 / 32;
+            for (bad, says) in [
+                (vec![None, None], "2 head masks"),
+                (vec![Some(vec![0u32; words])], "allows no id"),
+                (vec![Some(vec![1u32; words - 1])], "words"),
+            ] {
+                let e = it.set_head_masks(bad).unwrap_err().to_string();
+                assert!(e.contains(says), "{e}");
+            }
+        }
     }
     assert_eq!(scatter.tokens.last(), Some(&IM_END));
 }

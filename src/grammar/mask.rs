@@ -180,7 +180,7 @@ mod tests {
         assert_eq!(Mask::from_words(m.words(), 100).unwrap(), m);
         assert_eq!(Mask::all(100).count(), 100);
         assert!(Mask::from_ids(&[100], 100).unwrap_err().to_string().contains("off the vocabulary"));
-        assert!(Mask::from_words(&[0; 3], 100).unwrap_err().to_string().contains("4 words"));
+        assert!(Mask::from_words(&[0; 3], 100).unwrap_err().to_string().contains("expected 4"));
         assert!(Mask::from_words(&[0, 0, 0, 1 << 4], 100).unwrap_err().to_string().contains("past"));
         let e = argmax_masked(&[0.0; 100], &Mask::from_ids(&[], 100).unwrap()).unwrap_err();
         assert!(e.to_string().contains("no id"));
