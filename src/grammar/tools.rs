@@ -221,7 +221,7 @@ pub fn lark(tools: &[Tool], fmt: Format) -> Result<String> {
     g.push_str(&format!("call: <[{TOOL_CALL}]> \"\\n<function=\" func \"</function>\\n\" <[{END_TOOL_CALL}]>\n"));
     let fns: Vec<String> = (0..tools.len()).map(|i| format!("fn_{i}")).collect();
     g.push_str(&format!("func: {}\n", fns.join(" | ")));
-    g.push_str(&format!("raw_str[lazy]: /(?s:.*)\\n<\\/parameter>\\n/\n"));
+    g.push_str("raw_str[lazy]: /(?s:.*)\\n<\\/parameter>\\n/\n");
     for (i, t) in tools.iter().enumerate() {
         let mut rule = format!("fn_{i}: {}", lit(&format!("{}>\n", t.name)));
         for (j, p) in t.params.iter().enumerate() {
@@ -240,6 +240,14 @@ pub fn lark(tools: &[Tool], fmt: Format) -> Result<String> {
 /// The grammar of one parameter's VALUE plus its terminator: a rule name (rules it needs are appended
 /// to `g` under names starting with `name`).
 fn value_rule(t: &Tool, p: &Param, name: &str, g: &mut String) -> Result<String> {
+    value_rule_at(t, p, name, g, 0)
+}
+
+/// `value_rule` `depth` references and unions down (bounded: a reference cycle is an error).
+fn value_rule_at(t: &Tool, p: &Param, name: &str, g: &mut String, depth: usize) -> Result<String> {
+    if depth > 32 {
+        bail!("tool {} parameter {}: references or unions nest deeper than 32 (a cycle?)", t.name, p.name);
+    }
     let s = &p.schema;
     let whose = || format!("tool {} parameter {}", t.name, p.name);
     if s == &Value::Bool(false) {
@@ -278,13 +286,24 @@ fn value_rule(t: &Tool, p: &Param, name: &str, g: &mut String) -> Result<String>
                     let mut sub = br.clone();
                     inherit_defs(&mut sub, &t.parameters);
                     let bp = Param { name: p.name.clone(), schema: sub, required: p.required };
-                    alts.push(value_rule(t, &bp, &format!("{name}_{b}"), g)?);
+                    alts.push(value_rule_at(t, &bp, &format!("{name}_{b}"), g, depth + 1)?);
                 }
                 g.push_str(&format!("{name}: {}\n", alts.join(" | ")));
                 return Ok(name.to_string());
             }
-            // the rest: as JSON text (llguidance handles the keyword or refuses it)
-            return json_rule(t, p, name, g);
+            if k == "$ref" {
+                // a local reference: the value is rendered as the referenced schema's value would be
+                let r = obj[k].as_str().unwrap_or_default();
+                let target = r.strip_prefix('#').and_then(|ptr| t.parameters.pointer(ptr)).cloned();
+                let Some(target) = target.filter(|_| r.starts_with("#/")) else {
+                    bail!("{}: $ref {r:?} is not a local reference into the tool's parameters", whose());
+                };
+                let bp = Param { name: p.name.clone(), schema: target, required: p.required };
+                return value_rule_at(t, &bp, name, g, depth + 1);
+            }
+            // allOf / not / if at the top of a parameter: the rendering depends on which type the
+            // combination admits (raw for a string, JSON text otherwise), which is not worked out here
+            bail!("{}: {k} at the top of a parameter is not supported", whose());
         }
     }
     let types: Vec<String> = match obj.get("type") {
@@ -394,5 +413,22 @@ mod tests {
         let t = parse_tools(r#"[{"name": "a", "parameters": {"type": "object", "properties": {"p": {"type": "string", "pattern": "x"}}}}]"#).unwrap();
         let e = lark(&t, Format::default()).unwrap_err().to_string();
         assert!(e.contains("tool a parameter p") && e.contains("pattern"), "{e}");
+        for (p, says) in [
+            (r##"{"$ref": "#/$defs/loop"}"##, "deeper than 32"),
+            (r##"{"$ref": "other.json"}"##, "not a local reference"),
+            (r#"{"allOf": [{"type": "string"}]}"#, "allOf at the top"),
+        ] {
+            let text = format!(
+                r##"[{{"name": "a", "parameters": {{"type": "object", "$defs": {{"loop": {{"$ref": "#/$defs/loop"}}}}, "properties": {{"p": {p}}}}}}}]"##
+            );
+            let e = lark(&parse_tools(&text).unwrap(), Format::default()).unwrap_err().to_string();
+            assert!(e.contains(says), "{p}: {e}");
+        }
+        // a local reference to a string is a raw string, as the template renders it
+        let t = parse_tools(
+            r##"[{"name": "a", "parameters": {"type": "object", "$defs": {"s": {"type": "string"}}, "properties": {"p": {"$ref": "#/$defs/s"}}}}]"##,
+        )
+        .unwrap();
+        assert!(lark(&t, Format::default()).unwrap().contains("v_0_0: raw_str\n"));
     }
 }
