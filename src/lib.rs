@@ -6,13 +6,15 @@
 //! sampler, soaks), `compiler` (model -> program), `exec` (runs programs: the CPU interpreter, the
 //! GPU's graph and megakernel), `model` (config, checkpoints, CPU reference), `isa` (the contract:
 //! opcodes, words, programs, validation, the weights an executor receives), `agent` (the agent workload's
-//! trajectories, over the tokenizer), `tokenizer`, `error`.
+//! trajectories, over the tokenizer), `grammar` (constrained tool calls: llguidance masks over the
+//! tokenizer, honoured by the CPU reference's and the interpreter's head), `tokenizer`, `error`.
 
 pub mod agent;
 pub mod compiler;
 pub mod error;
 pub mod exec;
 pub mod experiment;
+pub mod grammar;
 pub mod isa;
 pub mod model;
 pub mod tokenizer;

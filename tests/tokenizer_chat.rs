@@ -44,7 +44,20 @@ fn renders_match_reference_jinja2() {
 fn negative_control_key_order_and_python_str_matter() {
     // The same tool schema with its keys sorted (what a BTreeMap would do) must render differently.
     let req = std::fs::read_to_string(chat_dir().join("tools_agent.json")).unwrap();
-    let sorted: serde_json::Value = serde_json::from_str(&req).unwrap();
+    // (sorted explicitly: serde_json's map keeps insertion order once any crate of the build enables
+    // its preserve_order feature, as llguidance does)
+    fn sort_keys(v: serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(m) => {
+                let sorted: std::collections::BTreeMap<String, serde_json::Value> =
+                    m.into_iter().map(|(k, v)| (k, sort_keys(v))).collect();
+                serde_json::Value::Object(sorted.into_iter().collect())
+            }
+            serde_json::Value::Array(a) => serde_json::Value::Array(a.into_iter().map(sort_keys).collect()),
+            v => v,
+        }
+    }
+    let sorted = sort_keys(serde_json::from_str(&req).unwrap());
     let sorted = chat::render_json(&serde_json::to_string(&sorted).unwrap()).unwrap();
     assert_ne!(sorted, chat::render_json(&req).unwrap());
     assert_eq!(chat::py_float_repr(1e16), "1e+16");

@@ -92,6 +92,13 @@ pub fn step_hidden(
     token: u32,
     trace: Option<&mut Trace>,
 ) -> Result<(Vec<f32>, Vec<f32>)> {
+    let xn = step_body(w, state, token, trace)?;
+    Ok((w.lm_head.gemv(&xn), xn))
+}
+
+/// `step_hidden` without the lm_head: the final-normed hidden state only, for a row whose logits nobody
+/// reads (a forced token's) or a head that scores some rows only (`grammar::masked_head`).
+pub fn step_body(w: &Weights, state: &mut State, token: u32, trace: Option<&mut Trace>) -> Result<Vec<f32>> {
     let cfg = &w.cfg;
     check_input(cfg, state.pos, state.max_context, token)?;
     let eps = cfg.rms_eps as f32;
@@ -123,9 +130,8 @@ pub fn step_hidden(
         }
     }
     ops::rms_norm_block(&h, &w.final_norm, eps, &mut xn);
-    let logits = w.lm_head.gemv(&xn);
     state.pos += 1;
-    Ok((logits, xn))
+    Ok(xn)
 }
 
 /// One decoder layer on the residual stream `h` (bf16 values, in place): input norm, the mixer

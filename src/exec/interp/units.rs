@@ -284,11 +284,19 @@ impl<'a> Interp<'a> {
                     Some((end, _)) => rs.start..*end,
                     None => rs,
                 };
-                let vals: Vec<f32> = rs.clone().map(|r| bf(lin.row_dot(&x, id(r)))).collect();
-                let (bv, bi) = if vals.is_empty() {
+                // the row's head mask (issue 30): disallowed ids are not scored (-inf) and never proposed
+                let mask = self.head_masks.get(self.active).and_then(|m| m.as_ref());
+                let allowed = |i: usize| mask.is_none_or(|m| m.get(i / 32).is_some_and(|w| w >> (i % 32) & 1 == 1));
+                let vals: Vec<f32> = rs
+                    .clone()
+                    .map(|r| if allowed(id(r)) { bf(lin.row_dot(&x, id(r))) } else { f32::NEG_INFINITY })
+                    .collect();
+                let kept: Vec<usize> = (0..vals.len()).filter(|&i| allowed(id(rs.start + i))).collect();
+                let (bv, bi) = if kept.is_empty() {
                     (f32::NAN, f32::MAX)
                 } else {
-                    let best = ops::argmax(&vals);
+                    let kv: Vec<f32> = kept.iter().map(|&i| vals[i]).collect();
+                    let best = kept[ops::argmax(&kv)];
                     (vals[best], id(rs.start + best) as f32)
                 };
                 self.out(&w, slot::OUT0)[rs].copy_from_slice(&vals);
