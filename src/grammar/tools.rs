@@ -29,9 +29,7 @@ use crate::bail;
 use crate::error::{Error, Result};
 use crate::tokenizer::chat::py_float_repr;
 
-/// `<tool_call>` and `</tool_call>`, `</think>` (ids of the added tokens).
-pub const TOOL_CALL: u32 = 248_058;
-pub const END_TOOL_CALL: u32 = 248_059;
+use crate::tokenizer::{END_TOOL_CALL, TOOL_CALL};
 
 /// What the constrained turn may hold besides tool calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

