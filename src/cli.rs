@@ -411,6 +411,25 @@ pub enum GpuCmd {
         #[arg(long = "define")]
         defines: Vec<String>,
     },
+    /// Prefill's chunked gated delta rule (megakernel/gdn_chunk.cuh, issue 28) for one GDN layer of a
+    /// preset at each prompt length T: checked against the CPU's chunked form, then timed (ms a layer).
+    GdnChunk {
+        /// tiny, small or qwen3.5-27b (its GDN heads).
+        #[arg(long, default_value = "qwen3.5-27b")]
+        preset: String,
+        /// Prompt lengths T, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "130,512,4096")]
+        t: Vec<usize>,
+        /// Timed rounds per T (medians).
+        #[arg(long, default_value_t = 10)]
+        reps: usize,
+        /// Where compiled kernels (cubin/) are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (GDNC_DV; MK_BREAK_GDN: the negative control the check must reject).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
     /// Decode step v2's fp8 GEMV (megakernel/ring.cuh) on every fp8 shape of a preset: checked against
     /// the CPU in f64, then its bandwidth beside the same kernel with the arithmetic off (loads only).
     Gemv {

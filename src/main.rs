@@ -134,6 +134,9 @@ fn run(cli: Cli) -> Result<()> {
             let kernel = mk::verify::gemm::Kernel::parse(&kernel)?;
             mk::verify::gemm::run(&preset, &t, reps.max(1), &cache, &Defines::parse(&defines)?, kernel).map(|_| ())?
         }
+        Cmd::Gpu { cmd: GpuCmd::GdnChunk { preset, t, reps, cache, defines } } => {
+            mk::verify::gdn_chunk::run(&preset, &t, reps.max(1), &cache, &Defines::parse(&defines)?).map(|_| ())?
+        }
         Cmd::Gpu { cmd: GpuCmd::Gemv { preset, reps, cache } } => {
             mk::verify::gemv::run(&preset, reps.max(1), &cache).map(|_| ())?
         }

@@ -2,7 +2,7 @@
 //! preset: every op against the CPU and the op check's negative control, graph against megakernel bit
 //! for bit over many steps (one and many steps a launch, the device-side stop), M-row steps against
 //! one-row steps (with rollback), speculation with the MTP drafter against plain decoding, the sampler
-//! against the CPU's, prefill's GEMM against the CPU (issue 28). Without a GPU each test says it skipped
+//! against the CPU's, prefill's GEMM and chunked GDN against the CPU (issue 28). Without a GPU each test says it skipped
 //! and passes.
 //! (On the GPU machine: `cargo test --no-run` here, carry the `gpu-*` test binary, run it there.)
 
@@ -94,4 +94,19 @@ fn the_prefill_gemm_matches_the_cpu_and_a_broken_one_is_caught() {
         let e = run("tiny", &[59], 1, &cache(), &broken, k).unwrap_err().to_string();
         assert!(e.contains("the GEMM is wrong"), "{k:?}: {e}");
     }
+}
+
+#[test]
+fn the_chunked_gdn_matches_the_cpu_and_a_broken_one_is_caught() {
+    if !gpu_or_skip("the chunked GDN") {
+        return;
+    }
+    // tiny's 3 value heads at T = 1, 64 (one whole chunk) and 130 (two and a partial one), every scan width
+    use mk::verify::gdn_chunk::run;
+    for dv in [16, 32, 64] {
+        run("tiny", &[1, 64, 130], 1, &cache(), &Defines::parse(&[format!("GDNC_DV={dv}")]).unwrap()).unwrap();
+    }
+    let broken = Defines::parse(&["MK_BREAK_GDN".to_string()]).unwrap();
+    let e = run("tiny", &[130], 1, &cache(), &broken).unwrap_err().to_string();
+    assert!(e.contains("the chunked GDN is wrong"), "{e}");
 }

@@ -3,6 +3,7 @@
 //! the soaks and multi-step launches of `mk gpu` (`gpu`). Each reports the first difference it finds
 //! (instruction, buffer, element) and has a negative control that must fail.
 
+pub mod gdn_chunk;
 pub mod gemm;
 pub mod gemv;
 pub mod golden;

@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 9] = [
+pub const KNOWN: [Known; 11] = [
     Known {
         name: "GEMM_MIN_BLOCKS",
         default: 1,
@@ -96,6 +96,22 @@ pub const KNOWN: [Known; 9] = [
         max: 1,
         flag: true,
         what: "PROBE (wrong results): an M-row GEMV's inputs not prepared (its shared-memory rows as they are)",
+    },
+    Known {
+        name: "GDNC_DV",
+        default: 32,
+        min: 16,
+        max: 64,
+        flag: false,
+        what: "prefill's chunked GDN: state columns a scan block (16, 32 or 64; `mk gpu gdn-chunk`)",
+    },
+    Known {
+        name: "MK_BREAK_GDN",
+        default: 0,
+        min: 0,
+        max: 1,
+        flag: true,
+        what: "NEGATIVE CONTROL: the chunked GDN without its decay inside the chunks",
     },
 ];
 
