@@ -21,15 +21,15 @@ const THREADS: u32 = 256;
 /// largest magnitude (fmaf and expf against the CPU's mul + add and exp: ~1e-6 expected).
 pub const TOLERANCE: f64 = 1e-4;
 
-/// The prep's shared memory: k and q [64][129], A [64][65], cum and beta [64].
+/// The prep's shared memory: k and q [64][132], A [64][68], cum and beta [64].
 pub fn prep_smem() -> u32 {
-    ((2 * GC * (GD + 1) + GC * (GC + 1) + 2 * GC) * 4) as u32
+    ((2 * GC * (GD + 4) + GC * (GC + 4) + 2 * GC) * 4) as u32
 }
 
-/// The scan's: the state's dv columns [128][dv], kcd and q exp(cum) [64][129], attn [64][65], v_new
+/// The scan's: the state's dv columns [128][dv], kcd and q exp(cum) [64][132], attn [64][68], v_new
 /// [64][dv], cum and the exps [64].
 pub fn scan_smem(dv: usize) -> u32 {
-    ((GD * dv + 2 * GC * (GD + 1) + GC * (GC + 1) + GC * dv + 2 * GC) * 4) as u32
+    ((GD * dv + 2 * GC * (GD + 4) + GC * (GC + 4) + GC * dv + 2 * GC) * 4) as u32
 }
 
 /// One T's figures.
