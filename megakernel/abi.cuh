@@ -17,6 +17,7 @@
 #define OP_END_STEP 16
 #define OP_GDN_STEP 17
 #define OP_MTP_FC 18
+#define OP_GDN_CHUNK 19
 #define SLOT_W0 0
 #define SLOT_W1 1
 #define SLOT_W2 2

@@ -139,7 +139,7 @@ pub enum Cmd {
         /// Threads a block (the kernels run 256).
         #[arg(long, default_value_t = 256)]
         threads: u32,
-        /// Activation rows per step (1-8; >1 verifies speculative drafts).
+        /// Activation rows per step (1-8; >1 verifies speculative drafts; a prefill step's 1-128).
         #[arg(long, default_value_t = 1)]
         rows: u32,
         /// KV cache positions (a multiple of 256).
@@ -155,6 +155,10 @@ pub enum Cmd {
         /// lists before each step.
         #[arg(long, requires = "drafter")]
         pruned: Option<usize>,
+        /// Lower a prefill step instead (issue 28): --rows prompt rows at once (up to 128), every row
+        /// kept, the GDN recurrence by chunks of 64, the head on the last row only.
+        #[arg(long, conflicts_with = "drafter")]
+        prefill: bool,
         /// The program file to write (RON).
         #[arg(long)]
         out: PathBuf,

@@ -95,6 +95,7 @@ fn run(cli: Cli) -> Result<()> {
             shape: Shape { units, unit_rows, gdn },
             drafter,
             pruned,
+            prefill,
             out,
         } => {
             let (cfg, name) = match (preset, config) {
@@ -102,8 +103,16 @@ fn run(cli: Cli) -> Result<()> {
                 (None, Some(c)) => (ModelConfig::from_file(&c)?, "checkpoint".to_string()),
                 (None, None) => mk::bail!("compile: give --preset or --config"),
             };
-            let target =
-                mk::isa::Target { sms, threads, m_rows: rows, max_context, units, gemv_unit_rows: unit_rows, gdn };
+            let target = mk::isa::Target {
+                sms,
+                threads,
+                m_rows: rows,
+                max_context,
+                units,
+                gemv_unit_rows: unit_rows,
+                gdn,
+                prefill,
+            };
             let prog = match drafter.as_deref() {
                 None => mk::compiler::compile(&cfg, &name, &target)?,
                 Some(d) => {

@@ -76,6 +76,7 @@ fn other_targets_compile_and_validate() {
             units: Default::default(),
             gemv_unit_rows: 16,
             gdn,
+            prefill: false,
         };
         let prog = compile(&ModelConfig::preset("small").unwrap(), "small", &t).unwrap();
         validate(&prog).unwrap();
@@ -88,6 +89,7 @@ fn other_targets_compile_and_validate() {
         units: Default::default(),
         gemv_unit_rows: 16,
         gdn: Default::default(),
+        prefill: false,
     };
     assert!(compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &bad).unwrap_err().to_string().contains("M = 9"));
     assert!(Program::from_ron("(format: 1, words: [").unwrap_err().to_string().starts_with("program:"));

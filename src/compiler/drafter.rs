@@ -51,6 +51,9 @@ fn drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftInput, pruned:
     if cfg.mtp_layers == 0 {
         bail!("compile the drafter: the model has no MTP head (mtp_num_hidden_layers = 0)");
     }
+    if t.prefill {
+        bail!("compile the drafter: a draft step is not a prefill");
+    }
     if t.m_rows != 1 {
         bail!("compile the drafter: a draft step is one row (the target's M = {})", t.m_rows);
     }

@@ -21,8 +21,8 @@ use crate::bail;
 use crate::error::{Context, Result};
 use crate::isa::access::{ATTN_HEAD_DIM, CHUNK_ROWS, CTRL_LEN, GDN_HEAD_DIM, GDN_HIST_HEAD, KGROUP};
 use crate::isa::{
-    slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_PARTIAL, FLAG_ROW_UNITS,
-    FORMAT, NONE, NO_COUNTER,
+    slot, BufKind, Buffer, GdnLowering, Opcode, Program, Target, UnitPolicy, Word, FLAG_LAST_ROW, FLAG_PARTIAL,
+    FLAG_ROW_UNITS, FORMAT, NONE, NO_COUNTER,
 };
 use crate::model::config::{LayerKind, ModelConfig};
 use crate::model::forward::ATTN_PART;
@@ -65,6 +65,7 @@ pub fn h200(m_rows: u32) -> Target {
         units: UnitPolicy::Balanced,
         gemv_unit_rows: GEMV_UNIT_ROWS,
         gdn: GdnLowering::Fused,
+        prefill: false,
     }
 }
 
@@ -164,7 +165,10 @@ impl<'a> Builder<'a> {
         w.m_rows = self.t.m_rows as u8; // 1-8, checked by compile() and compile_drafter()
         w.rows = rows;
         w.unit_rows = unit_rows as u16; // the constants here and GEMV unit rows <= 256, checked by compile() and compile_drafter()
-        if w.m_rows > 1 && op.row_split() {
+        if self.t.prefill && matches!(op, Opcode::LmHead | Opcode::Argmax) {
+            // a prefill's head: the next token after the prompt, the last row's
+            w.flags |= FLAG_LAST_ROW;
+        } else if w.m_rows > 1 && op.row_split() {
             // the M rows side by side on as many units (in a unit one after another, the attention
             // words of an M = 8 step took 3.6 ms of 36.8: results/issue27_verified_692c8ee)
             w.flags |= FLAG_ROW_UNITS;
@@ -414,7 +418,7 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
     // row while another head still reads them; GdnConv owns its channels' ring, so its rows are safe.
     let t = &{
         let mut t = t.clone();
-        if t.m_rows > 1 {
+        if t.m_rows > 1 || t.prefill {
             t.gdn = GdnLowering::Split;
         }
         t
@@ -505,10 +509,12 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                     }
                     GdnLowering::Split => {
                         // M rows: the rows' inputs kept for the next step's deferred commit (the ring
-                        // and the state advance only over the rows the next step says were kept)
+                        // and the state advance only over the rows the next step says were kept); a
+                        // prefill keeps every row: its conv and recurrence write the state at once
                         let m = t.m_rows as u64;
+                        let deferred = m > 1 && !t.prefill;
                         let kept = |b: &mut Builder, name: &str, cols: u64| {
-                            if m > 1 {
+                            if deferred {
                                 b.buf(&format!("{name}.{gi}"), BufKind::State, m, cols, 2)
                             } else {
                                 NONE
@@ -524,7 +530,8 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                         c.ops[slot::ST0] = ring;
                         c.ops[slot::ST1] = kept_qkv;
                         b.stage(vec![c]);
-                        let mut r = b.word(Opcode::GdnRecur, cfg.gdn_v_heads as u32, 1);
+                        let recur = if t.prefill { Opcode::GdnChunk } else { Opcode::GdnRecur };
+                        let mut r = b.word(recur, cfg.gdn_v_heads as u32, 1);
                         r.arg0 = cfg.gdn_k_heads as u32;
                         r.ops[slot::W0] = a_log;
                         r.ops[slot::W1] = dt_bias;
@@ -536,7 +543,7 @@ pub fn compile(cfg: &ModelConfig, name: &str, t: &Target) -> Result<Program> {
                         r.ops[slot::OUT0] = core;
                         r.ops[slot::ST0] = rec;
                         r.ops[slot::ST1] = kept_rec;
-                        if m > 1 {
+                        if deferred {
                             r.ops[slot::IN3] = ctrl;
                         }
                         b.stage(vec![r]);

@@ -160,8 +160,9 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                     a.wr(slot::ST1, m * cols + rs.start, m * cols + rs.end);
                 }
             }
-            Opcode::GdnRecur => {
-                // rows = value heads; arg0 = q/k heads.
+            Opcode::GdnRecur | Opcode::GdnChunk => {
+                // rows = value heads; arg0 = q/k heads. (GdnChunk: a unit takes every row at once, the
+                // same footprint over the rows.)
                 let (hv, hk) = (w.rows as usize, w.arg0.max(1) as usize);
                 let key_dim = hk * dk;
                 for j in rs.clone() {

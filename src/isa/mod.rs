@@ -20,7 +20,7 @@ pub mod validate;
 pub mod weights;
 pub mod word_checks;
 
-pub use target::{GdnLowering, Target, UnitPolicy, DEFAULT_GEMV_UNIT_ROWS};
+pub use target::{GdnLowering, Target, UnitPolicy, DEFAULT_GEMV_UNIT_ROWS, MAX_PREFILL_ROWS};
 
 use serde::{Deserialize, Serialize};
 
@@ -85,10 +85,16 @@ pub enum Opcode {
     /// the drafter's own, through its final norm; a State buffer the host writes before the step): the
     /// embedding half first.
     MtpFc = 18,
+    /// (Prefill programs, issue 28.) The gated delta rule for one value head over the step's M rows at
+    /// once, by chunks of 64 anchored at the step's first row (the oracle's prompt path, WY form:
+    /// `model::prefill::gdn_head_chunked`): each row's l2norm and gates, the chunked recurrence from
+    /// the state, which it leaves as the final state (no deferred commit: a prefill keeps every row),
+    /// then each row's output gated-RMS-normed per head as GdnRecur's. GdnRecur's operands but ST1 / IN3.
+    GdnChunk = 19,
 }
 
 impl Opcode {
-    pub const ALL: [Opcode; 17] = [
+    pub const ALL: [Opcode; 18] = [
         Opcode::Embed,
         Opcode::GemvNorm,
         Opcode::GemvGateUp,
@@ -106,6 +112,7 @@ impl Opcode {
         Opcode::EndStep,
         Opcode::GdnStep,
         Opcode::MtpFc,
+        Opcode::GdnChunk,
     ];
 
     /// Whether an M-row word of this opcode splits its rows over its units (FLAG_ROW_UNITS): its rows
@@ -176,6 +183,9 @@ pub const FLAG_PARTIAL: u8 = 1;
 /// by side on as many blocks instead of one after another in each unit. Only on opcodes whose rows are
 /// independent within the word (`Opcode::row_split`).
 pub const FLAG_ROW_UNITS: u8 = 2;
+/// Flag (prefill programs): the word runs the step's last row only (the head: a prefill needs the
+/// next token after the prompt, not every row's logits). Only on LmHead and Argmax.
+pub const FLAG_LAST_ROW: u8 = 4;
 
 /// One instruction. 64 bytes, little-endian, the same layout in `megakernel/abi.cuh` (byte offsets:
 /// opcode 0, layer 2, m_rows 4, flags 5, unit_rows 6, rows 8, units 12, wait 16, wait_target 20, signal
@@ -187,7 +197,8 @@ pub struct Word {
     pub opcode: Opcode,
     /// Decoder layer (0-based; the embedding and head use 0).
     pub layer: u16,
-    /// Rows of activations processed together (1-8; >1 for speculative verification).
+    /// Rows of activations processed together (1-8; >1 for speculative verification; a prefill program's
+    /// up to `MAX_PREFILL_ROWS`).
     pub m_rows: u8,
     pub flags: u8,
     /// Output rows per unit.
@@ -301,8 +312,13 @@ impl Word {
     }
 
     /// The rows m of an M-row step that unit `u` runs, and its unit among one row's (what `unit_span`
-    /// takes): every row and u itself, or with FLAG_ROW_UNITS row u / (units / M) and u mod (units / M).
+    /// takes): every row and u itself, or with FLAG_ROW_UNITS row u / (units / M) and u mod (units / M),
+    /// or with FLAG_LAST_ROW the last row and u.
     pub fn m_span(&self, u: u32) -> (std::ops::Range<usize>, u32) {
+        if self.flags & FLAG_LAST_ROW != 0 {
+            let m = self.m_rows.max(1) as usize;
+            return (m - 1..m, u);
+        }
         if self.flags & FLAG_ROW_UNITS == 0 {
             return (0..self.m_rows.max(1) as usize, u);
         }

@@ -29,11 +29,21 @@ pub struct Target {
     /// default, fused, and do not write it). Bits never depend on it.
     #[serde(default, skip_serializing_if = "GdnLowering::is_fused")]
     pub gdn: GdnLowering,
+    /// A prefill program (issue 28): M rows of a prompt at positions pos .. pos + M, every row kept (no
+    /// deferred commit), the GDN recurrence by chunks (`Opcode::GdnChunk`), the head on the last row
+    /// only (`FLAG_LAST_ROW`); M up to `MAX_PREFILL_ROWS`. Decode and verification programs leave it
+    /// false and do not write it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prefill: bool,
 }
 
+/// Rows of a prefill program's step (two GDN chunks of 64; a word's `m_rows` is a byte).
+pub const MAX_PREFILL_ROWS: u32 = 128;
+
 impl Target {
-    /// A target the kernels can run: 1-1,024 SMs, the kernels' 256 threads a block, M of 1-8 rows, a max
-    /// context that is a positive multiple of the attention partition and at most the model's positions.
+    /// A target the kernels can run: 1-1,024 SMs, the kernels' 256 threads a block, M of 1-8 rows (a
+    /// prefill program's 1-`MAX_PREFILL_ROWS`), a max context that is a positive multiple of the
+    /// attention partition and at most the model's positions.
     pub fn check(&self) -> Result<()> {
         if !(1..=1024).contains(&self.sms) {
             bail!("target: {} SMs (1-1,024)", self.sms);
@@ -41,8 +51,10 @@ impl Target {
         if self.threads != 256 {
             bail!("target: {} threads a block (the kernels run 256)", self.threads);
         }
-        if !(1..=8).contains(&self.m_rows) {
-            bail!("target: M = {} rows (1-8 supported)", self.m_rows);
+        let max_m = if self.prefill { MAX_PREFILL_ROWS } else { 8 };
+        if !(1..=max_m).contains(&self.m_rows) {
+            let what = if self.prefill { "a prefill program's" } else { "supported" };
+            bail!("target: M = {} rows (1-{max_m} {what})", self.m_rows);
         }
         let (ctx, part) = (self.max_context as usize, access::ATTN_PART);
         if ctx == 0 || ctx % part != 0 || ctx > access::MAX_POSITIONS {

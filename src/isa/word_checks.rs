@@ -3,7 +3,7 @@
 //! relate words (waits, overlaps, coverage) are `validate.rs`'s.
 
 use super::access::{CHUNK_ROWS, GDN_HEAD_DIM, GDN_HIST_HEAD, KGROUP};
-use super::{slot, BufKind, Opcode, Program, Word, FLAG_PARTIAL, FLAG_ROW_UNITS, NO_COUNTER};
+use super::{slot, BufKind, Opcode, Program, Word, FLAG_LAST_ROW, FLAG_PARTIAL, FLAG_ROW_UNITS, NO_COUNTER};
 use crate::bail;
 use crate::error::Result;
 
@@ -42,7 +42,7 @@ pub(super) fn required(op: Opcode) -> [Option<BufKind>; slot::COUNT] {
             set(slot::OUT0, Activation);
             set(slot::ST0, State);
         }
-        Opcode::GdnRecur => {
+        Opcode::GdnRecur | Opcode::GdnChunk => {
             set(slot::W0, Weight);
             set(slot::W1, Weight);
             set(slot::W3, Weight);
@@ -120,8 +120,16 @@ pub(super) fn required(op: Opcode) -> [Option<BufKind>; slot::COUNT] {
 /// Rule 1 for one word.
 pub(super) fn check_shape(p: &Program, i: usize, w: &Word) -> Result<()> {
     let at = who(i, w);
-    if w.m_rows as u32 != p.target.m_rows || !(1..=8).contains(&w.m_rows) {
-        bail!("{at}: shape: m_rows {} (the program's target has M = {}, 1-8 allowed)", w.m_rows, p.target.m_rows);
+    let max_m = if p.target.prefill { super::MAX_PREFILL_ROWS } else { 8 };
+    if w.m_rows as u32 != p.target.m_rows || !(1..=max_m).contains(&(w.m_rows as u32)) {
+        bail!("{at}: shape: m_rows {} (the program's target has M = {}, 1-{max_m} allowed)", w.m_rows, p.target.m_rows);
+    }
+    // a prefill's recurrence runs by chunks over its rows; a decode or verification step's row by row
+    if p.target.prefill && w.opcode == Opcode::GdnRecur {
+        bail!("{at}: shape: GdnRecur in a prefill program (its recurrence runs by chunks: GdnChunk)");
+    }
+    if !p.target.prefill && w.opcode == Opcode::GdnChunk {
+        bail!("{at}: shape: GdnChunk outside a prefill program (a step's recurrence runs row by row: GdnRecur)");
     }
     if w.opcode == Opcode::GdnStep && w.m_rows > 1 {
         bail!("{at}: shape: GdnStep runs M = 1 only (M > 1 lowers GDN split: its rows would race on the shared q/k ring slots)");
@@ -236,7 +244,12 @@ fn check_flags(at: &str, w: &Word) -> Result<()> {
     if w.flags & FLAG_ROW_UNITS != 0 && !w.opcode.row_split() {
         bail!("{at}: shape: FLAG_ROW_UNITS on {:?}, whose rows are not independent units", w.opcode);
     }
-    if w.flags & !(FLAG_PARTIAL | FLAG_ROW_UNITS) != 0 {
+    if w.flags & FLAG_LAST_ROW != 0
+        && (!matches!(w.opcode, Opcode::LmHead | Opcode::Argmax) || w.flags & FLAG_ROW_UNITS != 0)
+    {
+        bail!("{at}: shape: FLAG_LAST_ROW on {:?} (the head's words only, without FLAG_ROW_UNITS)", w.opcode);
+    }
+    if w.flags & !(FLAG_PARTIAL | FLAG_ROW_UNITS | FLAG_LAST_ROW) != 0 {
         bail!("{at}: shape: unknown flags {:#x}", w.flags);
     }
     Ok(())
@@ -260,7 +273,7 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
                 bail!("{at}: shape: rows {} / arg1 {} do not describe (KV head, partition) units", w.rows, w.arg1);
             }
         }
-        Opcode::GdnRecur | Opcode::GdnStep => {
+        Opcode::GdnRecur | Opcode::GdnStep | Opcode::GdnChunk => {
             if w.arg0 == 0 || w.rows % w.arg0 != 0 {
                 bail!("{at}: shape: {} value heads are not a multiple of arg0 = {} q/k heads", w.rows, w.arg0);
             }
@@ -349,7 +362,7 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
             vector(slot::W0, 4 * w.rows as u64)?;
             deferred_gdn(p, at, w, w.rows as u64)?;
         }
-        Opcode::GdnRecur => {
+        Opcode::GdnRecur | Opcode::GdnChunk => {
             vector(slot::W0, w.rows as u64)?;
             vector(slot::W1, w.rows as u64)?;
             vector(slot::W3, GDN_HEAD_DIM as u64)?;
@@ -405,15 +418,15 @@ pub(super) fn check_layer(p: &Program, i: usize, w: &Word, last: u16) -> Result<
 
 /// GdnConv / GdnRecur of an M-row program commit the previous step's kept rows before their own
 /// (`Opcode::GdnConv`'s deferred form): their kept inputs in ST1, a State buffer of M rows of `cols`
-/// bf16 (and GdnRecur's control block in IN3); a one-row program's have neither (the state is written
-/// at once).
+/// bf16 (and GdnRecur's control block in IN3); a one-row or prefill program's have neither (the state
+/// is written at once).
 fn deferred_gdn(p: &Program, at: &str, w: &Word, cols: u64) -> Result<()> {
     let kind = |s: usize| w.op(s).map(|b| &p.buffers[b]);
-    let recur = w.opcode == Opcode::GdnRecur;
-    if w.m_rows == 1 {
+    let recur = matches!(w.opcode, Opcode::GdnRecur | Opcode::GdnChunk);
+    if w.m_rows == 1 || p.target.prefill {
         if kind(slot::ST1).is_some() || recur && kind(slot::IN3).is_some() {
             bail!(
-                "{at}: shape: a one-row program's {:?} writes its state at once (no kept rows, st1 / in3 unused)",
+                "{at}: shape: a one-row or prefill program's {:?} writes its state at once (no kept rows, st1 / in3 unused)",
                 w.opcode
             );
         }

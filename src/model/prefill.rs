@@ -7,8 +7,8 @@
 //! Owns: `prefill`. Refuses: what a decode step refuses (token ids, the context), an empty prompt.
 
 use super::forward::{
-    attention_layer, check_input, conv_channels, gated_norm, gdn_project, mlp_gate_up, residual_add, GdnInput, State,
-    Weights,
+    attention_layer, check_input, conv_channels, gated_norm, gdn_project, mlp_gate_up, residual_add, GdnGates,
+    GdnInput, State, Weights,
 };
 use super::gdn_chunk::{chunked, HeadSeq};
 use super::numerics::{bf, bf16_to_f32};
@@ -99,8 +99,7 @@ fn gdn_core_chunked(
     ring: &mut [f32],
     s: &mut [f32],
 ) -> Result<Vec<Vec<f32>>> {
-    let (dk, dv, hk, hv) = (cfg.gdn_k_dim, cfg.gdn_v_dim, cfg.gdn_k_heads, cfg.gdn_v_heads);
-    let (key_dim, t_len) = (hk * dk, inps.len());
+    let (dk, dv, hv, t_len) = (cfg.gdn_k_dim, cfg.gdn_v_dim, cfg.gdn_v_heads, inps.len());
     let mixed: Vec<Vec<f32>> = inps
         .iter()
         .enumerate()
@@ -111,31 +110,50 @@ fn gdn_core_chunked(
         })
         .collect();
     let mut core = vec![vec![0f32; cfg.gdn_value_dim()]; t_len];
-    let scale = (dk as f32).sqrt();
+    let rows: Vec<&[f32]> = mixed.iter().map(|m| m.as_slice()).collect();
     for j in 0..hv {
-        let qk = j / (hv / hk);
-        let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut gl, mut beta) = (Vec::new(), Vec::new());
-        for (m, inp) in mixed.iter().zip(inps) {
-            let mut qh = m[qk * dk..(qk + 1) * dk].to_vec();
-            let mut kh = m[key_dim + qk * dk..key_dim + (qk + 1) * dk].to_vec();
-            ops::l2norm(&mut qh);
-            ops::l2norm(&mut kh);
-            q.extend(qh.iter().map(|x| x / scale));
-            k.extend(kh);
-            v.extend_from_slice(&m[2 * key_dim + j * dv..2 * key_dim + (j + 1) * dv]);
-            beta.push(bf(ops::sigmoid(inp.b[j])));
-            gl.push(-g.a_log[j].exp() * ops::softplus(inp.a[j] + g.dt_bias[j]));
-        }
-        let x = HeadSeq { q: &q, k: &k, v: &v, g: &gl, beta: &beta, dk, dv };
-        let o = chunked(&x, GDN_CHUNK, &mut s[j * dk * dv..(j + 1) * dk * dv])?;
+        let gates: Vec<GdnGates> = inps
+            .iter()
+            .map(|inp| GdnGates { b: inp.b[j], a: inp.a[j], a_log: g.a_log[j], dt_bias: g.dt_bias[j] })
+            .collect();
+        let o = gdn_head_chunked(cfg, j, &rows, &gates, &mut s[j * dk * dv..(j + 1) * dk * dv])?;
         for (i, c) in core.iter_mut().enumerate() {
-            for (d, e) in c[j * dv..(j + 1) * dv].iter_mut().zip(&o[i * dv..(i + 1) * dv]) {
-                *d = bf(*e);
-            }
+            c[j * dv..(j + 1) * dv].copy_from_slice(&o[i * dv..(i + 1) * dv]);
         }
     }
     Ok(core)
+}
+
+/// Value head `j` over T rows by chunks (`GDN_CHUNK`, anchored at the first row): each row's q and k of
+/// the head's q/k group (head j / (v_heads / k_heads)) from its conv output `mixed[i]`, l2-normalised,
+/// q / sqrt(d); beta = bf(sigmoid(b)), g = -exp(A_log) softplus(a + dt_bias) from the row's gates; the
+/// chunked recurrence (`gdn_chunk::chunked`) from `s` (`[dk][dv]`, left as the final state); returns the
+/// outputs `[T][dv]` rounded to bf16. The CPU reference's prefill and the interpreter's GdnChunk both
+/// take it (one function: the same bits).
+pub fn gdn_head_chunked(
+    cfg: &super::config::ModelConfig,
+    j: usize,
+    mixed: &[&[f32]],
+    gates: &[GdnGates],
+    s: &mut [f32],
+) -> Result<Vec<f32>> {
+    let (dk, dv, hk, hv) = (cfg.gdn_k_dim, cfg.gdn_v_dim, cfg.gdn_k_heads, cfg.gdn_v_heads);
+    let (key_dim, qk, scale) = (hk * dk, j / (hv / hk), (dk as f32).sqrt());
+    let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut gl, mut beta) = (Vec::new(), Vec::new());
+    for (m, gt) in mixed.iter().zip(gates) {
+        let mut qh = m[qk * dk..(qk + 1) * dk].to_vec();
+        let mut kh = m[key_dim + qk * dk..key_dim + (qk + 1) * dk].to_vec();
+        ops::l2norm(&mut qh);
+        ops::l2norm(&mut kh);
+        q.extend(qh.iter().map(|x| x / scale));
+        k.extend(kh);
+        v.extend_from_slice(&m[2 * key_dim + j * dv..2 * key_dim + (j + 1) * dv]);
+        beta.push(bf(ops::sigmoid(gt.b)));
+        gl.push(-gt.a_log.exp() * ops::softplus(gt.a + gt.dt_bias));
+    }
+    let x = HeadSeq { q: &q, k: &k, v: &v, g: &gl, beta: &beta, dk, dv };
+    Ok(chunked(&x, GDN_CHUNK, s)?.into_iter().map(bf).collect())
 }
 
 #[cfg(test)]

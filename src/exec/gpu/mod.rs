@@ -100,6 +100,10 @@ impl GpuExec {
             optin,
         )?;
         crate::isa::validate::validate(prog)?;
+        if prog.target.prefill {
+            // (issue 28: the GEMM, the chunked GDN and causal attention kernels are probes so far)
+            crate::bail!("gpu: prefill programs run on the CPU interpreter only (no GPU path yet)");
+        }
         let m_rows = prog.target.m_rows as usize;
         if let Some(b) = prog.buffers.iter().find(|b| b.kind.per_row() && b.rows != m_rows as u64) {
             crate::bail!("gpu: buffer {} has {} rows, the program's M is {m_rows}", b.name, b.rows);

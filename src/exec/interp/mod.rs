@@ -11,6 +11,7 @@
 //! on the row-m view of the activation, scratch and control buffers (as the GPU's row views), so row m
 //! computes exactly what a single-row step at position pos + m computes.
 
+pub mod prefill;
 mod rollback;
 pub mod spec;
 mod units;
@@ -427,6 +428,12 @@ impl<'a> Interp<'a> {
                 self.bufs[self.ctrl][CTRL_COMMIT] = m as f32;
             }
             self.counters.iter_mut().for_each(|c| *c = 0);
+            return w.signal as usize;
+        }
+        if w.opcode == Opcode::GdnChunk {
+            // every row at once (units.rs)
+            self.gdn_chunk_rows(&w, u);
+            self.counters[w.signal as usize] += 1;
             return w.signal as usize;
         }
         if matches!(w.opcode, Opcode::GdnConv | Opcode::GdnRecur) && w.op(slot::ST1).is_some() {

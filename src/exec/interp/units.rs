@@ -93,6 +93,48 @@ impl<'a> Interp<'a> {
         self.select(0);
     }
 
+    /// Unit `u` of a prefill program's GdnChunk: value heads `rs` over every row of the step at once, by
+    /// chunks anchored at row 0 (`prefill::gdn_head_chunked`: the CPU reference's prefill's function),
+    /// the state left as the last row's, then each row's output gated-RMS-normed per head (GdnRecur's).
+    /// ORDER: the heads in order; within a head, the chunked form's.
+    pub(super) fn gdn_chunk_rows(&mut self, w: &Word, u: u32) {
+        let (m, (rs, _)) = (w.m_rows as usize, w.unit_span(u));
+        let (dk, dv) = (self.cfg.gdn_k_dim, self.cfg.gdn_v_dim);
+        let (a_log, dt_bias) = (self.vecw(w, slot::W0).to_vec(), self.vecw(w, slot::W1).to_vec());
+        let (norm_w, eps) = (self.vecw(w, slot::W3).to_vec(), self.cfg.rms_eps as f32);
+        let [in_b, b_b, a_b, z_b, out_b, st_b] =
+            [slot::IN0, slot::IN1, slot::IN2, slot::IN4, slot::OUT0, slot::ST0].map(|s| w.ops[s] as usize);
+        let (mut mixed, mut gb, mut ga, mut z) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in 0..m {
+            self.select(r);
+            mixed.push(self.bufs[in_b].clone());
+            gb.push(self.bufs[b_b].clone());
+            ga.push(self.bufs[a_b].clone());
+            z.push(self.bufs[z_b].clone());
+        }
+        let rows: Vec<&[f32]> = mixed.iter().map(|v| v.as_slice()).collect();
+        let mut st = std::mem::take(&mut self.bufs[st_b]);
+        for j in rs {
+            let gates: Vec<GdnGates> =
+                (0..m).map(|r| GdnGates { b: gb[r][j], a: ga[r][j], a_log: a_log[j], dt_bias: dt_bias[j] }).collect();
+            let o = crate::model::prefill::gdn_head_chunked(
+                &self.cfg,
+                j,
+                &rows,
+                &gates,
+                &mut st[j * dk * dv..(j + 1) * dk * dv],
+            )
+            .expect("interpreter: GdnChunk's rows describe the head (the validator checks the shapes)");
+            for r in 0..m {
+                self.select(r);
+                let out = &mut self.bufs[out_b][j * dv..(j + 1) * dv];
+                ops::rms_norm_gated(&o[r * dv..(r + 1) * dv], &z[r][j * dv..(j + 1) * dv], &norm_w, eps, out);
+            }
+        }
+        self.bufs[st_b] = st;
+        self.select(0);
+    }
+
     /// Unit `u` of `w` on the active row.
     pub(super) fn unit_row(&mut self, w: &Word, u: u32) {
         let w = *w;
@@ -182,6 +224,9 @@ impl<'a> Interp<'a> {
                 fw::conv_channels(&qkv, &taps, &mut self.bufs[ring_b], pos, rs, &mut out);
                 self.bufs[qkv_b] = qkv;
                 self.bufs[conv_b] = out;
+            }
+            Opcode::GdnChunk => {
+                unreachable!("interpreter: GdnChunk runs every row of its unit at once (gdn_chunk_rows)")
             }
             Opcode::GdnRecur => {
                 let (dk, dv) = (self.cfg.gdn_k_dim, self.cfg.gdn_v_dim);

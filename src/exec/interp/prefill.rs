@@ -1,0 +1,95 @@
+//! Prefill on the interpreter (issue 28): a prompt through prefill programs (`Target::prefill`: M rows
+//! at once, every row kept, the GDN recurrence by chunks of 64 anchored at the step's first row, the
+//! head on the last row only), in steps of M rows and one of the remainder, the state handed from step
+//! to step by buffer name. With M a multiple of 64 every step starts on a chunk boundary, so the steps
+//! chunk the prompt as one pass over it does (`model::prefill`): the same bits (tests/prefill_program.rs).
+//!
+//! Owns: the steps' cut of the prompt and the hand-over of the state. Refuses: an empty prompt, a step
+//! of no rows or more than `MAX_PREFILL_ROWS`, what a step refuses (token ids, the context).
+
+use super::{Interp, Order};
+use crate::bail;
+use crate::compiler::{compile, h200};
+use crate::error::Result;
+use crate::isa::access::CTRL_POS;
+use crate::isa::{BufKind, Program, MAX_PREFILL_ROWS};
+use crate::model::checkpoint::Checkpoint;
+
+/// What a prefill leaves: the prompt's last row's logits (bf16 values) and greedy next token, and every
+/// State buffer of the program (conv rings, recurrent states, KV caches) by name.
+#[derive(Debug)]
+pub struct Prefilled {
+    pub logits: Vec<f32>,
+    pub next: u32,
+    pub states: Vec<(String, Vec<f32>)>,
+}
+
+impl Prefilled {
+    /// A State buffer by name.
+    pub fn state(&self, name: &str) -> Option<&[f32]> {
+        self.states.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
+    }
+}
+
+/// The prefill program of `m` rows for the checkpoint's model (the H200 target) at `max_context`.
+pub fn program(ck: &Checkpoint, m: u32, max_context: u32) -> Result<Program> {
+    let mut t = h200(m);
+    t.prefill = true;
+    t.max_context = max_context;
+    compile(&ck.config, "prefill", &t)
+}
+
+/// Feeds `tokens` from position 0 in steps of `rows` rows (the last step the remainder), each step one
+/// run of a prefill program in `order`.
+pub fn prefill(ck: &Checkpoint, tokens: &[u32], rows: u32, max_context: u32, order: Order) -> Result<Prefilled> {
+    if tokens.is_empty() {
+        bail!("prefill: no tokens");
+    }
+    if rows == 0 || rows > MAX_PREFILL_ROWS {
+        bail!("prefill: steps of {rows} rows (1-{MAX_PREFILL_ROWS})");
+    }
+    let full = program(ck, rows, max_context)?;
+    let rem = tokens.len() % rows as usize;
+    let part = if rem > 0 { Some(program(ck, rem as u32, max_context)?) } else { None };
+    let mut states: Vec<(String, Vec<f32>)> = Vec::new();
+    let (mut logits, mut next, mut pos) = (Vec::new(), 0, 0usize);
+    let mut it_full: Option<Interp> = None;
+    for chunk in tokens.chunks(rows as usize) {
+        let mut fresh;
+        let it = match (&part, chunk.len() == rows as usize) {
+            (Some(p), false) => {
+                fresh = Interp::new(p, ck)?;
+                &mut fresh
+            }
+            _ => match &mut it_full {
+                Some(it) => it,
+                None => it_full.insert(Interp::new(&full, ck)?),
+            },
+        };
+        // the state the last step left (the full-step interpreter already holds its own)
+        let prog = it.prog;
+        for (name, v) in &states {
+            if let Some(b) = prog.buffer_id(name) {
+                it.bufs[b].copy_from_slice(v);
+            }
+        }
+        it.select(0);
+        let ctrl = it.ctrl;
+        it.bufs[ctrl][CTRL_POS] = pos as f32;
+        let toks = it.step_rows(chunk, order)?;
+        it.rows_start = None; // a prefill keeps every row: nothing to roll back
+        let all = it.logits_rows();
+        let vocab = all.len() / chunk.len();
+        logits = all[(chunk.len() - 1) * vocab..].to_vec();
+        next = toks[chunk.len() - 1];
+        states = prog
+            .buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.kind == BufKind::State)
+            .map(|(i, b)| (b.name.clone(), it.bufs[i].clone()))
+            .collect();
+        pos += chunk.len();
+    }
+    Ok(Prefilled { logits, next, states })
+}
