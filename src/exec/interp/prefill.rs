@@ -55,22 +55,24 @@ pub fn prefill(ck: &Checkpoint, tokens: &[u32], rows: u32, max_context: u32, ord
     let (mut logits, mut next, mut pos) = (Vec::new(), 0, 0usize);
     let mut it_full: Option<Interp> = None;
     for chunk in tokens.chunks(rows as usize) {
+        // a new interpreter takes the state the last step left; the full steps' own keeps its state
         let mut fresh;
-        let it = match (&part, chunk.len() == rows as usize) {
+        let (it, new) = match (&part, chunk.len() == rows as usize) {
             (Some(p), false) => {
                 fresh = Interp::new(p, ck)?;
-                &mut fresh
+                (&mut fresh, true)
             }
             _ => match &mut it_full {
-                Some(it) => it,
-                None => it_full.insert(Interp::new(&full, ck)?),
+                Some(it) => (it, false),
+                None => (it_full.insert(Interp::new(&full, ck)?), true),
             },
         };
-        // the state the last step left (the full-step interpreter already holds its own)
         let prog = it.prog;
-        for (name, v) in &states {
-            if let Some(b) = prog.buffer_id(name) {
-                it.bufs[b].copy_from_slice(v);
+        if new {
+            for (name, v) in &states {
+                if let Some(b) = prog.buffer_id(name) {
+                    it.bufs[b].copy_from_slice(v);
+                }
             }
         }
         it.select(0);
