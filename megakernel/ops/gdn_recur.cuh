@@ -10,10 +10,10 @@
 // step's GdnRecur: the kept rows it commits, then its own rows, one after another, the state column
 // kept in registers between them and stored once where the commit ends: the values a row loop would
 // store and load back, so the bits of one-row steps): `mixed(m, qs, ks, vs)` fills shared q, k and v of head j for row m (f32 of the bf16
-// conv outputs; called by every thread for every row in turn after the state loads are issued, then a
-// block barrier), `out(m, v, o)` takes row m's output element v (one thread each). Every thread reaches
-// the end (no early return: the caller may join the block after it).
-// Shared memory: GDN_STEP_SMEM floats; an M-row program's GdnRecur also its stage and GDN_ROWS.
+// conv outputs; called by every thread, for row 0 after the state loads are issued, followed by a block
+// barrier), `out(m, v, o)` takes row m's output element v (one thread each). Every thread reaches the
+// end (no early return: the caller may join the block after it).
+// Shared memory: GDN_STEP_SMEM floats.
 // One 128-wide head's gated RMSNorm by one warp, bf(bf(w * bf(x * rstd)) * silu(z)) (the one arithmetic
 // of GdnStep's and GdnRecur's outputs): lane l holds the bf16 pairs at 2 l (cw[0], zw[0]) and 64 + 2 l
 // (cw[1], zw[1]) of the head's values and gates, wn the norm weight at 2 l, 2 l + 1, 64 + 2 l, 65 + 2 l.
@@ -40,48 +40,37 @@ __device__ __forceinline__ void gated_head(const DevCtx& c, const unsigned* cw, 
 // when store >= rows), `gates(m, b, a)` giving row m's raw b and a (called by every thread).
 // `stage()` (every thread; may join the block) runs once after the state loads are issued, before the
 // first row: the M-row form loads every row's inputs into shared memory there (one round trip for all).
-// The rows' q, k and v are taken (`mixed`), normed and scaled for every row at once first (2 x rows
-// threads for the norms' chains side by side; MR == 1: the shared q, k, v above, MR > 1: GDN_ROWS after
-// the stage), then row 0's kv, then per row one pass over the state that updates it for row m, sums row
-// m's output and row m + 1's kv (from the updated column, row m + 1's decay and k: the values a row loop
-// would compute next, in the same order): two barriers a row.
-// (an M-row GdnRecur's staged inputs a row, bf16: q, k, v, b, a; gdn_recur_rows)
-#define GDN_STAGE (3 * 128 + 2)
-#define GDN_ROWS_OFF (((GDN_STEP_SMEM * 4 + 2 * M_ROWS * GDN_STAGE * 2) + 15) / 16 * 16)
-// floats after GDN_ROWS_OFF: 2 M rows of q, k, v, their 2 norms each, the next row's kv partials
-#define GDN_ROWS (2 * M_ROWS * 3 * 128 + 4 * M_ROWS + 128)
 template <int MR, typename Stage, typename Gates, typename Mixed, typename Out>
 __device__ void gdn_rows(const DevCtx& c, const Word& w, unsigned j, char* smem, unsigned rows_, unsigned store_, Stage stage, Gates gates, Mixed mixed, Out out) {
   const unsigned rows = MR == 1 ? 1u : rows_, store = MR == 1 ? 0u : store_;
-  const unsigned d = 128, t = threadIdx.x;
+  const unsigned d = 128;
   float* qs = (float*)smem;
-  float* sh = qs + 3 * d;  // [0] q inv norm, [1] k inv norm (MR == 1)
+  float* ks = qs + d;
+  float* vs = ks + d;
+  float* sh = vs + d;  // [0] q inv norm, [1] k inv norm
   float* S = B<float>(c, w.ops[SLOT_ST0]) + (size_t)j * d * d;
   static_assert(THREADS == 256, "two threads per state column of 128");
   // Thread t owns half h = t / 128 (k = 64 h .. 64 h + 63) of state column v = t % 128: 64 registers,
   // every thread busy. The sums over k keep their order: half 0 sums k = 0..63, hands its partial over
   // shared memory, half 1 continues with k = 64..127 (the same sequence of roundings as one thread).
-  float* xch = sh + 2;   // [128]: half 0's partial sum of column v (kv, then o)
-  float* dlt = xch + d;  // [128]: delta of column v, from half 1
-  // row m's q, k, v (f32) at rq + 3 d m; the norms [2 rows]; half 0's partial of the next row's kv
-  float* rq = MR == 1 ? qs : (float*)(smem + GDN_ROWS_OFF);
-  float* nrm = MR == 1 ? sh : rq + 3 * d * 2 * M_ROWS;
-  float* xkv = MR == 1 ? xch : nrm + 4 * M_ROWS;
-  const unsigned v = t & (d - 1), h = t / d, k0 = h * (d / 2);
+  float* xch = sh + 2;     // [128]: half 0's partial sum of column v (kv, then o)
+  float* dlt = xch + d;    // [128]: delta of column v, from half 1
+  const unsigned v = threadIdx.x & (d - 1), h = threadIdx.x / d, k0 = h * (d / 2);
   float col[64];
 #pragma unroll
   for (unsigned k = 0; k < d / 2; ++k) col[k] = S[(k0 + k) * d + v];
   const float dt_bias = B<float>(c, w.ops[SLOT_W1])[j], a_log = B<float>(c, w.ops[SLOT_W0])[j];
   stage();
-  // The head's gate inputs of row 0, loaded with the state (one round trip for all), then q, k and v.
+  for (unsigned m = 0; m < rows; ++m) {
+  // The head's gate inputs, loaded with the state (one round trip for all), then q, k and v.
   unsigned short b_raw, a_raw;
-  gates(0, b_raw, a_raw);
-  for (unsigned m = 0; m < rows; ++m) mixed(m, rq + 3 * d * m, rq + 3 * d * m + d, rq + 3 * d * m + 2 * d);
+  gates(m, b_raw, a_raw);
+  mixed(m, qs, ks, vs);
   BLOCK_SYNC();
-  if (t < 2 * rows) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
+  if (threadIdx.x < 2) {  // ORDER: sequential sum of squares, as the CPU reference's l2norm
     // 32 elements at a time into registers (16-byte shared loads issued together), then the chain
-    // (4 x 32 = d elements: the head size is the constant 128). Thread 2 m + e: row m's q (e 0), k (1).
-    const float4* vq = (const float4*)(rq + 3 * d * (t / 2) + (t % 2) * d);
+    // (4 x 32 = d elements: the head size is the constant 128).
+    const float4* vq = (const float4*)(threadIdx.x == 0 ? qs : ks);
     float ss = 0.f;
     for (unsigned c8 = 0; c8 < 4; ++c8) {
       float4 e[8];
@@ -95,92 +84,63 @@ __device__ void gdn_rows(const DevCtx& c, const Word& w, unsigned j, char* smem,
         ss += e[i].w * e[i].w;
       }
     }
-    nrm[t] = 1.0f / sqrtf(ss + 1e-6f);
+    sh[threadIdx.x] = 1.0f / sqrtf(ss + 1e-6f);
   }
   BLOCK_SYNC();
-  const float scale = sqrtf((float)d);
-  for (unsigned e = t; e < rows * d; e += THREADS) {
-    float* r = rq + 3 * d * (e / d);
-    r[e % d] = (r[e % d] * nrm[2 * (e / d)]) / scale;
-    r[d + e % d] = r[d + e % d] * nrm[2 * (e / d) + 1];
+  float scale = sqrtf((float)d);
+  if (threadIdx.x < d) {
+    qs[threadIdx.x] = (qs[threadIdx.x] * sh[0]) / scale;
+    ks[threadIdx.x] = ks[threadIdx.x] * sh[1];
   }
   BLOCK_SYNC();
-  auto coef = [&](unsigned short braw, unsigned short araw, float& beta, float& decay) {
-    beta = bf(sigm(bf2f(braw)));
-    const float x = bf2f(araw) + dt_bias;
-    const float sp = x > 20.0f ? x : log1pf(expf(x));
-    decay = expf(-expf(a_log) * sp);
-  };
-  float beta, decay;
-  coef(b_raw, a_raw, beta, decay);
-  // row 0's kv = sum_k (S[k][v] decay) k[k]
-  {
-    const float* ks = rq + d;
-    float kv = 0.f;
-    if (h == 0) {
+
+  float b = bf2f(b_raw);
+  float a = bf2f(a_raw);
+  float beta = bf(sigm(b));
+  float x = a + dt_bias;
+  float sp = x > 20.0f ? x : log1pf(expf(x));
+  float decay = expf(-expf(a_log) * sp);
+  float kv = 0.f;
+  if (h == 0) {
 #pragma unroll
-      for (unsigned k = 0; k < d / 2; ++k) kv += (col[k] * decay) * ks[k];
-      xch[v] = kv;
-    }
-    BLOCK_SYNC();
-    if (h == 1) {
-      kv = xch[v];
-#pragma unroll
-      for (unsigned k = 0; k < d / 2; ++k) kv += (col[k] * decay) * ks[k0 + k];
-      dlt[v] = (rq[2 * d + v] - kv) * beta;
-    }
-    BLOCK_SYNC();
+    for (unsigned k = 0; k < d / 2; ++k) kv += (col[k] * decay) * ks[k];
+    xch[v] = kv;
   }
-  for (unsigned m = 0; m < rows; ++m) {
-    const bool next = m + 1 < rows;
-    float nbeta = 0.f, ndecay = 0.f;
-    if (next) {
-      gates(m + 1, b_raw, a_raw);
-      coef(b_raw, a_raw, nbeta, ndecay);
-    }
-    const float* qm = rq + 3 * d * m;
-    const float* km = qm + d;
-    const float* kn = qm + 3 * d + d;  // row m + 1's k (read only when next)
-    const float delta = dlt[v];
-    // S[k][v] = S[k][v] decay + k[k] delta, o += S[k][v] q[k], and row m + 1's kv += (S[k][v] decay')
-    // k'[k] (the half's k in order; o and kv start from half 0's partials in half 1)
-    auto pass = [&](float& o, float& kvn) {
-      if (next) {
+  BLOCK_SYNC();
+  if (h == 1) {
+    kv = xch[v];
 #pragma unroll
-        for (unsigned k = 0; k < d / 2; ++k) {
-          const float sn = col[k] * decay + km[k0 + k] * delta;
-          if (m == store) S[(k0 + k) * d + v] = sn;
-          col[k] = sn;
-          o += sn * qm[k0 + k];
-          kvn += (sn * ndecay) * kn[k0 + k];
-        }
-      } else {
-#pragma unroll
-        for (unsigned k = 0; k < d / 2; ++k) {
-          const float sn = col[k] * decay + km[k0 + k] * delta;
-          if (m == store) S[(k0 + k) * d + v] = sn;
-          col[k] = sn;
-          o += sn * qm[k0 + k];
-        }
-      }
-    };
-    if (h == 0) {
-      float o = 0.f, kvn = 0.f;
-      pass(o, kvn);
-      xch[v] = o;
-      if (next) xkv[v] = kvn;
-    }
-    BLOCK_SYNC();
-    if (h == 1) {
-      float o = xch[v], kvn = next ? xkv[v] : 0.f;
-      pass(o, kvn);
-      out(m, v, f2bf(o));
-      if (next) dlt[v] = (qm[3 * d + 2 * d + v] - kvn) * nbeta;
-    }
-    if (next) BLOCK_SYNC();  // the next row's delta; xch and xkv free again
-    beta = nbeta;
-    decay = ndecay;
+    for (unsigned k = 0; k < d / 2; ++k) kv += (col[k] * decay) * ks[k0 + k];
+    float vv = vs[v];
+    dlt[v] = (vv - kv) * beta;
   }
+  BLOCK_SYNC();
+  float delta = dlt[v], o = 0.f;
+  if (h == 0) {
+#pragma unroll
+    for (unsigned k = 0; k < d / 2; ++k) {
+      float sn = col[k] * decay + ks[k] * delta;
+      if (m == store) S[k * d + v] = sn;
+      col[k] = sn;
+      o += sn * qs[k];
+    }
+    xch[v] = o;  // (half 1 read the kv partial before the last barrier)
+  }
+  BLOCK_SYNC();
+  if (h == 1) {
+    o = xch[v];
+#pragma unroll
+    for (unsigned k = 0; k < d / 2; ++k) {
+      float sn = col[k] * decay + ks[k0 + k] * delta;
+      if (m == store) S[(k0 + k) * d + v] = sn;
+      col[k] = sn;
+      o += sn * qs[k0 + k];
+    }
+    out(m, v, f2bf(o));
+  }
+  if (m + 1 < rows) BLOCK_SYNC();  // the next row refills q, k, v and the exchange rows
+  }
+
 }
 
 // gdn_head: MR rows of the word's own inputs (IN1 = b, IN2 = a on row views), the state stored after
@@ -205,6 +165,7 @@ __device__ __forceinline__ void gdn_head(const DevCtx& c, const Word& w, unsigne
 // q, k, v, b, a; one round trip for the n + M rows instead of one a row), the kept rows read before the
 // step's own rows overwrite them (a barrier between). A step row's outputs go to its stage row's q (read
 // before them), then warp m gated-norms row m's (gated_head, z = IN4, the norm weight W3) into OUT0.
+#define GDN_STAGE (3 * 128 + 2)
 // Warp-wide: head j's gated norm of the bf16 outputs `ow` (pairs, shared memory) with row view r's z
 // (IN4) and the norm weight (W3) into r's OUT0 (gated_head).
 __device__ __forceinline__ void gdn_gated_out(const DevCtx& c, const Word& w, unsigned j, const DevCtx& r, const unsigned* ow) {

@@ -111,15 +111,7 @@ pub fn smem_bytes(p: &Program, w: &Word) -> u32 {
             // an M-row program's GdnRecur stages the inputs of its n + M <= 2 M rows after them: q, k, v,
             // b, a in bf16 (GDN_STAGE in gdn_recur.cuh)
             let stage = if w.m_rows > 1 { 2 * w.m_rows as usize * (3 * GDN_HEAD_DIM + 2) * 2 } else { 0 };
-            let base = (7 * GDN_HEAD_DIM + 2) * 4 + stage;
-            // then (16-byte aligned) its n + M <= 2 M rows' q, k, v in f32, their norms and the next
-            // row's kv partials (GDN_ROWS_OFF, GDN_ROWS in gdn_recur.cuh)
-            let m = w.m_rows as usize;
-            if m > 1 {
-                base.div_ceil(16) * 16 + (2 * m * 3 * GDN_HEAD_DIM + 4 * m + GDN_HEAD_DIM) * 4
-            } else {
-                base
-            }
+            (7 * GDN_HEAD_DIM + 2) * 4 + stage
         }
         Opcode::Argmax => 2 * 8 * 4,
         Opcode::AttnKv => (ATTN_HEAD_DIM + 8) * 4,
