@@ -193,9 +193,8 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
 
 // M_ROWS rows of a verification step (M_ROWS > 1), row group rg of NW fp8 weights over k-groups
 // [g0, g1), the weights read once for all rows, with one join: the work is cut into items (weight i,
-// group, run q), item it on warp it % WARPS, each a run of up to RUN_TILES tiles of both 16-row halves
-// (2 x 4 loads of 16 bytes a lane a tile, a tile's loads issued before its arithmetic), each half's
-// tiles summed
+// group, run q, 16-row half h), item it on warp it % WARPS, each a run of up to RUN_TILES tiles of one
+// half (4 loads of 16 bytes a lane a tile, a tile's loads issued before its arithmetic) summed
 // in registers from 0 in tile order (fp8_tile_mma, the block scale times 2^56 on each tile's sum, as
 // fp8_tiles: the same instructions), row n's input in B's column n (lane (g, cq) loads row
 // min(g, M_ROWS - 1)'s, `xload(m, k)`); the runs into red [NW][groups][2][M_ROWS][32]; a join; then
@@ -208,29 +207,24 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
   const unsigned K = c.cols[wid[0]], ng = g1 - g0, kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const unsigned mx = min(g, (unsigned)M_ROWS - 1);  // B's column g: row g's input
-  for (unsigned it = warp; it < NW * ng * 2; it += WARPS) {
-    const unsigned q = it & 1, gi = (it >> 1) % ng, i = (it >> 1) / ng;
+  for (unsigned it = warp; it < NW * ng * 4; it += WARPS) {
+    const unsigned h = it & 1, q = (it >> 1) & 1, gi = (it >> 2) % ng, i = (it >> 2) / ng;
     const unsigned k0 = (g0 + gi) * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
     const unsigned t0 = q * RUN_TILES, n = t0 < nt ? min(nt - t0, (unsigned)RUN_TILES) : 0u;
     // the group's chunks are contiguous in the chunk layout (32 x its width bytes); tile tt of half h
     const uint4* grp = (const uint4*)((const unsigned char*)c.bufs[wid[i]] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc) + lane;
     const float* S = c.scales[wid[i]] + (size_t)(rg / 4) * (K / 128) + k0 / 128;
-    // tile j of both 16-row halves: 2 x 4 loads of 16 bytes a lane, all issued before any arithmetic (the
-    // one-row fp8_tiles' bytes in flight a warp); both halves share the 128 x 128 block scale
-    auto load = [&](unsigned j, uint4 (&wv)[2][4], float& sc) {
+    auto load = [&](unsigned j, uint4 (&wv)[4], float& sc) {
       const unsigned kt = k0 + (t0 + j) * 128, t = (kt % kc) / 128;
-      const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + t * 128;
+      const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + (h * T + t) * 128;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int l = 0; l < 4; ++l) wv[h][l] = ldw(tile + h * T * 128 + 32 * l);
+      for (int l = 0; l < 4; ++l) wv[l] = ldw(tile + 32 * l);
       sc = S[t0 + j] * 0x1p56f;
     };
-    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    auto tile_sum = [&](unsigned j, const uint4 (&wv)[2][4], float sc) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    auto tile_sum = [&](unsigned j, const uint4 (&wv)[4], float sc) {
 #ifdef MK_LOADS_ONLY  // probe (wrong results): the weight loads alone, no x and no arithmetic
-#pragma unroll
-      for (int h = 0; h < 2; ++h) acc[h][0] += __uint_as_float((wv[h][0].x ^ wv[h][1].y ^ wv[h][2].z ^ wv[h][3].w) & 0x3fffffffu) * sc;
+      acc[0] += __uint_as_float((wv[0].x ^ wv[1].y ^ wv[2].z ^ wv[3].w) & 0x3fffffffu) * sc;
       return;
 #endif
       const unsigned kt = k0 + (t0 + j) * 128;
@@ -242,36 +236,28 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
 #else
       const unsigned xw[16] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w, xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w};
 #endif
+      float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
+      fp8_tile_mma(wv, xw, d, e);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
-        fp8_tile_mma(wv[h], xw, d, e);
-#pragma unroll
-        for (int l = 0; l < 4; ++l) acc[h][l] += sc * (d[l] + e[l]);  // ORDER: a half's tiles in order, from 0
-      }
+      for (int l = 0; l < 4; ++l) acc[l] += sc * (d[l] + e[l]);  // ORDER: tiles in order, from 0
     };
-    // one tile (both halves) in flight a warp (two tiles, tile j + 1's loads issued before tile j's
-    // arithmetic, LOST with one half an item: spills, 36.5 against 29.5 ms for the 27B's M = 8 megakernel
-    // step, docs/notebook/speculation.md)
+    // one tile in flight a warp (two, tile j + 1's loads issued before tile j's arithmetic, LOST: spills,
+    // 36.5 against 29.5 ms for the 27B's M = 8 megakernel step, docs/notebook/speculation.md)
 #pragma unroll 1
     for (unsigned j = 0; j < n; ++j) {
-      uint4 wv[2][4];
+      uint4 wv[4];
       float sc;
       load(j, wv, sc);
       tile_sum(j, wv, sc);
     }
-    // D's columns 2 cq (acc[h][0]: row g of half h, acc[h][2]: row g + 8) and 2 cq + 1 (acc[h][1],
-    // acc[h][3]): input rows < M
+    // D's columns 2 cq (acc[0]: row g, acc[2]: row g + 8) and 2 cq + 1 (acc[1], acc[3]): input rows < M
+    float* run = red + ((i * ng + gi) * 2 + q) * M_ROWS * 32 + h * 16 + g;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float* run = red + ((i * ng + gi) * 2 + q) * M_ROWS * 32 + h * 16 + g;
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        if (2 * cq + j < M_ROWS) {
-          run[(2 * cq + j) * 32] = acc[h][j];
-          run[(2 * cq + j) * 32 + 8] = acc[h][2 + j];
-        }
-    }
+    for (int j = 0; j < 2; ++j)
+      if (2 * cq + j < M_ROWS) {
+        run[(2 * cq + j) * 32] = acc[j];
+        run[(2 * cq + j) * 32 + 8] = acc[2 + j];
+      }
   }
   BLOCK_SYNC();
   const unsigned m = warp, r = lane;
