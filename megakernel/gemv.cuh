@@ -191,20 +191,6 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
     }
 }
 
-// EXPERIMENT (MROW_L2_PREFETCH): an M-row unit's fp8 weight bytes, row groups [r0 / 32, ..) over k-groups
-// [g0, g1), asked into L2 by one bulk prefetch a row group (they are contiguous there: fp8_rows_m) before
-// the unit prepares or stages its inputs, so DRAM streams while it does. One thread; a hint, no data.
-__device__ __forceinline__ void mrow_prefetch(const DevCtx& c, unsigned short wid, unsigned K, unsigned r0, unsigned r1, unsigned g0, unsigned g1) {
-#ifdef MROW_L2_PREFETCH
-  if (!is_fp8(c, wid) || threadIdx.x != 0) return;
-  const unsigned kc = chunk_k(K), k0 = g0 * KGROUP, bytes = (min(K, g1 * KGROUP) - k0) * 32;
-  for (unsigned rg = r0 / 32; rg * 32 < r1; ++rg) {
-    const unsigned char* p = (const unsigned char*)c.bufs[wid] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-  }
-#endif
-}
-
 // M_ROWS rows of a verification step (M_ROWS > 1), row group rg of NW fp8 weights over k-groups
 // [g0, g1), the weights read once for all rows, with one join: the work is cut into items (weight i,
 // group, run q, 16-row half h), item it on warp it % WARPS, each a run of up to RUN_TILES tiles of one
@@ -504,7 +490,6 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
 #else
       const bool skip = false;
 #endif
-      mrow_prefetch(c, wid, K, s.r0, s.r1, s.g0, s.g1);
       if (xsm && !skip) prep(M_ROWS);
       if (!is_fp8(c, wid)) {
         // bf16 (its inputs in shared memory: mrow_gemv): each weight load applied to the M rows, a warp

@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 12] = [
+pub const KNOWN: [Known; 11] = [
     Known {
         name: "GEMM_MIN_BLOCKS",
         default: 1,
@@ -96,14 +96,6 @@ pub const KNOWN: [Known; 12] = [
         max: 1,
         flag: true,
         what: "PROBE (wrong results): an M-row GEMV's inputs not prepared (its shared-memory rows as they are)",
-    },
-    Known {
-        name: "MROW_L2_PREFETCH",
-        default: 0,
-        min: 0,
-        max: 1,
-        flag: true,
-        what: "EXPERIMENT: an M-row fp8 GEMV unit asks its weight bytes into L2 (one bulk prefetch) before preparing its inputs",
     },
     Known {
         name: "GDNC_DV",
