@@ -386,6 +386,9 @@ pub enum GpuCmd {
         /// below is left zero; the verification step's cost against context).
         #[arg(long, value_delimiter = ',')]
         at: Vec<u32>,
+        /// The M-row programs' GEMV unit rows (a multiple of 8 from 8 to 256; default: the compiler's).
+        #[arg(long)]
+        unit_rows: Option<u32>,
         /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,

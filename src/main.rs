@@ -155,8 +155,17 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gpu { cmd: GpuCmd::Spec { dir, k, tokens, cache, defines } } => {
             mk::verify::spec::run(&dir, &k, tokens as usize, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, at, cache, defines } } => {
-            mk::verify::rows::run(&dir, &m, tokens as usize, reps as usize, &at, &cache, &Defines::parse(&defines)?)?
+        Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, at, unit_rows, cache, defines } } => {
+            mk::verify::rows::run(
+                &dir,
+                &m,
+                tokens as usize,
+                reps as usize,
+                &at,
+                unit_rows,
+                &cache,
+                &Defines::parse(&defines)?,
+            )?
         }
         Cmd::Gpu { cmd: GpuCmd::Multistep { dir, steps, per_launch, cache, defines } } => {
             mk::verify::gpu::multistep(&dir, steps as usize, per_launch as usize, &cache, &Defines::parse(&defines)?)?

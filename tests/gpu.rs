@@ -58,7 +58,7 @@ fn m_row_steps_equal_one_row_steps() {
     if !gpu_or_skip("M rows") {
         return;
     }
-    mk::verify::rows::run(common::tiny(), &[2, 8], 264, 1, &[], &cache(), &Defines::default()).unwrap();
+    mk::verify::rows::run(common::tiny(), &[2, 8], 264, 1, &[], None, &cache(), &Defines::default()).unwrap();
 }
 
 #[test]

@@ -30,9 +30,13 @@ pub fn token(i: usize, vocab: usize) -> u32 {
     ((i as u64 * 2_654_435_761 + 9419) % vocab as u64) as u32
 }
 
-fn program(ck: &Checkpoint, m: u32, max_context: u32) -> Result<Program> {
+/// `unit_rows`: the M-row programs' GEMV unit rows (None: the compiler's default; one-row programs keep it).
+fn program(ck: &Checkpoint, m: u32, max_context: u32, unit_rows: Option<u32>) -> Result<Program> {
     let mut t = crate::compiler::h200(m);
     t.max_context = max_context;
+    if let (true, Some(u)) = (m > 1, unit_rows) {
+        t.gemv_unit_rows = u;
+    }
     crate::compiler::compile(&ck.config, "checkpoint", &t)
 }
 
@@ -245,7 +249,17 @@ fn time(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64() * 1e3 / reps as f64)
 }
 
-pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Path, defines: &Defines) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    dir: &Path,
+    ms: &[u32],
+    n: usize,
+    reps: usize,
+    at: &[u32],
+    unit_rows: Option<u32>,
+    cache: &Path,
+    defines: &Defines,
+) -> Result<()> {
     if ms.is_empty() || ms.iter().any(|&m| !(2..=8).contains(&m) || n % m as usize != 0) || n == 0 {
         bail!("gpu rows: each M must be 2..=8 and divide --tokens ({n})");
     }
@@ -260,7 +274,7 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Pa
     // Room for the check's tokens and the timing's steps (each timed step moves the position on), at
     // 0 and at each --at position.
     let max_ctx = (n.max(far) + 2 * 8 * (reps + 1)).div_ceil(256) as u32 * 256;
-    let p1 = program(&ck, 1, max_ctx)?;
+    let p1 = program(&ck, 1, max_ctx, None)?;
     let up = Upload::new(&ck)?;
     let mut d1 = GpuExec::new(Gpu::open()?, &p1, &up, cache, defines)?;
     let vocab = ck.config.vocab;
@@ -334,7 +348,7 @@ pub fn run(dir: &Path, ms: &[u32], n: usize, reps: usize, at: &[u32], cache: &Pa
         "pos", "M", "graph 1", "graph M", "mega 1", "mega M", "graph x", "mega x"
     )];
     for (i, &m) in ms.iter().enumerate() {
-        let p = program(&ck, m, max_ctx)?;
+        let p = program(&ck, m, max_ctx, unit_rows)?;
         let mut d = GpuExec::new(Gpu::open()?, &p, &up, cache, defines)?;
         for (path, mega) in [("graph", false), ("megakernel", true)] {
             match compare(&mut d, &want, n, mega, None)? {
