@@ -117,6 +117,10 @@ pub enum Cmd {
         /// Compare only the first N prompts (default: all).
         #[arg(long)]
         max_prompts: Option<usize>,
+        /// The reference in fast mode (fp8 activations, W8A8 dynamic; issue 28): its distance from the
+        /// goldens reported, not judged.
+        #[arg(long)]
+        fast: bool,
     },
     /// Compare the CPU reference op by op against an oracle trace (scripts/oracle_trace.py).
     Trace {

@@ -77,8 +77,8 @@ fn run(cli: Cli) -> Result<()> {
             let w = forward::Weights::from_checkpoint(&ck);
             stats::print(&stats::measure(&w, tokens, seed)?);
         }
-        Cmd::Golden { dir, goldens, rope_theta, max_prompts } => {
-            mk::verify::golden::run(&dir, &goldens, rope_theta, max_prompts.unwrap_or(usize::MAX))?
+        Cmd::Golden { dir, goldens, rope_theta, max_prompts, fast } => {
+            mk::verify::golden::run(&dir, &goldens, rope_theta, max_prompts.unwrap_or(usize::MAX), fast)?
         }
         Cmd::Trace { dir, trace } => {
             let ck = Checkpoint::open(&dir)?;

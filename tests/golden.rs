@@ -62,3 +62,23 @@ fn the_prefill_agrees_with_the_oracles_prompt_path_inside_its_envelope() {
     assert!(why.is_empty(), "{why:?}");
     assert!(c.recurrent_rel < 0.05 && c.conv_rel < 0.02 && c.kv_rel < 0.05, "{c:?}");
 }
+
+/// Issue 28 item 1: fast mode (fp8 activations, W8A8 dynamic as HF's FP8Linear and the production
+/// engines) against the oracle's goldens (dequantised up front, W8A16): a different function by design,
+/// so its distance is reported (docs/notebook/prefill.md: top-1 92.3 %, largest logit difference 1.5,
+/// mean 0.66 on these goldens, about 6x the oracle's own noise) and bounded here. The mean above twice
+/// the envelope's is the check that fast mode is on at all (exact mode's is 1.2x).
+#[test]
+fn fast_mode_against_the_goldens_stays_inside_its_reported_distance() {
+    use mk::model::ops::{Activations, SumOrder};
+    let g = goldens();
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::with_numerics(&ck, SumOrder::Canonical, Activations::Fp8Dynamic);
+    let env = envelope(&g).unwrap();
+    let c = compare(&w, &g, usize::MAX).unwrap();
+    println!("{env:?}\nfast mode: {c:?}");
+    assert!(c.top1_vs_decode >= 0.90 && c.top1_vs_decode_tie_aware >= 0.95, "{c:?}");
+    assert!(c.max_abs <= 2.0 && c.mean_abs <= 8.0 * env.mean_abs, "{c:?}");
+    assert!(c.mean_abs > 2.0 * env.mean_abs, "fast mode no farther from the goldens than exact mode: {c:?}");
+    assert!(c.recurrent_rel < 0.1 && c.conv_rel < 0.1 && c.kv_rel < 0.1, "{c:?}");
+}

@@ -84,6 +84,8 @@ struct Shared<'a> {
     w: &'a Weights<'a>,
     /// The noise twin's weights (`SumOrder::Reversed`), when a path asks for them.
     w_reordered: Option<&'a Weights<'a>>,
+    /// Fast mode's weights (`Activations::Fp8Dynamic`), when a path asks for them.
+    w_fast: Option<&'a Weights<'a>>,
     prog: &'a Program,
     ck: &'a Checkpoint,
     graph: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
@@ -96,6 +98,10 @@ fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn
         (PathName::ReferenceReordered, _, _) => match s.w_reordered {
             Some(w) => Box::new(ReferenceEngine::new(w, s.prog.target.max_context as usize)),
             None => bail!("path reference-reordered: its weights were not built"),
+        },
+        (PathName::ReferenceFast, _, _) => match s.w_fast {
+            Some(w) => Box::new(ReferenceEngine::new(w, s.prog.target.max_context as usize)),
+            None => bail!("path reference-fast: its weights were not built"),
         },
         (PathName::Interpreter, _, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed, e.debug)?),
         (PathName::Graph, Some(d), _) => Box::new(paths::GpuEngine::new(d, false, e.debug)?),
@@ -324,9 +330,14 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         .paths
         .contains(&PathName::ReferenceReordered)
         .then(|| Weights::with_order(ck, crate::model::ops::SumOrder::Reversed));
+    let w_fast = e.paths.contains(&PathName::ReferenceFast).then(|| {
+        use crate::model::ops::{Activations, SumOrder};
+        Weights::with_numerics(ck, SumOrder::Canonical, Activations::Fp8Dynamic)
+    });
     let shared = Shared {
         w: &w,
         w_reordered: w_reordered.as_ref(),
+        w_fast: w_fast.as_ref(),
         prog: &prog,
         ck,
         graph: dev(PathName::Graph),

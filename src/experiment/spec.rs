@@ -17,6 +17,10 @@ pub enum PathName {
     /// noise twin. Diffed against `Reference`, it measures how far rounding alone moves the outputs,
     /// which is what a tolerance between paths with different summation orders must cover.
     ReferenceReordered,
+    /// The CPU reference in fast mode (issue 28): the fp8 linears with fp8 activations, quantised per
+    /// token and 128-wide group as the checkpoint's `activation_scheme: dynamic` says (W8A8,
+    /// `Activations::Fp8Dynamic`); a different function from `Reference` (W8A16) by design.
+    ReferenceFast,
     /// The CPU interpreter of the compiled program.
     Interpreter,
     /// The discrete-kernel CUDA graph (GPU).
@@ -33,6 +37,7 @@ impl PathName {
         match self {
             PathName::Reference => "reference",
             PathName::ReferenceReordered => "reference-reordered",
+            PathName::ReferenceFast => "reference-fast",
             PathName::Interpreter => "interpreter",
             PathName::Graph => "graph",
             PathName::Megakernel => "megakernel",

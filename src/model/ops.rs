@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use super::numerics::{bf, bf16_to_f32, e4m3_table};
+use super::numerics::{bf, bf16_to_f32, e4m3_table, f32_to_e4m3};
 
 /// ORDER: a group's partial is the sequential sum over its 128-wide tiles of the tile dot products;
 /// a row is the sequential sum of its k-group partials (`KGROUP`, part of the program contract).
@@ -31,6 +31,52 @@ pub struct Linear<'a> {
     pub cols: usize,
     pub w: LinearW<'a>,
     pub order: SumOrder,
+    pub act: Activations,
+}
+
+/// What an fp8 linear multiplies its weights with (bf16 linears ignore it: they stay W16A16, as the
+/// checkpoint's unquantised modules do in every engine).
+/// - `Bf16` (exact mode, the default): the bf16 activations against `bf16(e4m3 * scale)`, the oracle's
+///   goldens (the checkpoint dequantised up front, W8A16).
+/// - `Fp8Dynamic` (fast mode, issue 28): the checkpoint's `activation_scheme: dynamic`, as HF's
+///   `FP8Linear` and the production engines run it (W8A8, spec section 3.8): per token and per 128-wide
+///   group of the input, `s = max(max|x|, 1e-10) / 448` (vLLM's epsilon; HF has none, so an all-zero
+///   group would give NaN and a zeroed output row there), `x_q = e4m3(x / s)` (round to nearest even,
+///   clamped to +-448); a 128-wide tile's fp32 dot of the e4m3 values, times `s`, times the weight's block
+///   scale (HF's Triton kernel's `dot * a_s * b_s`, left to right), the tiles and k-groups summed in the
+///   canonical order (`SumOrder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activations {
+    #[default]
+    Bf16,
+    Fp8Dynamic,
+}
+
+/// Fast mode's quantised input: the e4m3 values (as f32, exact) and the scale of each 128-wide tile.
+struct QuantX {
+    q: Vec<f32>,
+    s: Vec<f32>,
+}
+
+/// One 128-wide group of activations quantised to e4m3 (`Activations::Fp8Dynamic`): its values into `q`
+/// (decoded, exact in f32), its scale returned.
+fn quantize_tile(x: &[f32], q: &mut [f32]) -> f32 {
+    let lut = e4m3_table();
+    // ORDER: max is exact in any order.
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let s = amax.max(1e-10) / 448.0;
+    for (o, v) in q.iter_mut().zip(x) {
+        *o = lut[f32_to_e4m3(v / s) as usize];
+    }
+    s
+}
+
+impl QuantX {
+    fn new(x: &[f32]) -> QuantX {
+        let mut q = vec![0f32; x.len()];
+        let s = x.chunks(TILE).zip(q.chunks_mut(TILE)).map(|(xt, qt)| quantize_tile(xt, qt)).collect();
+        QuantX { q, s }
+    }
 }
 
 /// The order a linear's fp32 dot products are summed in. `Canonical` is the program contract (the
@@ -79,6 +125,25 @@ impl Linear<'_> {
     /// The partial of row `r` over k-group `g` (see `KGROUP`).
     #[inline]
     pub fn group_partial(&self, x: &[f32], r: usize, g: usize) -> f32 {
+        match (&self.w, self.act) {
+            // fast mode: the group's tiles quantised here (a tile's quantisation is its own: the bits of
+            // `gemv`'s, which quantises the input once)
+            (LinearW::Fp8 { .. }, Activations::Fp8Dynamic) => {
+                let k0 = g * KGROUP;
+                let k1 = (k0 + KGROUP).min(self.cols);
+                let mut qx = QuantX { q: vec![0f32; self.cols], s: vec![0f32; self.cols.div_ceil(TILE)] };
+                for t in (k0..k1).step_by(TILE) {
+                    qx.s[t / TILE] = quantize_tile(&x[t..t + TILE], &mut qx.q[t..t + TILE]);
+                }
+                self.group_partial_q(x, Some(&qx), r, g)
+            }
+            _ => self.group_partial_q(x, None, r, g),
+        }
+    }
+
+    /// `group_partial` with fast mode's quantised input given (`qx`: every tile of the group).
+    #[inline]
+    fn group_partial_q(&self, x: &[f32], qx: Option<&QuantX>, r: usize, g: usize) -> f32 {
         let k0 = g * KGROUP;
         let k1 = (k0 + KGROUP).min(self.cols);
         let n_tiles = (k1 - k0).div_ceil(TILE);
@@ -96,12 +161,18 @@ impl Linear<'_> {
                 let row = &w[r * self.cols..(r + 1) * self.cols];
                 let srow = &scales[(r / TILE) * self.cols.div_ceil(TILE)..];
                 for t in tiles {
-                    // The block scale multiplies the fp32 tile sum once (seed 4.3), not each weight.
-                    // The oracle's weights: W = bf16(fp8 * scale), one rounding per weight (the
-                    // checkpoint dequantised to bf16 up front). On the GPU this is the multiply that
-                    // widens e4m3 to bf16 anyway, with the scale folded in.
                     let sc = srow[t / TILE];
-                    acc += tile_dot(|i| bf(lut[row[t + i] as usize] * sc), &x[t..t + TILE]);
+                    match qx {
+                        // W8A8: the e4m3 products' fp32 sum, times the input's then the weight's scale
+                        Some(qx) => {
+                            acc += tile_dot(|i| lut[row[t + i] as usize], &qx.q[t..t + TILE]) * qx.s[t / TILE] * sc
+                        }
+                        // The block scale multiplies the fp32 tile sum once (seed 4.3), not each weight.
+                        // The oracle's weights: W = bf16(fp8 * scale), one rounding per weight (the
+                        // checkpoint dequantised to bf16 up front). On the GPU this is the multiply that
+                        // widens e4m3 to bf16 anyway, with the scale folded in.
+                        None => acc += tile_dot(|i| bf(lut[row[t + i] as usize] * sc), &x[t..t + TILE]),
+                    }
                 }
             }
         }
@@ -115,18 +186,29 @@ impl Linear<'_> {
     /// fp32 dot product of row `r` (before the output rounding).
     #[inline]
     pub fn row_dot(&self, x: &[f32], r: usize) -> f32 {
+        let qx = self.quantized(x);
+        self.row_dot_q(x, qx.as_ref(), r)
+    }
+
+    /// Fast mode's quantised input, once for every row (None in exact mode or for a bf16 weight).
+    fn quantized(&self, x: &[f32]) -> Option<QuantX> {
+        (matches!(self.w, LinearW::Fp8 { .. }) && self.act == Activations::Fp8Dynamic).then(|| QuantX::new(x))
+    }
+
+    fn row_dot_q(&self, x: &[f32], qx: Option<&QuantX>, r: usize) -> f32 {
         let mut y = 0f32;
         let n = self.n_groups();
         for i in 0..n {
-            y += self.group_partial(x, r, self.order.nth(i, n));
+            y += self.group_partial_q(x, qx, r, self.order.nth(i, n));
         }
         y
     }
 
     /// `bf(W x)` for rows [r0, r1) into `out` (bf16 Linear: fp32 accumulation, one rounding).
     pub fn gemv_rows(&self, x: &[f32], r0: usize, r1: usize, out: &mut [f32]) {
+        let qx = self.quantized(x);
         for (o, r) in out.iter_mut().zip(r0..r1) {
-            *o = bf(self.row_dot(x, r));
+            *o = bf(self.row_dot_q(x, qx.as_ref(), r));
         }
     }
 
@@ -359,7 +441,13 @@ mod tests {
     fn gemv_fp8_equals_the_bf16_dequantised_dot_within_rounding() {
         let (rows, cols) = (256, 2048);
         let (w, scales, x) = random_fp8(rows, cols, 3);
-        let lin = Linear { rows, cols, w: LinearW::Fp8 { w: &w, scales: scales.clone() }, order: SumOrder::Canonical };
+        let lin = Linear {
+            rows,
+            cols,
+            w: LinearW::Fp8 { w: &w, scales: scales.clone() },
+            order: SumOrder::Canonical,
+            act: Activations::Bf16,
+        };
         let y = lin.gemv(&x);
         let lut = e4m3_table();
         for r in 0..rows {
@@ -380,6 +468,60 @@ mod tests {
         assert_eq!(bf(s).to_bits(), y[r].to_bits());
     }
 
+    /// Fast mode (W8A8, `Activations::Fp8Dynamic`) against the same arithmetic in f64: each tile's
+    /// input quantised by the rule (scale max|x| / 448, e4m3 round to nearest even), then
+    /// sum(w_q x_q) s_x s_w; the fp32 row within fp32 accumulation error of it. Negative control:
+    /// exact mode's rows (the bf16 input against bf16(w * s_w)) are rejected by the same bound.
+    #[test]
+    fn fast_mode_is_the_w8a8_dot_and_exact_mode_is_not() {
+        let (rows, cols) = (256, 2048);
+        let (w, scales, mut x) = random_fp8(rows, cols, 11);
+        // one all-zero input group (HF's kernel has no epsilon there: NaN; ours must stay finite)
+        x[128..256].fill(0.0);
+        let fp8 = || LinearW::Fp8 { w: &w, scales: scales.clone() };
+        let fast = Linear { rows, cols, w: fp8(), order: SumOrder::Canonical, act: Activations::Fp8Dynamic };
+        let exact = Linear { rows, cols, w: fp8(), order: SumOrder::Canonical, act: Activations::Bf16 };
+        let lut = e4m3_table();
+        // the quantised input, tile by tile, from the rule's definition
+        let mut xq = vec![0f64; cols];
+        let mut xs = vec![0f64; cols / 128];
+        for t in 0..cols / 128 {
+            let amax = x[t * 128..][..128].iter().fold(0f32, |m, v| m.max(v.abs()));
+            let s = amax.max(1e-10) / 448.0;
+            xs[t] = s as f64;
+            for c in t * 128..(t + 1) * 128 {
+                xq[c] = float8::F8E4M3::from_f32((x[c] / s).clamp(-448.0, 448.0)).to_f64();
+            }
+        }
+        let (mut fast_ok, mut exact_off) = (0, 0);
+        for r in 0..rows {
+            let term = |c: usize| {
+                lut[w[r * cols + c] as usize] as f64
+                    * xq[c]
+                    * xs[c / 128]
+                    * scales[(r / 128) * (cols / 128) + c / 128] as f64
+            };
+            let want: f64 = (0..cols).map(term).sum();
+            let bound = 1e-5 * (0..cols).map(|c| term(c).abs()).sum::<f64>();
+            let got = fast.row_dot(&x, r);
+            assert!(got.is_finite(), "row {r}: not finite");
+            fast_ok += ((got as f64 - want).abs() <= bound) as usize;
+            exact_off += ((exact.row_dot(&x, r) as f64 - want).abs() > bound) as usize;
+        }
+        assert_eq!(fast_ok, rows, "fast mode off the W8A8 dot on {} rows", rows - fast_ok);
+        assert!(exact_off > rows * 9 / 10, "exact mode passed as W8A8 on {} rows", rows - exact_off);
+        // gemv (the input quantised once) and the group partials (each group's tiles quantised on
+        // their own) give the same bits
+        let y = fast.gemv(&x);
+        for r in [0, 17, 255] {
+            let mut s = 0f32;
+            for g in 0..fast.n_groups() {
+                s += fast.group_partial(&x, r, g);
+            }
+            assert_eq!(bf(s).to_bits(), y[r].to_bits(), "row {r}");
+        }
+    }
+
     /// The noise twin's order is a different order (some fp32 sums change) and an equally valid one
     /// (every row stays within a few bf16 ulps of the canonical row).
     #[test]
@@ -388,8 +530,8 @@ mod tests {
         let (w, scales, x) = random_fp8(rows, cols, 5);
         let fp8 = || LinearW::Fp8 { w: &w, scales: scales.clone() };
         let (canon, rev) = (
-            Linear { rows, cols, w: fp8(), order: SumOrder::Canonical },
-            Linear { rows, cols, w: fp8(), order: SumOrder::Reversed },
+            Linear { rows, cols, w: fp8(), order: SumOrder::Canonical, act: Activations::Bf16 },
+            Linear { rows, cols, w: fp8(), order: SumOrder::Reversed, act: Activations::Bf16 },
         );
         // In fp32 most rows move (by a few fp32 ulps: 3 groups of 8 tiles added in another order)...
         let moved = (0..rows).filter(|&r| canon.row_dot(&x, r).to_bits() != rev.row_dot(&x, r).to_bits()).count();

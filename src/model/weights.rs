@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use super::checkpoint::Checkpoint;
 use super::config::{LayerKind, ModelConfig};
-use super::ops::{Linear, LinearW, SumOrder};
+use super::ops::{Activations, Linear, LinearW, SumOrder};
 
 pub struct GdnWeights<'a> {
     pub in_proj_qkv: Linear<'a>,
@@ -62,7 +62,7 @@ pub fn linear<'a>(ck: &'a Checkpoint, module: &str) -> Linear<'a> {
     } else {
         LinearW::Bf16(ck.bf16(&name))
     };
-    Linear { rows, cols, w, order: SumOrder::Canonical }
+    Linear { rows, cols, w, order: SumOrder::Canonical, act: Activations::Bf16 }
 }
 
 impl<'a> Weights<'a> {
@@ -73,7 +73,12 @@ impl<'a> Weights<'a> {
 
     /// As `from_checkpoint`, every linear summed in `order` (the noise twin uses `Reversed`).
     pub fn with_order(ck: &'a Checkpoint, order: SumOrder) -> Weights<'a> {
-        let linear = |module: &str| Linear { order, ..linear(ck, module) };
+        Self::with_numerics(ck, order, Activations::Bf16)
+    }
+
+    /// As `with_order`, the fp8 linears' activations as `act` (`Fp8Dynamic`: fast mode, W8A8).
+    pub fn with_numerics(ck: &'a Checkpoint, order: SumOrder, act: Activations) -> Weights<'a> {
+        let linear = |module: &str| Linear { order, act, ..linear(ck, module) };
         let cfg = ck.config.clone();
         let p = cfg.prefix.clone();
         let layers = cfg
