@@ -302,6 +302,14 @@ struct MrowX {
 // every tile (down_proj, o_proj, out_proj at M = 8). Whether a word stages (`mrow_stage_k`, the unit's
 // kn, or 0): its widest unit's range (ceil(groups / k_parts) k-groups) fits MROW_X_BYTES (launch.rs
 // sizes the shared memory by the same rule).
+// The probe MK_SKIP_PREP (wrong results; `mk gpu rows`' timings): an M-row fp8 GEMV unit neither
+// prepares nor stages its inputs (the shared-memory rows are read as they are), so beside MK_LOADS_ONLY
+// it leaves the weight stream alone.
+#ifdef MK_SKIP_PREP
+constexpr bool MROW_SKIP_PREP = true;
+#else
+constexpr bool MROW_SKIP_PREP = false;
+#endif
 __device__ __forceinline__ unsigned mrow_stage_k(const Word& w, unsigned K, unsigned g0, unsigned g1) {
   const unsigned widest = min(K, ((K + KGROUP - 1) / KGROUP + w.k_parts - 1) / w.k_parts * KGROUP);
   return M_ROWS * widest * 2 <= MROW_X_BYTES ? min(K, g1 * KGROUP) - g0 * KGROUP : 0u;
@@ -485,12 +493,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
       const bool xsm = mrow_x_in_smem(w);
-#ifdef MK_SKIP_PREP  // probe (wrong results): the input preparation's cost (`mk gpu rows`' timings)
-      const bool skip = true;
-#else
-      const bool skip = false;
-#endif
-      if (xsm && !skip) prep(M_ROWS);
+      if (xsm && !MROW_SKIP_PREP) prep(M_ROWS);
       if (!is_fp8(c, wid)) {
         // bf16 (its inputs in shared memory: mrow_gemv): each weight load applied to the M rows, a warp
         // a row (dot_rows_m: row m's sums in dot_rows' order, so the bits of a one-row step)
@@ -511,7 +514,7 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
       }
       // an input taken as is: the unit's k-range staged (mrow_stage), or read from L2 tile by tile
       const unsigned kn = xsm ? 0u : mrow_stage_k(w, K, s.g0, s.g1);
-      if (kn) mrow_stage(c, w.ops[SLOT_IN0], s.g0 * KGROUP, kn, (unsigned short*)smem);
+      if (kn && !MROW_SKIP_PREP) mrow_stage(c, w.ops[SLOT_IN0], s.g0 * KGROUP, kn, (unsigned short*)smem);
       const MrowX xl{c, (const unsigned short*)smem, kn ? kn : xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm || kn, kn ? s.g0 * KGROUP : 0u};
       float* red = kn ? (float*)(smem + M_ROWS * kn * 2 + 32) : mrow_red(smem, K, xsm);
       const unsigned m = threadIdx.x >> 5;

@@ -15,7 +15,7 @@ __device__ void op_gemv_gate_up(const DevCtx& c, const Word& w, unsigned u, char
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
       const bool xsm = mrow_x_in_smem(w);
-      if (xsm) prepared_rows(c, w, SLOT_W2, smem, fresh, M_ROWS);
+      if (xsm && !MROW_SKIP_PREP) prepared_rows(c, w, SLOT_W2, smem, fresh, M_ROWS);
       const MrowX xl{c, (const unsigned short*)smem, xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm, 0u};
       for (unsigned rg = r0 / 32; rg * 32 < r1; ++rg) {
         float acc = 0.f;

@@ -95,7 +95,7 @@ pub const KNOWN: [Known; 11] = [
         min: 0,
         max: 1,
         flag: true,
-        what: "PROBE (wrong results): an M-row GEMV's inputs not prepared (its shared-memory rows as they are)",
+        what: "PROBE (wrong results): an M-row fp8 GEMV's inputs neither prepared nor staged (its shared-memory rows as they are)",
     },
     Known {
         name: "GDNC_DV",
