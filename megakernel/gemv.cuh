@@ -191,68 +191,6 @@ __device__ void fp8_row_group(const DevCtx& c, const unsigned short* wid, unsign
     }
 }
 
-// The probe MK_SKIP_PREP (wrong results; `mk gpu rows`' timings): an M-row fp8 GEMV unit neither
-// prepares nor stages its inputs (the shared-memory rows are read as they are), so beside MK_LOADS_ONLY
-// it leaves the weight stream alone.
-#ifdef MK_SKIP_PREP
-constexpr bool MROW_SKIP_PREP = true;
-#else
-constexpr bool MROW_SKIP_PREP = false;
-#endif
-
-// An M-row unit's input taken as is (`mrow_x_in_smem` false), staged: k-range [kb, kb + kn) of the M
-// rows' activations (another block wrote them: cp.async.cg reads L2) into shared memory, [M][kn], scaled
-// by 2^64 in place, each thread the pieces it copied (scaled8: the bits MrowX's global read makes). So a
-// unit's two 16-row halves and its row groups read x there, not from L2 for every tile (down_proj,
-// o_proj, out_proj at M = 8). Whether a word stages (`mrow_stage_k`, the unit's kn, or 0): its widest
-// unit's range (ceil(groups / k_parts) k-groups) fits MROW_X_BYTES (launch.rs sizes the shared memory
-// by the same rule). Pipelined with the weight stream: `mrow_stage_issue` sends the copies in parts of
-// MROW_PART k-groups (a cp.async group each) and returns; fp8_rows_m's round r of items (WARPS items: the
-// MROW_PART groups of part r, 4 items a group at NW = 1) first issues its weight loads, then lands part r
-// (`mrow_stage_land`: this thread's copies of parts <= r waited for, its pieces of part r scaled, a join),
-// so the later parts' copies and every round's first weight tiles are in flight while a part lands.
-#define MROW_PART (WARPS / 4)
-__device__ __forceinline__ unsigned mrow_stage_k(const Word& w, unsigned K, unsigned g0, unsigned g1) {
-  const unsigned widest = min(K, ((K + KGROUP - 1) / KGROUP + w.k_parts - 1) / w.k_parts * KGROUP);
-  return M_ROWS * widest * 2 <= MROW_X_BYTES ? min(K, g1 * KGROUP) - g0 * KGROUP : 0u;
-}
-__device__ __forceinline__ unsigned mrow_parts(unsigned kn) { return (kn + MROW_PART * KGROUP - 1) / (MROW_PART * KGROUP); }
-// Part q's pieces: input row m's 16-byte pieces j in [j0, j1) (k = kb + 8 j), thread p's p, p + THREADS, ..
-// of the part's M x (j1 - j0) in row-major order.
-__device__ __forceinline__ void mrow_part(unsigned kn, unsigned q, unsigned& j0, unsigned& per) {
-  j0 = q * MROW_PART * KGROUP / 8;
-  per = min(kn, (q + 1) * MROW_PART * KGROUP) / 8 - j0;
-}
-__device__ __noinline__ void mrow_stage_issue(const DevCtx& c, unsigned short in, unsigned kb, unsigned kn, unsigned short* xs) {
-  for (unsigned q = 0; q < mrow_parts(kn); ++q) {
-    unsigned j0, per;
-    mrow_part(kn, q, j0, per);
-    for (unsigned p = threadIdx.x; p < M_ROWS * per; p += THREADS) {
-      const unsigned m = p / per, j = j0 + p % per;
-      cp_async16(xs + m * kn + 8 * j, (const unsigned short*)c.bufs[m * c.n_bufs + in] + kb + 8 * j, true);
-    }
-    cp_async_commit();  // (every thread commits every part, empty or not: the groups count alike)
-  }
-}
-// Every thread of the block, the same q (block-uniform); nothing past the last part.
-__device__ __forceinline__ void mrow_stage_land(unsigned kn, unsigned short* xs, unsigned q) {
-  const unsigned parts = mrow_parts(kn);
-  if (q >= parts) return;
-  switch (min(parts - 1 - q, 3u)) {  // the later parts may stay in flight (waiting for more is safe)
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    default: cp_async_wait<3>(); break;
-  }
-  unsigned j0, per;
-  mrow_part(kn, q, j0, per);
-  for (unsigned p = threadIdx.x; p < M_ROWS * per; p += THREADS) {
-    uint4* v = (uint4*)(xs + (p / per) * kn + 8 * (j0 + p % per));
-    *v = scaled8(*v, 0x1p64f);
-  }
-  BLOCK_SYNC();
-}
-
 // M_ROWS rows of a verification step (M_ROWS > 1), row group rg of NW fp8 weights over k-groups
 // [g0, g1), the weights read once for all rows, with one join: the work is cut into items (weight i,
 // group, run q, 16-row half h), item it on warp it % WARPS, each a run of up to RUN_TILES tiles of one
@@ -265,26 +203,20 @@ __device__ __forceinline__ void mrow_stage_land(unsigned kn, unsigned short* xs,
 // order and calls `done(i, m, row, total)`; a join (red is reused). ORDER: fp8_row_group's, so row m
 // has the bits of a one-row step.
 template <int NW, typename XLoad, typename Done>
-__device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, XLoad xload, float* red, bool partial, unsigned short out, unsigned rows, Done done, unsigned stage_kn = 0, unsigned short* stage_xs = nullptr) {
+__device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned rg, unsigned g0, unsigned g1, XLoad xload, float* red, bool partial, unsigned short out, unsigned rows, Done done) {
   const unsigned K = c.cols[wid[0]], ng = g1 - g0, kc = chunk_k(K), T = kc / 128;
   const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const unsigned mx = min(g, (unsigned)M_ROWS - 1);  // B's column g: row g's input
-  const unsigned items = NW * ng * 4;
-  for (unsigned round = 0; round * WARPS < items; ++round) {
-    const unsigned it = round * WARPS + warp;
-    const bool mine = it < items;
-    const unsigned h = it & 1, q = (it >> 1) & 1, gi = (it >> 2) % ng, i = min((it >> 2) / ng, (unsigned)NW - 1);
+  for (unsigned it = warp; it < NW * ng * 4; it += WARPS) {
+    const unsigned h = it & 1, q = (it >> 1) & 1, gi = (it >> 2) % ng, i = (it >> 2) / ng;
     const unsigned k0 = (g0 + gi) * KGROUP, nt = (min(K, k0 + KGROUP) - k0) / 128;
     const unsigned t0 = q * RUN_TILES, n = t0 < nt ? min(nt - t0, (unsigned)RUN_TILES) : 0u;
     // the group's chunks are contiguous in the chunk layout (32 x its width bytes); tile tt of half h
     const uint4* grp = (const uint4*)((const unsigned char*)c.bufs[wid[i]] + ((size_t)rg * (K / kc) + k0 / kc) * 32 * kc) + lane;
     const float* S = c.scales[wid[i]] + (size_t)(rg / 4) * (K / 128) + k0 / 128;
-    auto tile_at = [&](unsigned j) {  // this lane's first 16 bytes of tile j of half h
-      const unsigned kt = k0 + (t0 + j) * 128, t = (kt % kc) / 128;
-      return grp + (kt / kc - k0 / kc) * 2 * kc + (h * T + t) * 128;
-    };
     auto load = [&](unsigned j, uint4 (&wv)[4], float& sc) {
-      const uint4* tile = tile_at(j);
+      const unsigned kt = k0 + (t0 + j) * 128, t = (kt % kc) / 128;
+      const uint4* tile = grp + (kt / kc - k0 / kc) * 2 * kc + (h * T + t) * 128;
 #pragma unroll
       for (int l = 0; l < 4; ++l) wv[l] = ldw(tile + 32 * l);
       sc = S[t0 + j] * 0x1p56f;
@@ -311,21 +243,10 @@ __device__ void fp8_rows_m(const DevCtx& c, const unsigned short* wid, unsigned 
     };
     // one tile in flight a warp (two, tile j + 1's loads issued before tile j's arithmetic, LOST: spills,
     // 36.5 against 29.5 ms for the 27B's M = 8 megakernel step, docs/notebook/speculation.md)
-    uint4 wv[4];
-    float sc = 0.f;
-    if (stage_kn) {
-      // the round's first tile asked into L2 (no registers held across the landing: those spilled, 372
-      // -> 800 bytes in the M = 8 dispatch), then this round's part of the input landed
-      if (mine && n) {
-        const uint4* tile = tile_at(0);
-#pragma unroll
-        for (int l = 0; l < 4; ++l) asm volatile("prefetch.global.L2 [%0];" ::"l"(tile + 32 * l));
-      }
-      mrow_stage_land(stage_kn, stage_xs, round);
-    }
-    if (!mine) continue;
 #pragma unroll 1
     for (unsigned j = 0; j < n; ++j) {
+      uint4 wv[4];
+      float sc;
       load(j, wv, sc);
       tile_sum(j, wv, sc);
     }
@@ -373,6 +294,40 @@ struct MrowX {
     return scaled8(v, 0x1p64f);
   }
 };
+
+// An M-row unit's input taken as is (`mrow_x_in_smem` false), staged: k-range [kb, kb + kn) of the M
+// rows' activations (another block wrote them: cp.async.cg reads L2) into shared memory once, [M][kn],
+// then scaled by 2^64 in place, each thread the pieces it copied (scaled8: the bits MrowX's global read
+// makes), and a join. So a unit's two 16-row halves and its row groups read x there, not from L2 for
+// every tile (down_proj, o_proj, out_proj at M = 8). Whether a word stages (`mrow_stage_k`, the unit's
+// kn, or 0): its widest unit's range (ceil(groups / k_parts) k-groups) fits MROW_X_BYTES (launch.rs
+// sizes the shared memory by the same rule).
+// The probe MK_SKIP_PREP (wrong results; `mk gpu rows`' timings): an M-row fp8 GEMV unit neither
+// prepares nor stages its inputs (the shared-memory rows are read as they are), so beside MK_LOADS_ONLY
+// it leaves the weight stream alone.
+#ifdef MK_SKIP_PREP
+constexpr bool MROW_SKIP_PREP = true;
+#else
+constexpr bool MROW_SKIP_PREP = false;
+#endif
+__device__ __forceinline__ unsigned mrow_stage_k(const Word& w, unsigned K, unsigned g0, unsigned g1) {
+  const unsigned widest = min(K, ((K + KGROUP - 1) / KGROUP + w.k_parts - 1) / w.k_parts * KGROUP);
+  return M_ROWS * widest * 2 <= MROW_X_BYTES ? min(K, g1 * KGROUP) - g0 * KGROUP : 0u;
+}
+__device__ __noinline__ void mrow_stage(const DevCtx& c, unsigned short in, unsigned kb, unsigned kn, unsigned short* xs) {
+  const unsigned per = kn / 8, n = M_ROWS * per;
+  for (unsigned p = threadIdx.x; p < n; p += THREADS) {
+    const unsigned m = p / per, j = p % per;
+    cp_async16(xs + m * kn + 8 * j, (const unsigned short*)c.bufs[m * c.n_bufs + in] + kb + 8 * j, true);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  for (unsigned p = threadIdx.x; p < n; p += THREADS) {
+    uint4* q = (uint4*)(xs + (p / per) * kn + 8 * (p % per));
+    *q = scaled8(*q, 0x1p64f);
+  }
+  BLOCK_SYNC();
+}
 
 // The 8 bf16 of v as floats, in element order.
 __device__ __forceinline__ void widen_bf16x8(uint4 v, float* f) {
@@ -559,17 +514,14 @@ __device__ void gemv_rows(const DevCtx& c, const Word& w, unsigned u, unsigned s
       }
       // an input taken as is: the unit's k-range staged (mrow_stage), or read from L2 tile by tile
       const unsigned kn = xsm ? 0u : mrow_stage_k(w, K, s.g0, s.g1);
-      const bool stage = kn && !MROW_SKIP_PREP;
-      if (stage) mrow_stage_issue(c, w.ops[SLOT_IN0], s.g0 * KGROUP, kn, (unsigned short*)smem);
+      if (kn && !MROW_SKIP_PREP) mrow_stage(c, w.ops[SLOT_IN0], s.g0 * KGROUP, kn, (unsigned short*)smem);
       const MrowX xl{c, (const unsigned short*)smem, kn ? kn : xrow_bytes(K) / 2, w.ops[SLOT_IN0], xsm || kn, kn ? s.g0 * KGROUP : 0u};
       float* red = kn ? (float*)(smem + M_ROWS * kn * 2 + 32) : mrow_red(smem, K, xsm);
       const unsigned m = threadIdx.x >> 5;
       for (unsigned rg = s.r0 / 32; rg * 32 < s.r1; ++rg) {
         const float pv = !partial && m < M_ROWS ? pre(row_view(c, m), rg * 32 + lane) : 0.f;
-        // the staged input lands during the first row group's rounds (mrow_stage_land)
         fp8_rows_m<1>(c, &wid, rg, s.g0, s.g1, xl, red, partial, w.ops[SLOT_OUT0], w.rows,
-                      [&](int, unsigned mm, unsigned r, float v) { epilogue(row_view(c, mm), r, v, pv); },
-                      stage && rg * 32 == s.r0 ? kn : 0u, (unsigned short*)smem);
+                      [&](int, unsigned mm, unsigned r, float v) { epilogue(row_view(c, mm), r, v, pv); });
       }
       return;
     }
