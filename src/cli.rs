@@ -262,6 +262,13 @@ pub enum Cmd {
         /// Read this file instead and check every recorded count against its text.
         #[arg(long, conflicts_with = "out")]
         check: Option<PathBuf>,
+        /// Also write every replay's token ids (the prompt, per step the count to emit and the ids
+        /// appended after) with the model's config.json here, for a peer engine (scripts/peer_replay.py).
+        #[arg(long)]
+        ids: Option<PathBuf>,
+        /// The model whose config.json goes with --ids (tiny, small or qwen3.5-27b).
+        #[arg(long, default_value = "qwen3.5-27b", requires = "ids")]
+        preset: String,
     },
 }
 

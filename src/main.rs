@@ -298,7 +298,7 @@ fn run(cli: Cli) -> Result<()> {
                 );
             }
         }
-        Cmd::AgentTrajectories { out, check } => {
+        Cmd::AgentTrajectories { out, check, ids, preset } => {
             use mk::agent::trajectory as tr;
             let ts = match &check {
                 Some(f) => {
@@ -314,6 +314,11 @@ fn run(cli: Cli) -> Result<()> {
             };
             if let Some(f) = &out {
                 std::fs::write(f, tr::to_json(&ts))
+                    .map_err(|e| mk::error::Error::new(format!("{}: {e}", f.display())))?;
+            }
+            if let Some(f) = &ids {
+                let cfg = ModelConfig::preset(&preset)?;
+                std::fs::write(f, tr::replays_json(&ts, cfg.to_hf_json())?)
                     .map_err(|e| mk::error::Error::new(format!("{}: {e}", f.display())))?;
             }
             print!("{}", tr::table(&ts));

@@ -136,3 +136,30 @@ fn pooled_interleaved_replays_emit_what_each_emits_alone() {
     let e = replay_pooled(&w, &rs, 1, 512).err().unwrap().to_string();
     assert!(e.contains("needs 1 more pages, 0 are free"), "{e}");
 }
+
+/// Issue 29 item 6: the ids a peer engine replays (`mk agent-trajectories --ids`) are the replay's, with
+/// the model's config beside them.
+#[test]
+fn the_peers_ids_are_the_replays() {
+    let ts = tr::from_json(&committed()).unwrap();
+    let cfg = mk::model::config::ModelConfig::preset("tiny").unwrap();
+    let text = tr::replays_json(&ts[..2], cfg.to_hf_json()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["config"], cfg.to_hf_json());
+    let out = v["trajectories"].as_array().unwrap();
+    assert_eq!(out.len(), 2);
+    for (t, o) in ts.iter().zip(out) {
+        let r = tr::replay(t).unwrap();
+        assert_eq!(o["name"], t.name.as_str());
+        let ids = |x: &serde_json::Value| -> Vec<u32> {
+            x.as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect()
+        };
+        assert_eq!(ids(&o["prompt"]), r.prompt);
+        let steps = o["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), r.steps.len());
+        for (s, (emit, append)) in steps.iter().zip(&r.steps) {
+            assert_eq!(s["emit"].as_u64().unwrap() as usize, *emit);
+            assert_eq!(ids(&s["append"]), *append);
+        }
+    }
+}

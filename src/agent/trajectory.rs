@@ -486,6 +486,22 @@ pub fn from_json(text: &str) -> Result<Vec<Trajectory>> {
     Ok(out)
 }
 
+/// The replays' token ids for a peer engine (issue 29 item 6: scripts/peer_replay.py replays them on
+/// transformers + flash-linear-attention): `{"config": the model's config.json, "trajectories": [{"name",
+/// "prompt": [ids], "steps": [{"emit": n, "append": [ids]}]}]}`, each trajectory's ids as `replay` makes
+/// them (so its checks hold: the counts its text reproduces, the history append-only).
+pub fn replays_json(ts: &[Trajectory], config: serde_json::Value) -> Result<String> {
+    let mut out = Vec::with_capacity(ts.len());
+    for t in ts {
+        let r = replay(t)?;
+        let steps: Vec<serde_json::Value> =
+            r.steps.iter().map(|(emit, append)| serde_json::json!({"emit": emit, "append": append})).collect();
+        out.push(serde_json::json!({"name": t.name, "prompt": r.prompt, "steps": steps}));
+    }
+    serde_json::to_string(&serde_json::json!({"config": config, "trajectories": out}))
+        .map_err(|e| Error::new(format!("replays_json: {e}")))
+}
+
 /// A table of the trajectories (a line each, then the totals).
 pub fn table(ts: &[Trajectory]) -> String {
     let mut o = format!(
