@@ -13,7 +13,11 @@ turn) are prefilled, onto the session's cache (resident) or with the whole histo
 (--stateless); the first token is the argmax of the prefill's last logits; then emit - 1 decode steps,
 and the last emitted token is fed too (mk's replay steps it into the session). Greedy; stop tokens do not
 end a step (the fixed count). Clocks (CUDA synchronised, wall time): submit to first token (the prefill
-and its argmax) and first token to last.
+and its argmax) and first token to last. One difference from mk's resident replay: mk re-runs the tokens
+since its last 64-token checkpoint with each append (append anchoring: bit-identical to one pass), the
+peer's cache takes only the new ids, so a row's `prefill_tokens` here is the new ids alone (resident) or
+the whole history (stateless); `context` is the history before the step, `decode_context` after its
+prefill (where its decode starts).
 
 Output (--out, JSON): every step's row, each trajectory's totals, the environment (GPU, torch,
 transformers, which GDN implementation ran), and, where --only / --max-steps cut the workload short, an
@@ -104,6 +108,7 @@ class Session:
         tokens the prefill ran."""
         self.history.extend(ids)
         if self.stateless:
+            self.cache = None  # (the last step's cache freed before the new one is built)
             logits, self.cache = self._forward(self.history, None)
             return logits, len(self.history)
         logits, self.cache = self._forward(ids, self.cache)
@@ -141,8 +146,8 @@ def replay(model, device, traj, max_steps, stateless):
         sync(device)
         t2 = time.perf_counter()
         rows.append({
-            "trajectory": traj["name"], "step": i, "context": context, "new_tokens": len(pending),
-            "prefill_tokens": ran, "emit": st["emit"],
+            "trajectory": traj["name"], "step": i, "context": context, "decode_context": context + len(pending),
+            "new_tokens": len(pending), "prefill_tokens": ran, "emit": st["emit"],
             "ttft_ms": (t1 - t0) * 1e3, "decode_ms": (t2 - t1) * 1e3,
         })
         print(f"{traj['name']} step {i}: context {context}, prefill {ran} tokens {rows[-1]['ttft_ms']:.1f} ms, "
@@ -151,23 +156,26 @@ def replay(model, device, traj, max_steps, stateless):
     return rows
 
 
-def fit(xs, ys):
-    """Least-squares line y = a + b x (b = 0 with fewer than two distinct x)."""
+def fit(xs, ys, what):
+    """Least-squares line y = a + b x (flat, with a warning, with fewer than two distinct x)."""
     n = len(xs)
     if n == 0:
         return 0.0, 0.0
     mx, my = sum(xs) / n, sum(ys) / n
     vx = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / vx if vx > 0 else 0.0
+    if vx == 0:
+        print(f"warning: {what}: one distinct x measured, the line is flat", flush=True)
+        return my, 0.0
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / vx
     return my - b * mx, b
 
 
 def extrapolate(rows, trajs, stateless):
     """The whole workload's seconds from the measured rates (an estimate): prefill ms = a + b tokens,
     decode ms a token = c + d context; summed over every step of every trajectory."""
-    a, b = fit([r["prefill_tokens"] for r in rows], [r["ttft_ms"] for r in rows])
-    dec = [(r["context"], r["decode_ms"] / r["emit"]) for r in rows if r["emit"] > 0]
-    c, d = fit([x for x, _ in dec], [y for _, y in dec])
+    a, b = fit([r["prefill_tokens"] for r in rows], [r["ttft_ms"] for r in rows], "prefill ms over tokens")
+    dec = [(r["decode_context"], r["decode_ms"] / r["emit"]) for r in rows if r["emit"] > 0]
+    c, d = fit([x for x, _ in dec], [y for _, y in dec], "decode ms a token over the context")
     total_prefill = total_decode = 0.0
     for t in trajs:
         history, pending = 0, len(t["prompt"])
@@ -178,9 +186,13 @@ def extrapolate(rows, trajs, stateless):
             total_decode += st["emit"] * (c + d * history)
             history += st["emit"]
             pending = len(st["append"])
+    hi = max(r["decode_context"] for r in rows)
     return {
         "estimate": True,
-        "how": "least-squares lines of the measured steps: prefill ms over the tokens it ran, decode ms a token over the context",
+        "how": "least-squares lines of the measured steps: prefill ms over the tokens it ran, decode ms a token over "
+               "the context its decode starts at; straight lines, so beyond the measured contexts (here up to "
+               f"{hi}) attention's growth is not captured",
+        "measured_contexts_up_to": hi,
         "prefill_ms_line": [a, b], "decode_ms_per_token_line": [c, d],
         "prefill_s": total_prefill / 1e3, "decode_s": total_decode / 1e3,
         "total_s": (total_prefill + total_decode) / 1e3,
@@ -189,8 +201,14 @@ def extrapolate(rows, trajs, stateless):
 
 def main():
     args = parse_args()
-    data = json.load(open(args.replays))
-    trajs = data["trajectories"]
+    try:
+        data = json.load(open(args.replays))
+        trajs = data["trajectories"]
+        data["config"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"peer_replay: {args.replays} is not `mk agent-trajectories --ids` output ({e})")
+    if not trajs:
+        sys.exit(f"peer_replay: {args.replays} holds no trajectories")
     only = [n for n in args.only.split(",") if n]
     unknown = [n for n in only if n not in {t["name"] for t in trajs}]
     if unknown:
@@ -213,8 +231,9 @@ def main():
           f"attention {config._attn_implementation})", flush=True)
     rows = []
     with torch.inference_mode():
-        # warm-up: one short step (kernels compiled, autotuned) before any clock counts
-        warm = {"name": "warmup", "prompt": trajs[0]["prompt"][:64], "steps": [{"emit": 2, "append": []}]}
+        # warm-up: the first chosen trajectory's first step (its prompt's length: Triton's kernels compiled
+        # and autotuned for it) and a decode, before any clock counts
+        warm = {"name": "warmup", "prompt": chosen[0]["prompt"], "steps": [{"emit": 2, "append": []}]}
         replay(model, args.device, warm, 1, False)
         for t in chosen:
             rows += replay(model, args.device, t, args.max_steps, args.stateless)

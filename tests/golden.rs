@@ -81,4 +81,9 @@ fn fast_mode_against_the_goldens_stays_inside_its_reported_distance() {
     assert!(c.max_abs <= 2.0 && c.mean_abs <= 8.0 * env.mean_abs, "{c:?}");
     assert!(c.mean_abs > 2.0 * env.mean_abs, "fast mode no farther from the goldens than exact mode: {c:?}");
     assert!(c.recurrent_rel < 0.1 && c.conv_rel < 0.1 && c.kv_rel < 0.1, "{c:?}");
+    // the prefill (chunked GDN) in fast mode against the oracle's prompt path: the same distance
+    // (notebook: top-1 92.1 %, 1.5, 0.657)
+    let p = mk::verify::golden::compare_path(&w, &g, usize::MAX, mk::verify::golden::OraclePath::Prompt).unwrap();
+    println!("fast mode's prefill against the prompt path: {p:?}");
+    assert!(p.top1_vs_decode >= 0.90 && p.max_abs <= 2.0 && p.mean_abs > 2.0 * env.mean_abs, "{p:?}");
 }
