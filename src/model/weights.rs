@@ -76,7 +76,8 @@ impl<'a> Weights<'a> {
         Self::with_numerics(ck, order, Activations::Bf16)
     }
 
-    /// As `with_order`, the fp8 linears' activations as `act` (`Fp8Dynamic`: fast mode, W8A8).
+    /// As `with_order`, the fp8 linears' activations as `act` (`Fp8Dynamic`: fast mode, W8A8). The MTP
+    /// drafter's weights (`mtp::MtpWeights`) stay exact mode whatever this says.
     pub fn with_numerics(ck: &'a Checkpoint, order: SumOrder, act: Activations) -> Weights<'a> {
         let linear = |module: &str| Linear { order, act, ..linear(ck, module) };
         let cfg = ck.config.clone();
