@@ -265,3 +265,29 @@ fn a_gpu_only_experiment_without_a_gpu_says_so() {
     assert!(s.contains("no path could run here") && s.contains("skipped") && s.contains("not run"), "{s}");
     assert!(!o.cache_root.join("qwen3.5-27b-seed0").exists(), "the 27B checkpoint was generated");
 }
+
+/// Issue 28 item 7: `workload.prefill` takes the time to first token by one prefill on the paths that
+/// prefill (the reference) and by decode steps on the others, and says which in the record; the prefill's
+/// first token is noted beside the decode steps'.
+#[test]
+fn a_prefill_workload_times_the_references_prefill() {
+    let text = r#"(name: "pf", model: Preset(name: "tiny", seed: 0),
+        paths: [Reference, Interpreter],
+        workload: (prompt: Ids([5, 6, 7, 8, 9]), decode_steps: 1, contexts: [5], prefill: true),
+        warmup: 0, repetitions: 2)"#;
+    let mut e = Experiment::parse(text).unwrap();
+    e.model = ModelSpec::Checkpoint { path: common::tiny().display().to_string() };
+    let dir = run(&e, &opts("pf")).unwrap();
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("record.json")).unwrap()).unwrap();
+    let paths = rec["paths"].as_array().unwrap();
+    let ttft = |n: &str| paths.iter().find(|p| p["name"] == n).unwrap()["ttft"].clone();
+    let (r, i) = (ttft("reference"), ttft("interpreter"));
+    assert!(r["how"].as_str().unwrap().starts_with("one prefill"), "{r}");
+    assert!(i["how"].as_str().unwrap().contains("decode step"), "{i}");
+    for t in [&r, &i] {
+        assert_eq!((t["prompt_tokens"].as_u64(), t["samples"].as_u64()), (Some(5), Some(2)), "{t}");
+    }
+    let notes = rec["notes"].as_array().unwrap();
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("the prompt's prefill chose token")), "{notes:?}");
+}

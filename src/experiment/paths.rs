@@ -31,6 +31,11 @@ pub trait Engine {
     fn seek(&mut self, _pos: usize) -> Result<()> {
         crate::bail!("this path cannot seek (workload.seek is for the GPU paths)")
     }
+    /// The prompt in one prefill from the empty state (issue 28): the greedy first token, and how the path
+    /// prefills; None where the path has no prefill (its prompt then goes through decode steps).
+    fn prefill(&mut self, _tokens: &[u32]) -> Option<Result<(u32, &'static str)>> {
+        None
+    }
 }
 
 pub use crate::exec::gpu::device::gpu;
@@ -79,6 +84,11 @@ impl Engine for ReferenceEngine<'_> {
             token: next,
         });
         Ok((next, cap))
+    }
+
+    fn prefill(&mut self, tokens: &[u32]) -> Option<Result<(u32, &'static str)>> {
+        let how = "one prefill of the prompt (model::prefill: T rows layer by layer, the GDN by chunks of 64)";
+        Some(crate::model::prefill::prefill(self.w, &mut self.st, tokens).map(|l| (argmax(&l) as u32, how)))
     }
 
     fn states(&self) -> Vec<Tensor> {

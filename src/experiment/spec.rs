@@ -80,6 +80,11 @@ pub struct Workload {
     /// cache below it is left zero), not by computing it; GPU paths only, no diffs.
     #[serde(default)]
     pub seek: bool,
+    /// Time to first token by one prefill of the prompt on the paths that prefill (the CPU reference
+    /// today: issue 28), each repetition from the empty state; the others (and false) take the prompt
+    /// as decode steps.
+    #[serde(default)]
+    pub prefill: bool,
 }
 
 /// The speculation setting: k drafts a round (1-7: a verification step has at most 8 rows) and the

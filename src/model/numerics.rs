@@ -79,7 +79,8 @@ mod tests {
         // hand-computed roundings (fast mode's activation quantiser, issue 28): ties to even in the
         // normal range (1 + 1/16 lies between 1 and 1 + 1/8: to 1; 1 + 3/16 between 1 + 1/8 and 1 + 1/4:
         // to 1 + 1/4), the subnormal tie 2^-10 (half the smallest subnormal 2^-9) to 0, saturation at 448
-        for (x, want) in [(1.0625f32, 1.0f32), (1.1875, 1.25), (2f32.powi(-10), 0.0), (-500.0, -448.0), (449.0, 448.0)] {
+        for (x, want) in [(1.0625f32, 1.0f32), (1.1875, 1.25), (2f32.powi(-10), 0.0), (-500.0, -448.0), (449.0, 448.0)]
+        {
             assert_eq!(t[f32_to_e4m3(x) as usize], want, "e4m3({x})");
         }
     }
