@@ -35,12 +35,13 @@ from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 TOPK = 32
 
 
-def load_model(ckpt, device):
-    cfg_json = json.load(open(os.path.join(ckpt, "config.json")))
+def empty_model(cfg_json, device, attn="eager"):
+    """Qwen3_5ForCausalLM of a config.json's text config in bf16 on `device`, its weights as initialised
+    (scripts/peer_replay.py times such a model; load_model loads a checkpoint into it)."""
     text = cfg_json.get("text_config", cfg_json)
-    prefix = "model.language_model." if "text_config" in cfg_json else "model."
     config = Qwen3_5TextConfig(**text)
-    config._attn_implementation = "eager"
+    if attn is not None:
+        config._attn_implementation = attn
     config.dtype = torch.bfloat16
     # Build as from_pretrained(dtype=bfloat16) does: parameters in bf16 through the default dtype,
     # while buffers created with an explicit float dtype (RoPE's inv_freq) stay fp32. A blanket
@@ -56,6 +57,13 @@ def load_model(ckpt, device):
     inv = model.model.rotary_emb.inv_freq
     if inv.dtype != torch.float32:
         raise SystemExit(f"RoPE inv_freq is {inv.dtype}, expected float32")
+    return model, config
+
+
+def load_model(ckpt, device):
+    cfg_json = json.load(open(os.path.join(ckpt, "config.json")))
+    prefix = "model.language_model." if "text_config" in cfg_json else "model."
+    model, config = empty_model(cfg_json, device)
     index_path = os.path.join(ckpt, "model.safetensors.index.json")
     if os.path.exists(index_path):
         files = sorted(set(json.load(open(index_path))["weight_map"].values()))

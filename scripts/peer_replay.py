@@ -71,22 +71,14 @@ def gdn_implementation():
 
 
 def build_model(config_json, device, seed):
+    """The model of the config with seeded random weights in bf16 on `device`, attention as transformers
+    defaults it (the peer as users run it; the oracle's goldens use eager)."""
     import torch
-    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
-    text = config_json.get("text_config", config_json)
-    config = Qwen3_5TextConfig(**text)
-    config.dtype = torch.bfloat16
+    from oracle_goldens import empty_model  # (this script's folder is on sys.path when run as a script)
+
     torch.manual_seed(seed)
-    prev = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)  # as from_pretrained(dtype=bfloat16): RoPE's inv_freq stays fp32
-    try:
-        with torch.device(device):
-            model = Qwen3_5ForCausalLM(config)
-    finally:
-        torch.set_default_dtype(prev)
-    model.eval()
-    return model, config
+    return empty_model(config_json, device, attn=None)
 
 
 class Session:

@@ -11,6 +11,7 @@
 
 pub mod chart;
 pub mod diff;
+mod kernels;
 pub mod passes;
 pub mod paths;
 pub mod record;

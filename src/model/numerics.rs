@@ -41,6 +41,20 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
     float8::F8E4M3::from_f32(x.clamp(-448.0, 448.0)).to_bits()
 }
 
+/// One group of activations quantised to e4m3 with one scale (fast mode's rule, `ops::Activations::
+/// Fp8Dynamic`: `s = max(max|x|, 1e-10) / 448`, each value `e4m3(x / s)`): the values into `q` (decoded,
+/// exact in f32), the scale returned.
+pub fn e4m3_group(x: &[f32], q: &mut [f32]) -> f32 {
+    let lut = e4m3_table();
+    // ORDER: max is exact in any order.
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let s = amax.max(1e-10) / 448.0;
+    for (o, v) in q.iter_mut().zip(x) {
+        *o = lut[f32_to_e4m3(v / s) as usize];
+    }
+    s
+}
+
 /// Reinterprets little-endian bf16 bytes as u16s when aligned, else copies.
 pub fn bytes_to_u16(b: &[u8]) -> std::borrow::Cow<'_, [u16]> {
     match bytemuck::try_cast_slice::<u8, u16>(b) {

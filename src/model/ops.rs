@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use super::numerics::{bf, bf16_to_f32, e4m3_table, f32_to_e4m3};
+use super::numerics::{bf, bf16_to_f32, e4m3_group, e4m3_table};
 
 /// ORDER: a group's partial is the sequential sum over its 128-wide tiles of the tile dot products;
 /// a row is the sequential sum of its k-group partials (`KGROUP`, part of the program contract).
@@ -58,23 +58,10 @@ struct QuantX {
     s: Vec<f32>,
 }
 
-/// One 128-wide group of activations quantised to e4m3 (`Activations::Fp8Dynamic`): its values into `q`
-/// (decoded, exact in f32), its scale returned.
-fn quantize_tile(x: &[f32], q: &mut [f32]) -> f32 {
-    let lut = e4m3_table();
-    // ORDER: max is exact in any order.
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let s = amax.max(1e-10) / 448.0;
-    for (o, v) in q.iter_mut().zip(x) {
-        *o = lut[f32_to_e4m3(v / s) as usize];
-    }
-    s
-}
-
 impl QuantX {
     fn new(x: &[f32]) -> QuantX {
         let mut q = vec![0f32; x.len()];
-        let s = x.chunks(TILE).zip(q.chunks_mut(TILE)).map(|(xt, qt)| quantize_tile(xt, qt)).collect();
+        let s = x.chunks(TILE).zip(q.chunks_mut(TILE)).map(|(xt, qt)| e4m3_group(xt, qt)).collect();
         QuantX { q, s }
     }
 }
@@ -133,7 +120,7 @@ impl Linear<'_> {
                 let k1 = (k0 + KGROUP).min(self.cols);
                 let mut qx = QuantX { q: vec![0f32; self.cols], s: vec![0f32; self.cols.div_ceil(TILE)] };
                 for t in (k0..k1).step_by(TILE) {
-                    qx.s[t / TILE] = quantize_tile(&x[t..t + TILE], &mut qx.q[t..t + TILE]);
+                    qx.s[t / TILE] = e4m3_group(&x[t..t + TILE], &mut qx.q[t..t + TILE]);
                 }
                 self.group_partial_q(x, Some(&qx), r, g)
             }
