@@ -163,6 +163,10 @@ pub enum Cmd {
         /// kept, the GDN recurrence by chunks of 64, the head on the last row only.
         #[arg(long, conflicts_with = "drafter")]
         prefill: bool,
+        /// The head honours a per-row mask of allowed ids (issue 30: grammar-constrained decoding; the
+        /// host sets it before a step).
+        #[arg(long, conflicts_with_all = ["drafter", "prefill"])]
+        head_mask: bool,
         /// The program file to write (RON).
         #[arg(long)]
         out: PathBuf,
@@ -306,6 +310,12 @@ pub enum GpuCmd {
         /// Compile as an M-row program (verification steps of M rows, 1-8) compiles.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
         m: u32,
+        /// Compile as a program with a head mask compiles (MK_HEAD_MASK; issue 30).
+        #[arg(long)]
+        head_mask: bool,
+        /// Compile as an MTP drafter's program compiles (MK_MTP; issue 27).
+        #[arg(long)]
+        mtp: bool,
     },
     /// The GPU sampler against the CPU's: for several (temperature, top-k, top-p) settings, every
     /// GPU-sampled token must equal `model::sample` on the step's logits with the same draw; a negative
@@ -371,6 +381,26 @@ pub enum GpuCmd {
         /// Tokens generated after the prompt.
         #[arg(long, default_value_t = 1000)]
         tokens: u32,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
+    /// The head's mask (issue 30) on both GPU paths: masked steps against the scatter method over the
+    /// plain program's logits, bit for bit, at allowed counts from 1 to all; a constrained tool call on
+    /// the one-row and the M = 4 program (forced spans as rows); with --reps, ms per step at each allowed
+    /// count against the plain program. Negative control: --define MK_BREAK_MASK must fail.
+    Mask {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Masked steps checked per path.
+        #[arg(long, default_value_t = 40)]
+        steps: u32,
+        /// Timed steps per path and allowed count (0: no timings).
+        #[arg(long, default_value_t = 0)]
+        reps: u32,
         /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,

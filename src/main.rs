@@ -96,6 +96,7 @@ fn run(cli: Cli) -> Result<()> {
             drafter,
             pruned,
             prefill,
+            head_mask,
             out,
         } => {
             let (cfg, name) = match (preset, config) {
@@ -112,6 +113,7 @@ fn run(cli: Cli) -> Result<()> {
                 gemv_unit_rows: unit_rows,
                 gdn,
                 prefill,
+                head_mask,
             };
             let prog = match drafter.as_deref() {
                 None => mk::compiler::compile(&cfg, &name, &target)?,
@@ -155,6 +157,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gpu { cmd: GpuCmd::Spec { dir, k, tokens, cache, defines } } => {
             mk::verify::spec::run(&dir, &k, tokens as usize, &cache, &Defines::parse(&defines)?)?
         }
+        Cmd::Gpu { cmd: GpuCmd::Mask { dir, steps, reps, cache, defines } } => {
+            mk::verify::mask::run(&dir, steps as usize, reps as usize, &cache, &Defines::parse(&defines)?)?
+        }
         Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, at, unit_rows, cache, defines } } => {
             mk::verify::rows::run(
                 &dir,
@@ -173,10 +178,12 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gpu { cmd: GpuCmd::Sample { dir, steps, cache, defines } } => {
             mk::verify::gpu::sample(&dir, steps, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin, defines, m } } => {
+        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin, defines, m, head_mask, mtp } } => {
             let t = std::time::Instant::now();
+            let host: Vec<&str> =
+                [(mtp, "MK_MTP"), (head_mask, "MK_HEAD_MASK")].iter().filter(|f| f.0).map(|f| f.1).collect();
             let (bin, log) =
-                mk::exec::gpu::compile_check(&arch, resources, cubin.is_some(), &Defines::parse(&defines)?, m)?;
+                mk::exec::gpu::compile_check(&arch, resources, cubin.is_some(), &Defines::parse(&defines)?, m, &host)?;
             let n = bin.len();
             if let Some(f) = cubin {
                 std::fs::write(&f, &bin).map_err(|e| mk::error::Error::new(format!("write {}: {e}", f.display())))?;

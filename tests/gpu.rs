@@ -2,7 +2,8 @@
 //! preset: every op against the CPU and the op check's negative control, graph against megakernel bit
 //! for bit over many steps (one and many steps a launch, the device-side stop), M-row steps against
 //! one-row steps (with rollback), speculation with the MTP drafter against plain decoding, the sampler
-//! against the CPU's, prefill's GEMM and chunked GDN against the CPU (issue 28). Without a GPU each test says it skipped
+//! against the CPU's, prefill's GEMM and chunked GDN against the CPU (issue 28), the head's mask
+//! against the scatter method (issue 30). Without a GPU each test says it skipped
 //! and passes.
 //! (On the GPU machine: `cargo test --no-run` here, carry the `gpu-*` test binary, run it there.)
 
@@ -42,6 +43,18 @@ fn every_op_matches_the_cpu_and_a_broken_gemv_is_caught() {
     mk::verify::gpu::ops(common::tiny(), 2, &cache(), &Defines::default(), units, true, Some(256)).unwrap();
     let e = mk::verify::gpu::ops(common::tiny(), 1, &cache(), &broken, units, true, Some(256)).unwrap_err().to_string();
     assert!(e.contains("op check FAILED") && e.contains("LmHead -> logits"), "{e}");
+}
+
+#[test]
+fn the_head_mask_gives_the_scatter_methods_tokens_and_an_ignored_mask_is_caught() {
+    if !gpu_or_skip("the head mask") {
+        return;
+    }
+    // issue 30: masked steps against the scatter method on both paths, a constrained tool call
+    mk::verify::mask::run(common::tiny(), 30, 0, &cache(), &Defines::default()).unwrap();
+    let broken = Defines::parse(&["MK_BREAK_MASK".to_string()]).unwrap();
+    let e = mk::verify::mask::run(common::tiny(), 10, 0, &cache(), &broken).unwrap_err().to_string();
+    assert!(e.contains("FAILED") && e.contains("scatter method"), "{e}");
 }
 
 #[test]

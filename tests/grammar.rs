@@ -9,8 +9,9 @@ mod common;
 
 use mk::compiler::{compile, h200};
 use mk::exec::interp::Interp;
-use mk::grammar::decode::{generate, generate_interp, Choose, Opts};
+use mk::grammar::decode::{generate, generate_steps, Choose, Opts};
 use mk::grammar::{parse_tools, Checker, Choice, Format, ToolMatcher};
+use mk::isa::Target;
 use mk::model::checkpoint::Checkpoint;
 use mk::model::config::ModelConfig;
 use mk::model::forward::Weights;
@@ -214,16 +215,16 @@ fn constrained_decoding_on_the_tiny_model_completes_valid_calls_by_every_method(
     // the interpreter: the head's own mask, M = 1 step by step and M = 4 with forced spans
     let cfg = ModelConfig::preset("tiny").unwrap();
     for (m, spans_on) in [(1u32, false), (4, true)] {
-        let p = compile(&cfg, "tiny", &h200(m)).unwrap();
+        let p = compile(&cfg, "tiny", &Target { head_mask: true, ..h200(m) }).unwrap();
         let mut it = Interp::new(&p, &ck).unwrap();
         let o = Opts { forced_spans: spans_on, ..base };
-        let got = generate_interp(&mut it, &prompt, &mut ToolMatcher::new(&tools, f).unwrap(), &o).unwrap();
+        let got = generate_steps(&mut it, &prompt, &mut ToolMatcher::new(&tools, f).unwrap(), &o).unwrap();
         assert_eq!(got.tokens, scatter.tokens, "interpreter M = {m}");
         assert_eq!(got.forced > 0, spans_on);
         if m == 1 {
             // the interpreter's negative control: every id allowed gives the unconstrained tokens
             let o = Opts { choose: Choose::Ignore, ..base };
-            let free_it = generate_interp(
+            let free_it = generate_steps(
                 &mut Interp::new(&p, &ck).unwrap(),
                 &prompt,
                 &mut ToolMatcher::new(&tools, f).unwrap(),
@@ -234,7 +235,7 @@ fn constrained_decoding_on_the_tiny_model_completes_valid_calls_by_every_method(
             // masks it refuses
             let words = 248_320 / 32;
             for (bad, says) in [
-                (vec![None, None], "2 head masks"),
+                (vec![None, None], "2 masks for an M = 1"),
                 (vec![Some(vec![0u32; words])], "allows no id"),
                 (vec![Some(vec![1u32; words - 1])], "words"),
             ] {

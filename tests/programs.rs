@@ -77,6 +77,7 @@ fn other_targets_compile_and_validate() {
             gemv_unit_rows: 16,
             gdn,
             prefill: false,
+            head_mask: false,
         };
         let prog = compile(&ModelConfig::preset("small").unwrap(), "small", &t).unwrap();
         validate(&prog).unwrap();
@@ -90,9 +91,54 @@ fn other_targets_compile_and_validate() {
         gemv_unit_rows: 16,
         gdn: Default::default(),
         prefill: false,
+        head_mask: false,
     };
     assert!(compile(&ModelConfig::preset("tiny").unwrap(), "tiny", &bad).unwrap_err().to_string().contains("M = 9"));
     assert!(Program::from_ron("(format: 1, words: [").unwrap_err().to_string().starts_with("program:"));
+}
+
+#[test]
+fn head_mask_programs_validate_and_a_misshapen_mask_is_refused() {
+    // issue 30: the head mask is one Control buffer read by the LmHead (IN2), per row
+    for (p, m) in [("tiny", 1), ("tiny", 4), ("qwen3.5-27b", 1), ("qwen3.5-27b", 8)] {
+        let cfg = ModelConfig::preset(p).unwrap();
+        let prog = compile(&cfg, p, &mk::isa::Target { head_mask: true, ..h200(m) }).unwrap();
+        validate(&prog).unwrap();
+        let b = prog.buffer_id("head_mask").unwrap();
+        assert_eq!((prog.buffers[b].rows, prog.buffers[b].cols), (m as u64, 1 + (cfg.vocab as u64).div_ceil(16)));
+        // what a mask becomes: row 1's flag and ids 0, 17 and the last
+        let words = cfg.vocab.div_ceil(32);
+        let mut mask = vec![0u32; words];
+        for id in [0usize, 17, cfg.vocab - 1] {
+            mask[id / 32] |= 1 << (id % 32);
+        }
+        if m > 1 {
+            let mut masks = vec![None; m as usize];
+            masks[1] = Some(mask.clone());
+            let (at, v) = prog.head_mask(&masks).unwrap();
+            let cols = prog.buffers[at].cols as usize;
+            assert!(v[..cols].iter().all(|&x| x == 0.0), "row 0 is unmasked");
+            let row = &v[cols..2 * cols];
+            assert_eq!((row[0], row[1], row[2]), (1.0, 1.0, 2.0)); // the flag; id 0; id 17 = bit 1 of element 2
+            assert_eq!(row[1 + (cfg.vocab - 1) / 16], (1u32 << ((cfg.vocab - 1) % 16)) as f32);
+            assert_eq!(row.iter().filter(|&&x| x != 0.0).count(), 4);
+        }
+        // negative control: a mask buffer one element short
+        let mut bad = prog.clone();
+        bad.buffers[b].cols -= 1;
+        let e = validate(&bad).unwrap_err().to_string();
+        assert!(e.contains("head mask"), "{e}");
+    }
+    // a program without a head mask refuses masks; a drafter and a prefill refuse a head mask
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let plain = compile(&cfg, "tiny", &h200(1)).unwrap();
+    let e = plain.head_mask(&[None]).unwrap_err().to_string();
+    assert!(e.contains("no head mask"), "{e}");
+    let t = mk::isa::Target { head_mask: true, ..h200(1) };
+    let e = mk::compiler::compile_drafter(&cfg, "tiny-mtp", &t, mk::compiler::DraftInput::Target).unwrap_err();
+    assert!(e.to_string().contains("head mask"), "{e}");
+    let e = compile(&cfg, "tiny", &mk::isa::Target { prefill: true, ..t }).unwrap_err();
+    assert!(format!("{e:#}").contains("head mask"), "{e:#}");
 }
 
 #[test]

@@ -52,6 +52,41 @@ __device__ __forceinline__ void bf16_tile_mma(const uint4 (&wv)[8], const unsign
 // The pruned head (IN1 = [n, ids ..], the MTP drafter's, M = 1; ISA LmHead): rows are list positions below
 // n, each scoring W's row ids[pos], logits by position, the candidate's id the list's; a unit past n
 // offers (NaN, FLT_MAX), which every candidate beats.
+#ifdef MK_HEAD_MASK
+// The head mask (issue 30; IN2; only programs compiled with one define MK_HEAD_MASK, so the others
+// compile exactly as before): row m's element 0 its flag (0: unmasked), element 1 + j the bits of ids
+// 16 j .. 16 j + 15. A masked row's disallowed ids are not scored (their logits -inf, written by the
+// unit: no separate pass), never proposed, and their weight rows not read unless another row allows
+// them; a unit no row allows reads no weights at all. MK_BREAK_MASK (negative control): masks ignored.
+__device__ __forceinline__ const unsigned* head_mask_row(const DevCtx& c, const Word& w, unsigned m) {
+#ifdef MK_BREAK_MASK
+  return nullptr;
+#else
+  if (w.ops[SLOT_IN2] == OPERAND_NONE) return nullptr;
+  const unsigned* mk = B<unsigned>(row_view(c, m), w.ops[SLOT_IN2]);
+  return mk[0] ? mk + 1 : nullptr;
+#endif
+}
+__device__ __forceinline__ bool head_allows(const unsigned* mk, unsigned id) { return !mk || (mk[id >> 4] >> (id & 15) & 1u); }
+
+// A masked row's candidate: the argmax's rule (op_argmax's, the CPU's) over the allowed rows of
+// [r0, r1); none allowed: (NaN, FLT_MAX), which every candidate beats (the interpreter's).
+__device__ __forceinline__ void head_candidate_masked(const unsigned short* logits, const unsigned* mk, unsigned r0, unsigned r1, float* cand) {
+  unsigned q = r0;
+  while (q < r1 && !head_allows(mk, q)) ++q;
+  float best = q < r1 ? bf2f(logits[q]) : __int_as_float(0x7fc00000);
+  const unsigned first = q;
+  unsigned id = q;
+  for (++q; q < r1; ++q) {
+    if (!head_allows(mk, q)) continue;
+    float v = bf2f(logits[q]);
+    if (v > best || (best != best && v == v)) { best = v; id = q; }
+  }
+  cand[0] = best;
+  cand[1] = first < r1 ? (float)id : __int_as_float(0x7f7fffff);
+}
+#endif
+
 static_assert(WARPS == 8, "lm_head: 4 row tiles x 2 k-halves");
 template <int MR>
 __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const unsigned short* xs, unsigned stride, float* xch) {
@@ -73,17 +108,41 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
       return;
     }
   }
+#ifdef MK_HEAD_MASK
+  // the rows' masks; `live`: some row allows some id of the unit
+  const unsigned* mks[MR];
+  bool live = false;
+#pragma unroll
+  for (int m = 0; m < MR; ++m) {
+    mks[m] = head_mask_row(c, w, m);
+    if (!mks[m]) live = true;
+    else
+      for (unsigned e = r0 >> 4; e < (r1 + 15) >> 4; ++e) live |= mks[m][e] != 0u;
+  }
+#endif
   {
     const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
     const unsigned tr = warp % 4, half = warp / 4, nt = K / 128, ta = half ? nt / 2 : 0, tb = half ? nt : nt / 2;
     const unsigned ra = r0 + 16 * tr + g, rb = ra + 8;  // the lane's two rows
     const unsigned short* W = B<unsigned short>(c, w.ops[SLOT_W0]);
+#ifdef MK_HEAD_MASK
+    const bool ina = ra < r1, inb = rb < r1;
+    bool oka = false, okb = false;  // a weight row is read when some input row allows its id
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      oka |= ina && head_allows(mks[m], ra);
+      okb |= inb && head_allows(mks[m], rb);
+    }
+    const unsigned t_end = live ? tb : ta;  // a unit no row allows reads no weights
+#else
     const bool oka = ra < r1, okb = rb < r1;
+    const unsigned t_end = tb;
+#endif
     const unsigned short* wa = W + (size_t)(oka ? (list ? list[1 + ra] : ra) : 0) * K + 8 * cq;
     const unsigned short* wb = W + (size_t)(okb ? (list ? list[1 + rb] : rb) : 0) * K + 8 * cq;
     const unsigned short* xr = xs + (MR == 1 ? 0 : min(g, (unsigned)MR - 1)) * stride + 8 * cq;
     float d[4] = {0.f, 0.f, 0.f, 0.f}, e[4] = {0.f, 0.f, 0.f, 0.f};
-    for (unsigned t = ta; t < tb; ++t) {
+    for (unsigned t = ta; t < t_end; ++t) {
       uint4 wv[8];
 #pragma unroll
       for (int l = 0; l < 4; ++l) {
@@ -117,8 +176,14 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
         if (2 * cq + j < MR) {
           unsigned short* out = B<unsigned short>(row_view(c, 2 * cq + j), w.ops[SLOT_OUT0]);
           const float va = (d[j] + e[j]) + x4[(2 * cq + j) * 16 + g], vb = (d[2 + j] + e[2 + j]) + x4[(2 * cq + j) * 16 + g + 8];
+#ifdef MK_HEAD_MASK
+          const unsigned* mk = mks[min(2 * cq + j, (unsigned)MR - 1)];  // (-inf: disallowed)
+          if (ina) out[ra] = head_allows(mk, ra) ? f2bf(va) : (unsigned short)0xff80u;  // ORDER: half 0 + half 1
+          if (inb) out[rb] = head_allows(mk, rb) ? f2bf(vb) : (unsigned short)0xff80u;
+#else
           if (oka) out[ra] = f2bf(va);  // ORDER: half 0 + half 1
           if (okb) out[rb] = f2bf(vb);
+#endif
         }
   }
   BLOCK_SYNC();
@@ -126,6 +191,12 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
   if ((threadIdx.x & 31) == 0 && m < MR) {
     const DevCtx r = row_view(c, m);
     const unsigned short* logits = B<unsigned short>(r, w.ops[SLOT_OUT0]);
+#ifdef MK_HEAD_MASK
+    if (mks[m < MR ? m : 0]) {
+      head_candidate_masked(logits, mks[m < MR ? m : 0], r0, r1, B<float>(r, w.ops[SLOT_OUT1]) + 2 * u);
+    } else
+#endif
+    {
     float best = bf2f(logits[r0]);
     unsigned id = r0;
     for (unsigned q = r0 + 1; q < r1; ++q) {
@@ -135,6 +206,7 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
     float* cand = B<float>(r, w.ops[SLOT_OUT1]);
     cand[2 * u] = best;
     cand[2 * u + 1] = (float)(list ? list[1 + id] : id);
+    }
   }
   if (!list && threadIdx.x >= 32 && threadIdx.x < 64)
     for (unsigned mm = 0; mm < MR; ++mm) topk_count(c, B<unsigned short>(row_view(c, mm), w.ops[SLOT_OUT0]), r0, r1);

@@ -54,6 +54,9 @@ fn drafter(cfg: &ModelConfig, name: &str, t: &Target, input: DraftInput, pruned:
     if t.prefill {
         bail!("compile the drafter: a draft step is not a prefill");
     }
+    if t.head_mask {
+        bail!("compile the drafter: a head mask is the target's (issue 30), not the drafter's");
+    }
     if t.m_rows != 1 {
         bail!("compile the drafter: a draft step is one row (the target's M = {})", t.m_rows);
     }

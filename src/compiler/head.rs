@@ -3,7 +3,7 @@
 
 use super::{Builder, LM_UNIT_ROWS};
 use crate::error::Result;
-use crate::isa::{slot, Opcode};
+use crate::isa::{slot, BufKind, Opcode};
 use crate::model::config::ModelConfig;
 
 impl Builder<'_> {
@@ -42,6 +42,10 @@ impl Builder<'_> {
         lm.ops[slot::IN0] = h;
         if let Some(l) = list {
             lm.ops[slot::IN1] = l;
+        } else if self.t.head_mask {
+            // issue 30: a row's flag, then the vocabulary's bits 16 an element (`Program::head_mask`)
+            let m = self.t.m_rows as u64;
+            lm.ops[slot::IN2] = self.buf("head_mask", BufKind::Control, m, 1 + (rows as u64).div_ceil(16), 4);
         }
         lm.ops[slot::OUT0] = logits;
         lm.ops[slot::OUT1] = cand;

@@ -66,6 +66,7 @@ pub fn h200(m_rows: u32) -> Target {
         gemv_unit_rows: GEMV_UNIT_ROWS,
         gdn: GdnLowering::Fused,
         prefill: false,
+        head_mask: false,
     }
 }
 

@@ -6,12 +6,13 @@
 //! the scatter method) or, where the mask allows at most `masked_head_max` ids, by the masked head over
 //! those rows alone.
 //!
-//! Two executors: the CPU reference (`generate`: a pass's rows are decode steps of the body,
-//! `forward::step_body`, the last one scored; the same bits as `rollback::verify`'s rows) and the
-//! interpreter (`generate_interp`: an M-row program's verification step, the rows after the pass's
-//! tokens padding rolled back with `commit_rows`, the head honouring a per-row mask:
-//! `Interp::set_head_masks`; rows nobody reads get a one-id mask, so their head scores one row). The
-//! prompt is fed the same way (its last row scored), so the two give the same tokens bit for bit.
+//! Two loops: the CPU reference's (`generate`: a pass's rows are decode steps of the body,
+//! `forward::step_body`, the last one scored; the same bits as `rollback::verify`'s rows) and a
+//! program's (`generate_steps`, on any `MaskedSteps`: the interpreter or either GPU path; an M-row
+//! program's verification step, the rows after the pass's tokens padding rolled back with
+//! `commit_rows`, the head honouring a per-row mask, the program's `head_mask` buffer; rows nobody
+//! reads get a one-id mask, so their head scores one row). The prompt is fed the same way (its last row
+//! scored), so the reference and the interpreter give the same tokens bit for bit.
 //!
 //! Owns: `Opts`, `Choose`, `Out`, the two loops. Refuses: an empty prompt, a context overflow, a token
 //! the grammar refuses (cannot happen while the mask is honoured: an error, not a panic, if it does).
@@ -156,14 +157,82 @@ pub fn generate(w: &Weights, prompt: &[u32], m: &mut ToolMatcher, o: &Opts) -> R
     Ok(out)
 }
 
-/// `generate` on the interpreter: `it` runs a one-row or an M-row program of the same model (a pass of
-/// more rows than M takes several steps; only the last row of the last one is scored). `Choose` and
-/// `masked_head_max` do not apply: the mask is the head's own (`Interp::set_head_masks`).
-pub fn generate_interp(it: &mut Interp, prompt: &[u32], m: &mut ToolMatcher, o: &Opts) -> Result<Out> {
+/// An executor of a model's steps whose head honours per-row masks (a program compiled with
+/// `Target::head_mask`): the interpreter, and either GPU path (`exec::gpu::spec::GpuTarget`).
+pub trait MaskedSteps {
+    /// The program's rows a step (M).
+    fn m_rows(&self) -> usize;
+    /// The head's rows (what a mask covers).
+    fn vocab(&self) -> usize;
+    fn set_head_masks(&mut self, masks: Vec<Option<Vec<u32>>>) -> Result<()>;
+    /// A one-row step (M = 1): the next token.
+    fn step(&mut self, token: u32) -> Result<u32>;
+    /// An M-row step: each row's next token.
+    fn step_rows(&mut self, tokens: &[u32]) -> Result<Vec<u32>>;
+    /// Keeps the first `n` rows of the last M-row step (the rest rolled back).
+    fn commit_rows(&mut self, n: usize) -> Result<()>;
+}
+
+impl MaskedSteps for Interp<'_> {
+    fn m_rows(&self) -> usize {
+        self.program().target.m_rows as usize
+    }
+    fn vocab(&self) -> usize {
+        Interp::vocab(self)
+    }
+    fn set_head_masks(&mut self, masks: Vec<Option<Vec<u32>>>) -> Result<()> {
+        Interp::set_head_masks(self, masks)
+    }
+    fn step(&mut self, token: u32) -> Result<u32> {
+        Interp::step(self, token, Order::Program)
+    }
+    fn step_rows(&mut self, tokens: &[u32]) -> Result<Vec<u32>> {
+        Interp::step_rows(self, tokens, Order::Program)
+    }
+    fn commit_rows(&mut self, n: usize) -> Result<()> {
+        Interp::commit_rows(self, n)
+    }
+}
+
+impl MaskedSteps for crate::exec::gpu::spec::GpuTarget<'_> {
+    fn m_rows(&self) -> usize {
+        self.exec.program().target.m_rows as usize
+    }
+    fn vocab(&self) -> usize {
+        self.exec.vocab() as usize
+    }
+    fn set_head_masks(&mut self, masks: Vec<Option<Vec<u32>>>) -> Result<()> {
+        self.exec.set_head_masks(&masks)
+    }
+    fn step(&mut self, token: u32) -> Result<u32> {
+        if self.mega {
+            self.exec.step_mega(token)
+        } else {
+            self.exec.step(token, false, |_, _| Ok(()))
+        }
+    }
+    fn step_rows(&mut self, tokens: &[u32]) -> Result<Vec<u32>> {
+        self.exec.step_rows(tokens, self.mega)
+    }
+    fn commit_rows(&mut self, n: usize) -> Result<()> {
+        self.exec.commit_rows(n)
+    }
+}
+
+/// `generate` on a program's executor (`MaskedSteps`: the interpreter or a GPU path) running a
+/// one-row or an M-row program of the same model (a pass of more rows than M takes several steps;
+/// only the last row of the last one is scored). `Choose` and `masked_head_max` do not apply: the mask
+/// is the head's own (`set_head_masks`).
+pub fn generate_steps<E: MaskedSteps + ?Sized>(
+    it: &mut E,
+    prompt: &[u32],
+    m: &mut ToolMatcher,
+    o: &Opts,
+) -> Result<Out> {
     if prompt.is_empty() {
         bail!("constrained decoding: empty prompt");
     }
-    let mrows = it.program().target.m_rows as usize;
+    let mrows = it.m_rows();
     let vocab = it.vocab();
     let mut out = Out::default();
     let mut rows = prompt.to_vec();
@@ -185,11 +254,11 @@ pub fn generate_interp(it: &mut Interp, prompt: &[u32], m: &mut ToolMatcher, o: 
                 .collect();
             it.set_head_masks(masks)?;
             if mrows == 1 {
-                t = it.step(chunk[0], Order::Program)?;
+                t = it.step(chunk[0])?;
             } else {
                 let mut feed = chunk.to_vec();
                 feed.resize(mrows, 0);
-                let next = it.step_rows(&feed, Order::Program)?;
+                let next = it.step_rows(&feed)?;
                 if n < mrows {
                     it.commit_rows(n)?;
                 }

@@ -5,9 +5,9 @@
 //! ingested as rows of the next pass (`decode`: the CPU reference and the interpreter), and the
 //! independent checker of completed calls (`check`: the chat parser plus a JSON Schema validator).
 //!
-//! Owns: everything between a tools list and a checked tool call. Refuses: the GPU (the head kernel's
-//! bitmask and row list, timings: issue 30's GPU items), sampling (greedy only), tool formats other than
-//! Qwen3.5's XML-like one.
+//! Owns: everything between a tools list and a checked tool call. The GPU's part is the lm_head's mask
+//! (megakernel/ops/lm_head.cuh, set by `GpuExec::set_head_masks`; checked and timed by `mk gpu mask`,
+//! `verify::mask`). Refuses: sampling (greedy only), tool formats other than Qwen3.5's XML-like one.
 
 pub mod check;
 pub mod decode;

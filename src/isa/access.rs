@@ -265,6 +265,11 @@ pub fn unit_accesses(p: &Program, w: &Word, u: u32) -> Vec<Access> {
                     a.row(slot::IN1, m, 0, 1, false);
                     a.row(slot::IN1, m, 1 + rs.start, 1 + rs.end, false);
                 }
+                if w.op(slot::IN2).is_some() {
+                    // the head mask: the row's flag and the bits of the unit's ids
+                    a.row(slot::IN2, m, 0, 1, false);
+                    a.row(slot::IN2, m, 1 + rs.start / 16, 1 + rs.end.div_ceil(16), false);
+                }
                 a.row(slot::OUT0, m, rs.start, rs.end, true);
                 a.row(slot::OUT1, m, 2 * u as usize, 2 * u as usize + 2, true);
             }

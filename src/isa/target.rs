@@ -35,6 +35,11 @@ pub struct Target {
     /// false and do not write it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prefill: bool,
+    /// The head honours a per-row mask of allowed ids (issue 30: grammar-constrained decoding): the
+    /// program carries the Control buffer `head_mask` (`Program::head_mask`), its LmHead reads it (IN2).
+    /// Programs without it (those in programs/) do not write it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub head_mask: bool,
 }
 
 /// Rows of a prefill program's step (two GDN chunks of 64; a word's `m_rows` is a byte).
@@ -55,6 +60,9 @@ impl Target {
         if !(1..=max_m).contains(&self.m_rows) {
             let what = if self.prefill { "a prefill program's" } else { "supported" };
             bail!("target: M = {} rows (1-{max_m} {what})", self.m_rows);
+        }
+        if self.head_mask && self.prefill {
+            bail!("target: a head mask on a prefill program (constrained steps are decode or verification steps)");
         }
         let (ctx, part) = (self.max_context as usize, access::ATTN_PART);
         if ctx == 0 || ctx % part != 0 || ctx > access::MAX_POSITIONS {

@@ -351,6 +351,22 @@ pub(super) fn check_args(p: &Program, at: &str, w: &Word) -> Result<()> {
                     );
                 }
             }
+            // the head mask (issue 30): IN2 = per row [flag, the vocabulary's bits 16 an element]
+            if let Some(b) = buf(slot::IN2) {
+                let cols = 1 + (w.rows as u64).div_ceil(16);
+                if w.op(slot::IN1).is_some()
+                    || b.kind != BufKind::Control
+                    || b.elem_bytes != 4
+                    || b.cols != cols
+                    || b.rows != w.m_rows as u64
+                {
+                    bail!(
+                        "{at}: shape: the head mask {} must be a Control buffer of {} rows x {cols} u32 (a flag, then 16 ids' bits an element), on a head without a row list",
+                        b.name,
+                        w.m_rows
+                    );
+                }
+            }
         }
         Opcode::GemvNorm => vector(slot::W1, k)?,
         Opcode::Embed => {

@@ -1,5 +1,6 @@
 //! The checks: the GPU against the CPU op by op (`opcheck`), M-row steps against one-row steps (`rows`),
-//! the CPU reference against the oracle (`golden`, `trace`), the GPU sampler against the CPU's, and
+//! the CPU reference against the oracle (`golden`, `trace`), the GPU sampler against the CPU's, the
+//! head's mask against the scatter method (`mask`), and
 //! the soaks and multi-step launches of `mk gpu` (`gpu`). Each reports the first difference it finds
 //! (instruction, buffer, element) and has a negative control that must fail.
 
@@ -8,6 +9,7 @@ pub mod gemm;
 pub mod gemv;
 pub mod golden;
 pub mod gpu;
+pub mod mask;
 pub mod opcheck;
 pub mod rows;
 pub mod spec;

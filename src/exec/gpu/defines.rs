@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 11] = [
+pub const KNOWN: [Known; 12] = [
     Known {
         name: "GEMM_MIN_BLOCKS",
         default: 1,
@@ -112,6 +112,14 @@ pub const KNOWN: [Known; 11] = [
         max: 1,
         flag: true,
         what: "NEGATIVE CONTROL: the chunked GDN without its decay inside the chunks",
+    },
+    Known {
+        name: "MK_BREAK_MASK",
+        default: 0,
+        min: 0,
+        max: 1,
+        flag: true,
+        what: "NEGATIVE CONTROL: the lm_head ignores the head mask (issue 30; `mk gpu mask`)",
     },
 ];
 

@@ -186,12 +186,14 @@ impl Gpu {
 /// CUBIN and NVRTC's log.
 /// With `cubin` (the caller keeps the CUBIN) the line table is compiled in (`-lineinfo`). `m_rows`: the
 /// sources as an M-row program compiles them (`rows_source`).
+/// (`host`: the macros the host sets for some programs, MK_MTP or MK_HEAD_MASK, as `GpuExec::new` does.)
 pub fn compile_check(
     arch: &str,
     resources: bool,
     cubin: bool,
     defines: &Defines,
     m_rows: u32,
+    host: &[&str],
 ) -> Result<(Vec<u8>, String)> {
     let cuda_home = PathBuf::from(std::env::var("CUDA_HOME").unwrap_or_else(|_| "/usr/local/cuda".into()));
     preload_nvrtc(&cuda_home);
@@ -205,7 +207,8 @@ pub fn compile_check(
     if cubin {
         opts.push("-lineinfo".into()); // (nvdisasm -g maps the SASS to source lines)
     }
-    nvrtc_with_log(&rows_source(m_rows), &opts)
+    let pre: String = host.iter().map(|h| format!("#define {h} 1\n")).collect();
+    nvrtc_with_log(&format!("{pre}{}", rows_source(m_rows)), &opts)
 }
 
 /// The sources for a program of M rows: M > 1 compiles the row loop and the M-row GEMVs in (`#define

@@ -129,14 +129,17 @@ impl GpuExec {
         let (arena, base, layout, ctx) = arena::build(&stream, prog, weights, defines.get("GRAPH_STAMPS") != 0)?;
         // An MTP drafter's program (MtpFc) compiles the megakernel's dispatch with its case (MK_MTP: left
         // out of every other program's, where it would move ptxas's allocation; ops/mtp_fc.cuh).
-        let src =
-            if prog.words.iter().any(|w| {
-                w.opcode == Opcode::MtpFc || w.opcode == Opcode::LmHead && w.op(crate::isa::slot::IN1).is_some()
-            }) {
-                format!("#define MK_MTP 1\n{}", rows_source(m_rows as u32))
-            } else {
-                rows_source(m_rows as u32)
-            };
+        // A program with a head mask (issue 30) compiles the lm_head's mask (MK_HEAD_MASK), likewise.
+        let has = |f: &dyn Fn(&crate::isa::Word) -> bool| prog.words.iter().any(f);
+        let mtp =
+            has(&|w| w.opcode == Opcode::MtpFc || w.opcode == Opcode::LmHead && w.op(crate::isa::slot::IN1).is_some());
+        let mask = has(&|w| w.opcode == Opcode::LmHead && w.op(crate::isa::slot::IN2).is_some());
+        let src = format!(
+            "{}{}{}",
+            if mtp { "#define MK_MTP 1\n" } else { "" },
+            if mask { "#define MK_HEAD_MASK 1\n" } else { "" },
+            rows_source(m_rows as u32)
+        );
         let (module, module_hash) = gpu.module(&src, cache, defines)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = cu(module.load_function(name), &format!("cuModuleGetFunction ({name})"))?;
@@ -208,8 +211,16 @@ impl GpuExec {
         Ok(())
     }
 
+    /// The head's masks for the next steps (issue 30; `Program::head_mask` says what a mask is and
+    /// refuses a bad one, or a program compiled without a head mask): one per row, or none (empty:
+    /// every row unmasked). They hold until set again; `reset` clears them.
+    pub fn set_head_masks(&mut self, masks: &[Option<Vec<u32>>]) -> Result<()> {
+        let (at, v) = self.prog.head_mask(masks)?;
+        self.write(at, &v)
+    }
+
     /// The vocabulary a token id must lie in: the embedding's rows (a pruned head's logits are fewer).
-    fn vocab(&self) -> u32 {
+    pub fn vocab(&self) -> u32 {
         let embed = self.prog.words.iter().find(|w| w.opcode == Opcode::Embed).and_then(|w| w.op(crate::isa::slot::W0));
         embed.map_or(self.prog.buffers[self.logits].cols, |b| self.prog.buffers[b].rows) as u32
     }

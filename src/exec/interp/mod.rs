@@ -64,10 +64,6 @@ pub struct Interp<'a> {
     pub word_ns: Vec<u64>,
     /// The start position of the last M-row step while its rows may still be rolled back (rollback.rs).
     rows_start: Option<usize>,
-    /// Per row, the ids the head may choose (bit i of word i / 32: id i; issue 30): a masked row's
-    /// LmHead units score only the allowed ids, write -inf for the others and propose the best allowed
-    /// one. Empty: no mask (every row as before).
-    head_masks: Vec<Option<Vec<u32>>>,
 }
 
 impl<'a> Interp<'a> {
@@ -135,7 +131,6 @@ impl<'a> Interp<'a> {
             captured: Vec::new(),
             word_ns: vec![0; prog.words.len()],
             rows_start: None,
-            head_masks: Vec::new(),
         })
     }
 
@@ -147,27 +142,19 @@ impl<'a> Interp<'a> {
     }
 
     /// The head's masks for the next steps, one per row (M of them; a row's `None` unmasked), or none
-    /// (empty). A mask is the vocabulary's bits (`ceil(vocab / 32)` words, no bit past the vocabulary)
-    /// with at least one id allowed.
+    /// (empty): written into the program's `head_mask` buffer (`Program::head_mask` says what a mask
+    /// is and refuses a bad one; a program compiled without a head mask refuses them all). A masked
+    /// row's LmHead units score only the allowed ids, write -inf for the others and propose the best
+    /// allowed one. They hold until set again (`reset` zeroes them: no mask).
     pub fn set_head_masks(&mut self, masks: Vec<Option<Vec<u32>>>) -> Result<()> {
-        let m = self.prog.target.m_rows as usize;
-        if !masks.is_empty() && masks.len() != m {
-            bail!("interpreter: {} head masks for an M = {m} program", masks.len());
+        let (at, v) = self.prog.head_mask(&masks)?;
+        let cols = self.prog.buffers[at].cols as usize;
+        let active = self.active;
+        for (r, row) in v.chunks_exact(cols).enumerate() {
+            self.select(r);
+            self.bufs[at].copy_from_slice(row);
         }
-        let vocab = self.cfg.vocab;
-        for (r, mk) in masks.iter().enumerate() {
-            let Some(mk) = mk else { continue };
-            if mk.len() != vocab.div_ceil(32) {
-                bail!("interpreter: row {r}'s head mask has {} words for a vocabulary of {vocab}", mk.len());
-            }
-            if vocab % 32 != 0 && mk[mk.len() - 1] >> (vocab % 32) != 0 {
-                bail!("interpreter: row {r}'s head mask has bits past the vocabulary of {vocab}");
-            }
-            if mk.iter().all(|w| *w == 0) {
-                bail!("interpreter: row {r}'s head mask allows no id");
-            }
-        }
-        self.head_masks = masks;
+        self.select(active);
         Ok(())
     }
 

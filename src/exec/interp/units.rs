@@ -329,9 +329,11 @@ impl<'a> Interp<'a> {
                     Some((end, _)) => rs.start..*end,
                     None => rs,
                 };
-                // the row's head mask (issue 30): disallowed ids are not scored (-inf) and never proposed
-                let mask = self.head_masks.get(self.active).and_then(|m| m.as_ref());
-                let allowed = |i: usize| mask.is_none_or(|m| m.get(i / 32).is_some_and(|w| w >> (i % 32) & 1 == 1));
+                // the row's head mask (issue 30; `Program::head_mask`: a flag, then 16 ids' bits an
+                // element): disallowed ids are not scored (-inf) and never proposed
+                let mask = w.op(slot::IN2).map(|_| self.input(&w, slot::IN2)).filter(|m| m[0] != 0.0);
+                let allowed =
+                    |i: usize| mask.is_none_or(|m| m.get(1 + i / 16).is_some_and(|&e| (e as u32) >> (i % 16) & 1 == 1));
                 let vals: Vec<f32> = rs
                     .clone()
                     .map(|r| if allowed(id(r)) { bf(lin.row_dot(&x, id(r))) } else { f32::NEG_INFINITY })
