@@ -259,11 +259,12 @@ pub fn run(dir: &Path, steps: usize, reps: usize, cache: &Path, defines: &Define
             let v = checker.check_turn(&text, false);
             let valid = v.ok() && !v.calls.is_empty();
             println!(
-                "tool call, {path}, M = {m}{}: {} tokens ({} passes, {} forced), ended {}, valid {valid}; the interpreter's tokens: {}",
+                "tool call, {path}, M = {m}{}: {} tokens ({} passes, {} forced; the matcher {:.1} us a token on the CPU), ended {}, valid {valid}; the interpreter's tokens: {}",
                 if spans { " (forced spans as rows)" } else { "" },
                 out.tokens.len(),
                 out.passes,
                 out.forced,
+                out.matcher_ns as f64 / 1e3 / out.tokens.len().max(1) as f64,
                 out.ended,
                 match &cpu {
                     None => "not run at this size",
