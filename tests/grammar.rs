@@ -57,8 +57,13 @@ fn fmt(choice: Choice) -> Format {
 /// Feeds `text`'s tokens to a fresh matcher, checking each against the mask first; Err(index) at the
 /// first token the grammar refuses.
 fn feed(text: &str, f: Format) -> Result<ToolMatcher, usize> {
-    let tools = parse_tools(TOOLS).unwrap();
-    let mut m = ToolMatcher::new(&tools, f).unwrap();
+    feed_tools(&parse_tools(TOOLS).unwrap(), text, f)
+}
+
+/// `text`'s tokens through the matcher of `tools`: the matcher after them, or the first token outside
+/// the mask.
+fn feed_tools(tools: &[mk::grammar::Tool], text: &str, f: Format) -> Result<ToolMatcher, usize> {
+    let mut m = ToolMatcher::new(tools, f).unwrap();
     let ids = Tokenizer::qwen35().unwrap().encode(text).unwrap();
     for (i, &t) in ids.iter().enumerate() {
         let mask = m.mask().unwrap();
@@ -245,4 +250,40 @@ fn constrained_decoding_on_the_tiny_model_completes_valid_calls_by_every_method(
         }
     }
     assert_eq!(scatter.tokens.last(), Some(&IM_END));
+}
+
+/// Issue 30 item 5 on the replay workload (issue 29's trajectories, their tools list): every step's
+/// generation, reasoning and tool call included, is admitted by the grammar token by token and its call
+/// validates; a call of a tool that does not exist is refused by both (negative control; a parameter
+/// the schema does not name is refused by the grammar only: JSON Schema admits extra properties unless
+/// `additionalProperties` is false, and these tools do not say so).
+#[test]
+fn the_agent_workloads_tool_calls_are_admitted_by_the_grammar_and_validate() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/agent/trajectories.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let tools = parse_tools(&v["tools"].to_string()).unwrap();
+    let checker = Checker::new(&tools).unwrap();
+    let (mut turns, mut calls, mut refused) = (0, 0, 0);
+    for t in v["trajectories"].as_array().unwrap() {
+        let thinking = t["effort"] != "off";
+        let f = Format { choice: Choice::Auto, thinking, parallel: false };
+        for g in t["generations"].as_array().unwrap() {
+            let g = g.as_str().unwrap();
+            let name = t["name"].as_str().unwrap();
+            assert!(feed_tools(&tools, g, f).is_ok(), "{name}: the grammar refuses {g:?}");
+            let verdict = checker.check_turn(g, thinking);
+            assert!(verdict.ok(), "{name}: {g:?}: {verdict:?}");
+            turns += 1;
+            calls += verdict.calls.len();
+            if g.contains("<function=") {
+                // negative control: the tool renamed
+                let bad = g.replacen("<function=", "<function=x", 1);
+                assert!(feed_tools(&tools, &bad, f).is_err(), "{name}: the grammar admits {bad:?}");
+                assert!(!checker.check_turn(&bad, thinking).ok(), "{name}: the checker passes {bad:?}");
+                refused += 1;
+            }
+        }
+    }
+    // the seed's workload: 82 steps, a tool call in every step but each trajectory's last
+    assert_eq!((turns, calls, refused), (82, 69, 69));
 }
