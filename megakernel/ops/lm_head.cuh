@@ -177,7 +177,8 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
           unsigned short* out = B<unsigned short>(row_view(c, 2 * cq + j), w.ops[SLOT_OUT0]);
           const float va = (d[j] + e[j]) + x4[(2 * cq + j) * 16 + g], vb = (d[2 + j] + e[2 + j]) + x4[(2 * cq + j) * 16 + g + 8];
 #ifdef MK_HEAD_MASK
-          const unsigned* mk = mks[min(2 * cq + j, (unsigned)MR - 1)];  // (-inf: disallowed)
+          const unsigned* mk = head_mask_row(c, w, 2 * cq + j);  // (-inf: disallowed; not mks[]: a
+                                                                  // runtime index would put it in local memory)
           if (ina) out[ra] = head_allows(mk, ra) ? f2bf(va) : (unsigned short)0xff80u;  // ORDER: half 0 + half 1
           if (inb) out[rb] = head_allows(mk, rb) ? f2bf(vb) : (unsigned short)0xff80u;
 #else
@@ -192,8 +193,8 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
     const DevCtx r = row_view(c, m);
     const unsigned short* logits = B<unsigned short>(r, w.ops[SLOT_OUT0]);
 #ifdef MK_HEAD_MASK
-    if (mks[m < MR ? m : 0]) {
-      head_candidate_masked(logits, mks[m < MR ? m : 0], r0, r1, B<float>(r, w.ops[SLOT_OUT1]) + 2 * u);
+    if (const unsigned* mk = head_mask_row(c, w, m)) {
+      head_candidate_masked(logits, mk, r0, r1, B<float>(r, w.ops[SLOT_OUT1]) + 2 * u);
     } else
 #endif
     {

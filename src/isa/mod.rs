@@ -552,7 +552,13 @@ impl Program {
     /// element 1 + j): whole u32 control elements below 2^16, so the interpreter's f32 holds them exactly.
     pub fn head_mask(&self, masks: &[Option<Vec<u32>>]) -> Result<(usize, Vec<f32>)> {
         let p = self;
-        let Some(at) = p.buffer_id("head_mask") else {
+        // the LmHead's IN2 and its rows (what the validator sized the buffer by)
+        let Some((at, vocab)) = p
+            .words
+            .iter()
+            .find(|w| w.opcode == Opcode::LmHead)
+            .and_then(|w| w.op(slot::IN2).map(|b| (b, w.rows as usize)))
+        else {
             bail!("head masks: program {} has no head mask (compile it with a head mask: Target::head_mask)", p.model);
         };
         let m = p.target.m_rows as usize;
@@ -560,12 +566,6 @@ impl Program {
             bail!("head masks: {} masks for an M = {m} program", masks.len());
         }
         let cols = p.buffers[at].cols as usize;
-        let vocab = p
-            .words
-            .iter()
-            .find(|w| w.opcode == Opcode::LmHead)
-            .and_then(|w| w.op(slot::W0))
-            .map_or(0, |b| p.buffers[b].rows as usize);
         let mut v = vec![0f32; m * cols];
         for (r, mk) in masks.iter().enumerate() {
             let Some(mk) = mk else { continue };

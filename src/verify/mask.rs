@@ -11,6 +11,8 @@
 //!    plain logits' disallowed ids, then the argmax: the production engines' method, `grammar::mask`),
 //!    its logits the plain ones' bits where allowed and -inf elsewhere; the graph's logits and tokens
 //!    the megakernel's. The first differing step, path and element are reported.
+//!    The same on the M = 4 program, each row its own mask (one of them none), against the one-row
+//!    program over the same tokens (an M-row step's rows have a one-row step's bits).
 //! 2. A constrained tool call (the grammar of a tool with bounded arguments, `grammar::decode::
 //!    generate_steps`) on the one-row program and on the M = 4 program with forced spans as rows: the
 //!    same tokens on every path and program, a turn that ends parses and validates (`grammar::Checker`).
@@ -100,7 +102,9 @@ pub fn run(dir: &Path, steps: usize, reps: usize, cache: &Path, defines: &Define
             crate::tokenizer::VOCAB_ROWS
         );
     }
-    let max_ctx = ((steps + 256) as u32).div_ceil(256) * 256;
+    // (every part starts from position 0: the longest is the check's 4 steps, the timings' reps + 3, or
+    // the tool call's prompt and 60 tokens)
+    let max_ctx = ((4 * steps).max(reps + 3).max(256) as u32 + 256).div_ceil(256) * 256;
     let up = Upload::new(&ck)?;
     let (pm, pp) = (program(&ck, 1, true, max_ctx)?, program(&ck, 1, false, max_ctx)?);
     let mut dm = GpuExec::new(Gpu::open()?, &pm, &up, cache, defines)?;
@@ -231,6 +235,70 @@ pub fn run(dir: &Path, steps: usize, reps: usize, cache: &Path, defines: &Define
     }
     drop(dp); // (two 27B arenas at most on an 80 GB card)
 
+    // 1b. the M = 4 program: each row its own mask (sizes cycled, one row unmasked), every row's logits
+    // and token against the one-row program's (the masked program, masks off) over the same tokens
+    let p4 = program(&ck, 4, true, max_ctx)?;
+    let mut d4 = GpuExec::new(Gpu::open()?, &p4, &up, cache, defines)?;
+    let mut rows_by_path: Vec<Vec<u32>> = Vec::new();
+    for (path, mega) in [("graph", false), ("megakernel", true)] {
+        dm.reset()?;
+        d4.reset()?;
+        dm.set_head_masks(&[])?;
+        let mut rng = Rng::new(0x726f_7773);
+        let mut bits = Vec::new();
+        for i in 0..steps {
+            let toks: Vec<u32> = (0..4).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
+            let mut one = Vec::new();
+            for &t in &toks {
+                let next = step(&mut dm, mega, t)?;
+                one.push((next, dm.logits()?));
+            }
+            let masks: Vec<Option<Mask>> = (0..4)
+                .map(|r| {
+                    let n = counts[(4 * i + r) % counts.len()];
+                    (n > 0).then(|| random_mask(&mut rng, vocab, n, one[r].0)).transpose()
+                })
+                .collect::<Result<_>>()?;
+            d4.set_head_masks(&masks.iter().map(|m| m.as_ref().map(|m| m.words().to_vec())).collect::<Vec<_>>())?;
+            let got = d4.step_rows(&toks, mega)?;
+            let l4 = d4.logits()?;
+            for r in 0..4 {
+                let (plain, lp) = (&one[r].0, &one[r].1);
+                let want = match &masks[r] {
+                    Some(m) => scatter_argmax(lp, m)?,
+                    None => *plain,
+                };
+                if got[r] != want {
+                    bad.push(format!("M = 4, {path}, step {i} row {r}: token {}, the scatter method's {want}", got[r]));
+                }
+                let allows = |id: usize| masks[r].as_ref().is_none_or(|m| m.allows(id as u32));
+                let row = &l4[r * vocab..(r + 1) * vocab];
+                if let Some(id) = (0..vocab)
+                    .find(|&id| row[id].to_bits() != if allows(id) { lp[id] } else { f32::NEG_INFINITY }.to_bits())
+                {
+                    bad.push(format!(
+                        "M = 4, {path}, step {i} row {r}: logits differ first at id {id} (allowed: {})",
+                        allows(id)
+                    ));
+                }
+            }
+            bits.extend(l4.iter().map(|v| v.to_bits()));
+        }
+        rows_by_path.push(bits);
+    }
+    if rows_by_path[0] != rows_by_path[1] {
+        bad.push("M = 4: the megakernel's masked logits differ from the graph's".into());
+    }
+    println!(
+        "check, M = 4: {steps} steps a path, each row its own mask, {}",
+        if bad.is_empty() {
+            "every row's token the scatter method's over the one-row logits, every logit their bits or -inf, graph = megakernel"
+        } else {
+            "FAILED"
+        }
+    );
+    verdict(&bad)?;
+
     // 2. a constrained tool call on both paths, one-row and M = 4 with forced spans
     let tools = parse_tools(TOOLS)?;
     let fmt = Format { choice: Choice::Required, thinking: false, parallel: false };
@@ -245,8 +313,6 @@ pub fn run(dir: &Path, steps: usize, reps: usize, cache: &Path, defines: &Define
     } else {
         None
     };
-    let p4 = program(&ck, 4, true, max_ctx)?;
-    let mut d4 = GpuExec::new(Gpu::open()?, &p4, &up, cache, defines)?;
     let mut first: Option<Vec<u32>> = None;
     for (path, mega) in [("graph", false), ("megakernel", true)] {
         for (m, spans) in [(1, false), (4, true)] {

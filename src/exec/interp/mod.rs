@@ -145,7 +145,7 @@ impl<'a> Interp<'a> {
     /// (empty): written into the program's `head_mask` buffer (`Program::head_mask` says what a mask
     /// is and refuses a bad one; a program compiled without a head mask refuses them all). A masked
     /// row's LmHead units score only the allowed ids, write -inf for the others and propose the best
-    /// allowed one. They hold until set again (`reset` zeroes them: no mask).
+    /// allowed one. They hold until set again.
     pub fn set_head_masks(&mut self, masks: Vec<Option<Vec<u32>>>) -> Result<()> {
         let (at, v) = self.prog.head_mask(&masks)?;
         let cols = self.prog.buffers[at].cols as usize;
