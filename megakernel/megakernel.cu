@@ -33,7 +33,7 @@ __device__ __noinline__ void dispatch(const DevCtx& c, const Word& w, unsigned u
     case OP_ATTN_SCORES: op_attn_scores(c, w, u, smem, fresh); break;
     case OP_ATTN_PV: op_attn_pv(c, w, u, smem, fresh); break;
     case OP_ATTN_REDUCE_GATE: op_attn_reduce_gate(c, w, u, smem, fresh); break;
-    case OP_LM_HEAD: op_lm_head<true>(c, w, u, smem, fresh); break;  // (<true>: the head mask's split)
+    case OP_LM_HEAD: op_lm_head(c, w, u, smem, fresh); break;
     case OP_ARGMAX: op_argmax(c, w, u, smem, fresh); break;
     case OP_END_STEP: op_end_step(c, w, u, smem, fresh); break;
     case OP_GDN_STEP: op_gdn_step(c, w, u, smem, fresh); break;

@@ -86,18 +86,9 @@ __device__ __forceinline__ void head_candidate_masked(const unsigned short* logi
   cand[1] = first < r1 ? (float)id : __int_as_float(0x7f7fffff);
 }
 #endif
-// Row m's mask in lm_head_rows<MR, MASKED>: none unless MASKED (the unmasked instantiation folds every
-// mask test away and compiles to the plain program's code).
-template <bool MASKED>
-__device__ __forceinline__ const unsigned* head_mask_of(const DevCtx& c, const Word& w, unsigned m) {
-#ifdef MK_HEAD_MASK
-  if constexpr (MASKED) return head_mask_row(c, w, m);
-#endif
-  return nullptr;
-}
 
 static_assert(WARPS == 8, "lm_head: 4 row tiles x 2 k-halves");
-template <int MR, bool MASKED = false>
+template <int MR>
 __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const unsigned short* xs, unsigned stride, float* xch) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
 #ifdef MK_MTP  // (drafter programs only: the target's lm_head compiles as before)
@@ -123,7 +114,7 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
   bool live = false;
 #pragma unroll
   for (int m = 0; m < MR; ++m) {
-    mks[m] = head_mask_of<MASKED>(c, w, m);
+    mks[m] = head_mask_row(c, w, m);
     if (!mks[m]) live = true;
     else
       for (unsigned e = r0 >> 4; e < (r1 + 15) >> 4; ++e) live |= mks[m][e] != 0u;
@@ -186,7 +177,7 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
           unsigned short* out = B<unsigned short>(row_view(c, 2 * cq + j), w.ops[SLOT_OUT0]);
           const float va = (d[j] + e[j]) + x4[(2 * cq + j) * 16 + g], vb = (d[2 + j] + e[2 + j]) + x4[(2 * cq + j) * 16 + g + 8];
 #ifdef MK_HEAD_MASK
-          const unsigned* mk = head_mask_of<MASKED>(c, w, 2 * cq + j);  // (-inf: disallowed; not mks[]: a
+          const unsigned* mk = head_mask_row(c, w, 2 * cq + j);  // (-inf: disallowed; not mks[]: a
                                                                   // runtime index would put it in local memory)
           if (ina) out[ra] = head_allows(mk, ra) ? f2bf(va) : (unsigned short)0xff80u;  // ORDER: half 0 + half 1
           if (inb) out[rb] = head_allows(mk, rb) ? f2bf(vb) : (unsigned short)0xff80u;
@@ -202,7 +193,7 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
     const DevCtx r = row_view(c, m);
     const unsigned short* logits = B<unsigned short>(r, w.ops[SLOT_OUT0]);
 #ifdef MK_HEAD_MASK
-    if (const unsigned* mk = head_mask_of<MASKED>(c, w, m)) {
+    if (const unsigned* mk = head_mask_row(c, w, m)) {
       head_candidate_masked(logits, mk, r0, r1, B<float>(r, w.ops[SLOT_OUT1]) + 2 * u);
     } else
 #endif
@@ -222,58 +213,16 @@ __device__ void lm_head_rows(const DevCtx& c, const Word& w, unsigned u, const u
     for (unsigned mm = 0; mm < MR; ++mm) topk_count(c, B<unsigned short>(row_view(c, mm), w.ops[SLOT_OUT0]), r0, r1);
 }
 
-#ifdef MK_HEAD_MASK
-// In the megakernel (op_lm_head<true>, dispatch's call) a step with a masked row runs the masked
-// instantiation as a function of its own, so that dispatch's allocation moves less (ptxas, one row:
-// 240 / 576 spill bytes against 288 / 640 inlined and 192 / 448 without MK_HEAD_MASK) and unmasked
-// steps run the plain code; the discrete k_lm_head runs the masked instantiation always (a call there
-// doubles its spills at M = 8: 432 against 230 bytes).
-template <int MR>
-__device__ __noinline__ void lm_head_rows_masked(const DevCtx& c, const Word& w, unsigned u, const unsigned short* xs, unsigned stride, float* xch) {
-  lm_head_rows<MR, true>(c, w, u, xs, stride, xch);
-}
-// Whether some row of the MR from c's on has its mask's flag set.
-template <int MR>
-__device__ __forceinline__ bool head_masked(const DevCtx& c, const Word& w) {
-  bool any = false;
-  if (w.ops[SLOT_IN2] != OPERAND_NONE)
-#pragma unroll
-    for (int m = 0; m < MR; ++m) any |= B<unsigned>(row_view(c, m), w.ops[SLOT_IN2])[0] != 0u;
-  return any;
-}
-#endif
-
 // op_lm_head: an M-row step's rows in one pass over the vocabulary when their inputs fit
-// (`mrow_gemv`), else (and at M = 1) one row. MEGA: the megakernel's call (the head mask's split above).
-template <bool MEGA = false>
+// (`mrow_gemv`), else (and at M = 1) one row.
 __device__ void op_lm_head(const DevCtx& c, const Word& w, unsigned u, char* smem, bool fresh) {
   unsigned K = c.cols[w.ops[SLOT_IN0]];
-#ifdef MK_HEAD_MASK
-  constexpr bool ALWAYS = !MEGA;
-#endif
   if constexpr (M_ROWS > 1) {
     if (mrow_gemv(c, w)) {
       prepared_rows(c, w, SLOT_W1, smem, fresh, M_ROWS);
-#ifdef MK_HEAD_MASK
-      if (ALWAYS)
-        lm_head_rows<M_ROWS, true>(c, w, u, (const unsigned short*)smem, xrow_bytes(K) / 2, mrow_red(smem, K, true));
-      else if (head_masked<M_ROWS>(c, w))
-        lm_head_rows_masked<M_ROWS>(c, w, u, (const unsigned short*)smem, xrow_bytes(K) / 2, mrow_red(smem, K, true));
-      else
-#endif
-        lm_head_rows<M_ROWS>(c, w, u, (const unsigned short*)smem, xrow_bytes(K) / 2, mrow_red(smem, K, true));
+      lm_head_rows<M_ROWS>(c, w, u, (const unsigned short*)smem, xrow_bytes(K) / 2, mrow_red(smem, K, true));
       return;
     }
   }
-#ifdef MK_HEAD_MASK
-  if (ALWAYS) {
-    lm_head_rows<1, true>(c, w, u, prepared_input(c, w, SLOT_W1, smem, fresh), 0, tile_red(smem, K));
-    return;
-  }
-  if (head_masked<1>(c, w)) {
-    lm_head_rows_masked<1>(c, w, u, prepared_input(c, w, SLOT_W1, smem, fresh), 0, tile_red(smem, K));
-    return;
-  }
-#endif
   lm_head_rows<1>(c, w, u, prepared_input(c, w, SLOT_W1, smem, fresh), 0, tile_red(smem, K));
 }
