@@ -44,6 +44,10 @@ def parse_args():
     p.add_argument("--device", default="cuda")
     p.add_argument("--seed", type=int, default=0, help="the random weights' seed")
     p.add_argument("--require-fla", action="store_true", help="refuse to run on the torch reference GDN")
+    p.add_argument("--passes", type=int, default=1,
+                   help="replay the chosen steps this many times; the last pass's clocks are the result and the "
+                        "earlier passes' are kept as `cold_passes` (the first prefill of every new length pays "
+                        "Triton's compile and autotune: a second pass measures the peer warmed up)")
     p.add_argument("--out", required=True)
     return p.parse_args()
 
@@ -221,14 +225,21 @@ def main():
     build_s = time.perf_counter() - t0
     print(f"model built in {build_s:.1f} s ({sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters, "
           f"attention {config._attn_implementation})", flush=True)
-    rows = []
+    if args.passes < 1:
+        sys.exit("peer_replay: --passes must be at least 1")
+    rows, cold = [], []
     with torch.inference_mode():
         # warm-up: the first chosen trajectory's first step (its prompt's length: Triton's kernels compiled
         # and autotuned for it) and a decode, before any clock counts
         warm = {"name": "warmup", "prompt": chosen[0]["prompt"], "steps": [{"emit": 2, "append": []}]}
         replay(model, args.device, warm, 1, False)
-        for t in chosen:
-            rows += replay(model, args.device, t, args.max_steps, args.stateless)
+        for p in range(args.passes):
+            if rows:
+                cold.append(rows)
+            rows = []
+            print(f"pass {p + 1} of {args.passes}", flush=True)
+            for t in chosen:
+                rows += replay(model, args.device, t, args.max_steps, args.stateless)
     per = {}
     for r in rows:
         p = per.setdefault(r["trajectory"], {"steps": 0, "emitted": 0, "prefill_tokens": 0, "ttft_s": 0.0, "decode_s": 0.0})
@@ -246,7 +257,8 @@ def main():
         "attention": config._attn_implementation, "model_build_s": build_s,
         "command": " ".join(sys.argv), "complete": complete,
         "measured_s": sum(p["ttft_s"] + p["decode_s"] for p in per.values()),
-        "trajectories": per, "steps": rows,
+        "trajectories": per, "steps": rows, "passes": args.passes,
+        "cold_passes": [{"measured_s": sum((r["ttft_ms"] + r["decode_ms"]) / 1e3 for r in c), "steps": c} for c in cold],
         "whole_workload": None if complete or not rows else extrapolate(rows, trajs, args.stateless),
     }
     json.dump(out, open(args.out, "w"), indent=1)
