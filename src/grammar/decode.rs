@@ -65,6 +65,9 @@ pub struct Out {
     pub single_steps: usize,
     /// the matcher's time (masks, advancing, forced tokens), ns
     pub matcher_ns: u64,
+    /// wall time of the prompt's pass (to its token) and of the whole loop, ns
+    pub prompt_ns: u64,
+    pub total_ns: u64,
 }
 
 /// The choice and bookkeeping shared by both loops: advances the matcher over the chosen token and the
@@ -130,6 +133,7 @@ pub fn generate(w: &Weights, prompt: &[u32], m: &mut ToolMatcher, o: &Opts) -> R
     let mut out = Out::default();
     let mut rows = prompt.to_vec();
     let mut first = true;
+    let start = Instant::now();
     while !rows.is_empty() {
         // a pass: every row's body, the last row scored
         let mut xn = Vec::new();
@@ -139,6 +143,7 @@ pub fn generate(w: &Weights, prompt: &[u32], m: &mut ToolMatcher, o: &Opts) -> R
         if !first {
             out.passes += 1;
         }
+        let prompt_pass = first;
         first = false;
         let mask = mask_of(m, o, &mut out, vocab)?;
         let t = if o.choose != Choose::Ignore && mask.count() <= o.masked_head_max {
@@ -152,8 +157,12 @@ pub fn generate(w: &Weights, prompt: &[u32], m: &mut ToolMatcher, o: &Opts) -> R
                 Choose::Ignore => argmax(&logits) as u32,
             }
         };
+        if prompt_pass {
+            out.prompt_ns = start.elapsed().as_nanos() as u64;
+        }
         rows = advance(m, o, &mut out, t)?;
     }
+    out.total_ns = start.elapsed().as_nanos() as u64;
     Ok(out)
 }
 
@@ -239,10 +248,12 @@ pub fn generate_steps<E: MaskedSteps + ?Sized>(
     let mut first = true;
     // rows nobody reads: the head scores one id
     let idle = Mask::from_ids(&[0], vocab)?;
+    let start = Instant::now();
     while !rows.is_empty() {
         if !first {
             out.passes += 1;
         }
+        let prompt_pass = first;
         first = false;
         let mask = mask_of(m, o, &mut out, vocab)?;
         let mut t = 0;
@@ -266,7 +277,11 @@ pub fn generate_steps<E: MaskedSteps + ?Sized>(
             }
         }
         it.set_head_masks(Vec::new())?;
+        if prompt_pass {
+            out.prompt_ns = start.elapsed().as_nanos() as u64;
+        }
         rows = advance(m, o, &mut out, t)?;
     }
+    out.total_ns = start.elapsed().as_nanos() as u64;
     Ok(out)
 }

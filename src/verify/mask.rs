@@ -325,9 +325,10 @@ pub fn run(dir: &Path, steps: usize, reps: usize, cache: &Path, defines: &Define
             let v = checker.check_turn(&text, false);
             let valid = v.ok() && !v.calls.is_empty();
             println!(
-                "tool call, {path}, M = {m}{}: {} tokens ({} passes, {} forced; the matcher {:.1} us a token on the CPU), ended {}, valid {valid}; the interpreter's tokens: {}",
+                "tool call, {path}, M = {m}{}: {} tokens in {:.1} ms after the prompt's pass ({} passes, {} forced; the matcher {:.1} us a token on the CPU), ended {}, valid {valid}; the interpreter's tokens: {}",
                 if spans { " (forced spans as rows)" } else { "" },
                 out.tokens.len(),
+                (out.total_ns - out.prompt_ns) as f64 / 1e6,
                 out.passes,
                 out.forced,
                 out.matcher_ns as f64 / 1e3 / out.tokens.len().max(1) as f64,
