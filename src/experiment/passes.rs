@@ -209,7 +209,7 @@ pub(super) fn spec_pass(c: &RunCtx, seq: &[u32], rec: &mut Record, res: &mut Res
                     crate::exec::spec::Forced::new(truth, agree as usize, prompt.len(), ck.config.vocab as u32);
                 let t = std::time::Instant::now();
                 let (toks, stats) = crate::exec::spec::speculate_mtp(
-                    &mut crate::exec::gpu::spec::GpuTarget { exec: &mut d, mega },
+                    &mut crate::exec::gpu::spec::GpuTarget { exec: &mut d, mega, overlap: false },
                     &mut forced,
                     &prompt,
                     steps,

@@ -180,6 +180,14 @@ pub trait MaskedSteps {
     fn step_rows(&mut self, tokens: &[u32]) -> Result<Vec<u32>>;
     /// Keeps the first `n` rows of the last M-row step (the rest rolled back).
     fn commit_rows(&mut self, n: usize) -> Result<()>;
+    /// A one-row step whose head's masks `masks` computes (the matcher's mask for this step's choice):
+    /// by default computed, set, then stepped; an executor may run them while its step's body runs
+    /// (the graph path: `GpuExec::step_overlapped`). The same token either way.
+    fn step_masked(&mut self, token: u32, masks: &mut dyn FnMut() -> Result<Vec<Option<Vec<u32>>>>) -> Result<u32> {
+        let m = masks()?;
+        self.set_head_masks(m)?;
+        self.step(token)
+    }
 }
 
 impl MaskedSteps for Interp<'_> {
@@ -226,6 +234,14 @@ impl MaskedSteps for crate::exec::gpu::spec::GpuTarget<'_> {
     fn commit_rows(&mut self, n: usize) -> Result<()> {
         self.exec.commit_rows(n)
     }
+    fn step_masked(&mut self, token: u32, masks: &mut dyn FnMut() -> Result<Vec<Option<Vec<u32>>>>) -> Result<u32> {
+        if self.mega || !self.overlap {
+            let m = masks()?;
+            self.exec.set_head_masks(&m)?;
+            return self.step(token);
+        }
+        self.exec.step_overlapped(token, masks)
+    }
 }
 
 /// `generate` on a program's executor (`MaskedSteps`: the interpreter or a GPU path) running a
@@ -255,6 +271,16 @@ pub fn generate_steps<E: MaskedSteps + ?Sized>(
         }
         let prompt_pass = first;
         first = false;
+        if mrows == 1 && rows.len() == 1 {
+            // a one-row pass: the mask computed by the executor's step (overlapped where it can)
+            let t =
+                it.step_masked(rows[0], &mut || Ok(vec![Some(mask_of(m, o, &mut out, vocab)?.words().to_vec())]))?;
+            if prompt_pass {
+                out.prompt_ns = start.elapsed().as_nanos() as u64;
+            }
+            rows = advance(m, o, &mut out, t)?;
+            continue;
+        }
         let mask = mask_of(m, o, &mut out, vocab)?;
         let mut t = 0;
         for (c, chunk) in rows.chunks(mrows).enumerate() {
@@ -276,12 +302,13 @@ pub fn generate_steps<E: MaskedSteps + ?Sized>(
                 t = next[n - 1];
             }
         }
-        it.set_head_masks(Vec::new())?;
         if prompt_pass {
             out.prompt_ns = start.elapsed().as_nanos() as u64;
         }
         rows = advance(m, o, &mut out, t)?;
     }
     out.total_ns = start.elapsed().as_nanos() as u64;
+    // (the executor left unmasked: its next steps are plain ones)
+    it.set_head_masks(Vec::new())?;
     Ok(out)
 }

@@ -16,7 +16,8 @@
 //! 2. A constrained tool call (the grammar of a tool with bounded arguments, `grammar::decode::
 //!    generate_steps`) on the one-row program and on the M = 4 program with forced spans as rows: the
 //!    same tokens on every path and program, a turn that ends parses and validates (`grammar::Checker`).
-//!    Whether they are the interpreter's tokens is printed (the GPU's sums round differently from the
+//!    On the graph the one-row run twice: the mask computed before each step and while its body runs
+//!    (`GpuExec::step_overlapped`), the same tokens. Whether they are the interpreter's tokens is printed (the GPU's sums round differently from the
 //!    CPU's, so a near tie may go the other way: information, not a check).
 //! 3. Timings (`reps` > 0): ms per synchronised step of the masked program at each allowed count
 //!    (random ids, the mask set before every step as a constrained decode sets it: its 62 KB upload
@@ -315,18 +316,29 @@ pub fn run(dir: &Path, steps: usize, reps: usize, cache: &Path, defines: &Define
     };
     let mut first: Option<Vec<u32>> = None;
     for (path, mega) in [("graph", false), ("megakernel", true)] {
-        for (m, spans) in [(1, false), (4, true)] {
+        // (the graph's one-row steps twice: the mask computed before the step, and while its body runs)
+        let runs: &[(u32, bool, bool)] = if mega {
+            &[(1, false, false), (4, true, false)]
+        } else {
+            &[(1, false, false), (1, false, true), (4, true, false)]
+        };
+        for &(m, spans, overlap) in runs {
             let d = if m == 1 { &mut dm } else { &mut d4 };
             d.reset()?;
             let o = Opts { forced_spans: spans, ..base };
-            let out =
-                generate_steps(&mut GpuTarget { exec: d, mega }, &prompt, &mut ToolMatcher::new(&tools, fmt)?, &o)?;
+            let out = generate_steps(
+                &mut GpuTarget { exec: d, mega, overlap },
+                &prompt,
+                &mut ToolMatcher::new(&tools, fmt)?,
+                &o,
+            )?;
             let text = tok.decode(&out.tokens)?;
             let v = checker.check_turn(&text, false);
             let valid = v.ok() && !v.calls.is_empty();
             println!(
-                "tool call, {path}, M = {m}{}: {} tokens in {:.1} ms after the prompt's pass ({} passes, {} forced; the matcher {:.1} us a token on the CPU), ended {}, valid {valid}; the interpreter's tokens: {}",
+                "tool call, {path}, M = {m}{}{}: {} tokens in {:.1} ms after the prompt's pass ({} passes, {} forced; the matcher {:.1} us a token on the CPU), ended {}, valid {valid}; the interpreter's tokens: {}",
                 if spans { " (forced spans as rows)" } else { "" },
+                if overlap { " (the mask computed while the body runs)" } else { "" },
                 out.tokens.len(),
                 (out.total_ns - out.prompt_ns) as f64 / 1e6,
                 out.passes,
@@ -344,9 +356,9 @@ pub fn run(dir: &Path, steps: usize, reps: usize, cache: &Path, defines: &Define
             }
             match &first {
                 None => first = Some(out.tokens),
-                Some(f) if *f != out.tokens => {
-                    bad.push(format!("{path}, M = {m}: the tool call's tokens differ from the graph's M = 1"))
-                }
+                Some(f) if *f != out.tokens => bad.push(format!(
+                    "{path}, M = {m}, overlap {overlap}: the tool call's tokens differ from the graph's M = 1"
+                )),
                 _ => {}
             }
         }

@@ -91,7 +91,7 @@ pub fn run(dir: &Path, ks: &[u32], tokens: usize, cache: &Path, defines: &Define
                 });
                 let t0 = std::time::Instant::now();
                 let (out, stats) = crate::exec::spec::speculate_switched(
-                    &mut GpuTarget { exec: &mut dt, mega },
+                    &mut GpuTarget { exec: &mut dt, mega, overlap: false },
                     &mut dd,
                     &prompt,
                     tokens,

@@ -52,6 +52,9 @@ pub struct GpuExec {
     mega: CudaFunction,
     mega_smem: u32,
     graph: Option<CudaGraph>,
+    /// A program with a head mask: the step as two graphs, the body (every word before the lm_head)
+    /// and the head (the lm_head on), for `step_overlapped`; captured on first use.
+    split: Option<(CudaGraph, CudaGraph)>,
     ctrl: usize,
     logits: usize,
     pub module_hash: String,
@@ -185,6 +188,7 @@ impl GpuExec {
             mega: load("megakernel", mega_smem)?,
             mega_smem,
             graph: None,
+            split: None,
             ctrl: find("ctrl")?,
             logits: find("logits")?,
             module_hash,
@@ -342,11 +346,18 @@ impl GpuExec {
     /// Captures the step as one CUDA graph: the launch groups in order, the sampler between the
     /// argmax and EndStep (it may replace the token).
     fn capture(&mut self) -> Result<()> {
+        let groups = self.launch_groups();
+        self.graph = Some(self.capture_groups(&groups)?);
+        Ok(())
+    }
+
+    /// `groups` (launch groups, in order) as one CUDA graph.
+    fn capture_groups(&mut self, groups: &[(usize, usize)]) -> Result<CudaGraph> {
         let stream = self.gpu.stream.clone();
         use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
         cu(stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "begin capture")?;
         let mut err = None;
-        for (first, n) in self.launch_groups() {
+        for &(first, n) in groups {
             let r = if self.prog.words[first].opcode == Opcode::EndStep {
                 self.launch_sample().and_then(|_| self.launch_words(first, n))
             } else {
@@ -361,8 +372,53 @@ impl GpuExec {
         if let Some(e) = err {
             return Err(e);
         }
-        self.graph = Some(g.ok_or_else(|| Error::new("graph capture produced no graph"))?);
-        Ok(())
+        g.ok_or_else(|| Error::new("graph capture produced no graph"))
+    }
+
+    /// One constrained decode step on the graph path (issue 30) with the head's mask computed while the
+    /// GPU runs the step: the body's graph is launched, then `masks` runs on the host (the matcher's mask,
+    /// overlapped with the body), its masks are copied in stream order (`set_head_masks`' copy returns
+    /// once the host bytes are staged), then the head's graph. The same bits as `set_head_masks` then
+    /// `step`. One-row programs with a head mask only.
+    pub fn step_overlapped(
+        &mut self,
+        token: u32,
+        masks: &mut dyn FnMut() -> Result<Vec<Option<Vec<u32>>>>,
+    ) -> Result<u32> {
+        self.check(token)?;
+        let lm =
+            self.prog.words.iter().position(|w| w.opcode == Opcode::LmHead && w.op(crate::isa::slot::IN2).is_some());
+        let Some(lm) = lm else {
+            crate::bail!("gpu: an overlapped step needs a program with a head mask (Target::head_mask)");
+        };
+        let r = self.step_overlapped_unchecked(token, lm, masks);
+        let t = self.advance(r, 1)?;
+        self.stopped = Some(t) == self.stop_token;
+        Ok(t)
+    }
+
+    fn step_overlapped_unchecked(
+        &mut self,
+        token: u32,
+        lm: usize,
+        masks: &mut dyn FnMut() -> Result<Vec<Option<Vec<u32>>>>,
+    ) -> Result<u32> {
+        if self.split.is_none() {
+            let (body, head): (Vec<_>, Vec<_>) = self.launch_groups().into_iter().partition(|g| g.0 < lm);
+            self.split = Some((self.capture_groups(&body)?, self.capture_groups(&head)?));
+        }
+        self.write_token(token)?;
+        if let Some((body, _)) = &self.split {
+            cu(body.launch(), "cuGraphLaunch (body)")?;
+        }
+        let m = masks()?;
+        self.set_head_masks(&m)?;
+        if let Some((_, head)) = &self.split {
+            cu(head.launch(), "cuGraphLaunch (head)")?;
+        }
+        let ctrl = self.read_u32(self.ctrl, 0, CTRL_LEN)?;
+        self.check_sampler()?;
+        Ok(ctrl[CTRL_TOKEN])
     }
 
     /// `n` steps from `token` with one graph replay kept in flight ahead of the host: the graph reads

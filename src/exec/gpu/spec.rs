@@ -17,6 +17,9 @@ pub struct GpuTarget<'a> {
     pub exec: &'a mut GpuExec,
     /// The megakernel (else the graph).
     pub mega: bool,
+    /// Constrained decoding on the graph: the head's mask computed while the step's body runs
+    /// (`GpuExec::step_overlapped`; `grammar::decode::MaskedSteps`). Ignored by the megakernel.
+    pub overlap: bool,
 }
 
 impl Verifier for GpuTarget<'_> {
