@@ -82,6 +82,8 @@ pub struct GpuExec {
     pinned: Vec<cudarc::driver::PinnedHostSlice<u8>>,
     /// One event per pinned slot, recorded after its copy (event tracking is off for graph capture).
     pinned_ev: Vec<cudarc::driver::CudaEvent>,
+    /// A program with a head mask: the mask's pinned host copy (`step_overlapped`), allocated at startup.
+    mask_pinned: Option<cudarc::driver::PinnedHostSlice<u8>>,
 }
 
 impl GpuExec {
@@ -173,6 +175,13 @@ impl GpuExec {
             .map(|_| cu(unsafe { gpu.ctx.alloc_pinned::<u8>(4) }, "cuMemHostAlloc"))
             .collect::<Result<Vec<_>>>()?;
         let pinned_ev = (0..2).map(|_| ev()).collect::<Result<Vec<_>>>()?;
+        // A program with a head mask: a pinned copy of its mask buffer, so that `step_overlapped`'s copy
+        // never waits for the body (a copy from pageable memory may).
+        let mask_pinned = match prog.buffer_id("head_mask") {
+            // SAFETY: bytes have no invalid bit patterns; written by the host before each copy.
+            Some(b) => Some(cu(unsafe { gpu.ctx.alloc_pinned::<u8>(layout.places[b].bytes) }, "cuMemHostAlloc")?),
+            None => None,
+        };
         Ok(GpuExec {
             prog: prog.clone(),
             cache: cache.to_path_buf(),
@@ -203,6 +212,7 @@ impl GpuExec {
             events,
             pinned,
             pinned_ev,
+            mask_pinned,
             gpu,
         })
     }
@@ -377,9 +387,9 @@ impl GpuExec {
 
     /// One constrained decode step on the graph path (issue 30) with the head's mask computed while the
     /// GPU runs the step: the body's graph is launched, then `masks` runs on the host (the matcher's mask,
-    /// overlapped with the body), its masks are copied in stream order (`set_head_masks`' copy returns
-    /// once the host bytes are staged), then the head's graph. The same bits as `set_head_masks` then
-    /// `step`. One-row programs with a head mask only.
+    /// overlapped with the body), its masks are copied in stream order from pinned memory (an async
+    /// copy: the host does not wait for the body), then the head's graph. The same bits as
+    /// `set_head_masks` then `step`. One-row programs with a head mask only.
     pub fn step_overlapped(
         &mut self,
         token: u32,
@@ -412,7 +422,23 @@ impl GpuExec {
             cu(body.launch(), "cuGraphLaunch (body)")?;
         }
         let m = masks()?;
-        self.set_head_masks(&m)?;
+        let (at, v) = self.prog.head_mask(&m)?;
+        let p = self.layout.places[at];
+        let Some(pin) = self.mask_pinned.as_mut() else {
+            crate::bail!("gpu: the program's head mask has no pinned copy");
+        };
+        // (no copy from it is in flight: the last step's token read synchronised the stream)
+        let host = cu(pin.as_mut_slice(), "the pinned mask")?;
+        if v.len() * 4 > p.bytes || v.len() * 4 > host.len() {
+            crate::bail!("gpu: {} mask elements for a buffer of {} bytes", v.len(), p.bytes);
+        }
+        for (d, x) in host.chunks_exact_mut(4).zip(&v) {
+            d.copy_from_slice(&(*x as u32).to_le_bytes());
+        }
+        let stream = self.gpu.stream.clone();
+        let mut dst = self.arena.slice_mut(p.off..p.off + v.len() * 4);
+        let src = cu(pin.as_slice(), "the pinned mask")?;
+        cu(stream.memcpy_htod(&src[..v.len() * 4], &mut dst), "cuMemcpyHtoDAsync (head mask)")?;
         if let Some((_, head)) = &self.split {
             cu(head.launch(), "cuGraphLaunch (head)")?;
         }
