@@ -75,6 +75,24 @@ fn random_mask(rng: &mut Rng, vocab: usize, n: usize, not: u32) -> Result<Mask> 
     Mask::from_ids(&ids.into_iter().collect::<Vec<_>>(), vocab)
 }
 
+/// One masked row against the plain row it must equal: its token the scatter method's over the plain
+/// logits (the plain token where unmasked), its logits the plain ones' bits where allowed and -inf
+/// elsewhere. The first difference, or None.
+fn check_row(got: u32, lm: &[f32], plain: u32, lp: &[f32], mask: Option<&Mask>) -> Result<Option<String>> {
+    let want = match mask {
+        Some(m) => scatter_argmax(lp, m)?,
+        None => plain,
+    };
+    if got != want {
+        return Ok(Some(format!("token {got}, the scatter method's {want}")));
+    }
+    let allowed = |id: usize| mask.is_none_or(|m| m.allows(id as u32));
+    let expect = |id: usize| if allowed(id) { lp[id] } else { f32::NEG_INFINITY };
+    Ok((0..lp.len()).find(|&id| lm[id].to_bits() != expect(id).to_bits()).map(|id| {
+        format!("logits differ first at id {id} (allowed: {}): {} against {}", allowed(id), lm[id], expect(id))
+    }))
+}
+
 fn program(ck: &Checkpoint, m: u32, mask: bool, max_ctx: u32) -> Result<crate::isa::Program> {
     let mut t = crate::compiler::h200(m);
     t.max_context = max_ctx;
@@ -128,25 +146,8 @@ pub fn run(dir: &Path, steps: usize, reps: usize, cache: &Path, defines: &Define
             dm.set_head_masks(&[mask.as_ref().map(|m| m.words().to_vec())])?;
             let got = step(&mut dm, mega, t)?;
             let lm = dm.logits()?;
-            let want = match &mask {
-                Some(m) => scatter_argmax(&lp, m)?,
-                None => plain,
-            };
-            if got != want {
-                bad.push(format!("{path}, step {i} ({n} allowed): token {got}, the scatter method's {want}"));
-            }
-            let allows = |id: usize| mask.as_ref().is_none_or(|m| m.allows(id as u32));
-            let off = (0..vocab).find(|&id| {
-                let expect = if allows(id) { lp[id] } else { f32::NEG_INFINITY };
-                lm[id].to_bits() != expect.to_bits()
-            });
-            if let Some(id) = off {
-                bad.push(format!(
-                    "{path}, step {i} ({n} allowed): logits differ first at id {id} (allowed: {}): {} against {}",
-                    allows(id),
-                    lm[id],
-                    if allows(id) { lp[id] } else { f32::NEG_INFINITY }
-                ));
+            if let Some(e) = check_row(got, &lm, plain, &lp, mask.as_ref())? {
+                bad.push(format!("{path}, step {i} ({n} allowed): {e}"));
             }
             toks.push(got);
             bits.extend(lm.iter().map(|v| v.to_bits()));
@@ -264,23 +265,9 @@ pub fn run(dir: &Path, steps: usize, reps: usize, cache: &Path, defines: &Define
             let got = d4.step_rows(&toks, mega)?;
             let l4 = d4.logits()?;
             for r in 0..4 {
-                let (plain, lp) = (&one[r].0, &one[r].1);
-                let want = match &masks[r] {
-                    Some(m) => scatter_argmax(lp, m)?,
-                    None => *plain,
-                };
-                if got[r] != want {
-                    bad.push(format!("M = 4, {path}, step {i} row {r}: token {}, the scatter method's {want}", got[r]));
-                }
-                let allows = |id: usize| masks[r].as_ref().is_none_or(|m| m.allows(id as u32));
                 let row = &l4[r * vocab..(r + 1) * vocab];
-                if let Some(id) = (0..vocab)
-                    .find(|&id| row[id].to_bits() != if allows(id) { lp[id] } else { f32::NEG_INFINITY }.to_bits())
-                {
-                    bad.push(format!(
-                        "M = 4, {path}, step {i} row {r}: logits differ first at id {id} (allowed: {})",
-                        allows(id)
-                    ));
+                if let Some(e) = check_row(got[r], row, one[r].0, &one[r].1, masks[r].as_ref())? {
+                    bad.push(format!("M = 4, {path}, step {i} row {r}: {e}"));
                 }
             }
             bits.extend(l4.iter().map(|v| v.to_bits()));
