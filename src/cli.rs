@@ -408,6 +408,41 @@ pub enum GpuCmd {
         #[arg(long = "define")]
         defines: Vec<String>,
     },
+    /// The fixed-count replay of the agent trajectories on both GPU paths (issue 29): one resident
+    /// session, appends as M-row passes, decoding as one-row steps; the megakernel's tokens must be the
+    /// graph's (and with --stateless a session re-run from empty every step must emit the resident one's;
+    /// with --control a hand-off that forgets the state must not); a table per trajectory and the totals.
+    Agent {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// The trajectories (`mk agent-trajectories --out`).
+        #[arg(long, default_value = "experiments/agent/trajectories.json")]
+        trajectories: PathBuf,
+        /// Only these trajectories (names, comma separated; all when absent).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// At most this many steps of each trajectory.
+        #[arg(long, default_value_t = usize::MAX)]
+        max_steps: usize,
+        /// Rows of an append pass (the M-row program's M).
+        #[arg(long, default_value_t = 8)]
+        m: u32,
+        /// Also the stateless replay on the graph (the whole history re-run every step).
+        #[arg(long)]
+        stateless: bool,
+        /// Also the negative control (the first trajectory with hand-offs that forget the state).
+        #[arg(long)]
+        control: bool,
+        /// Write each run's steps.csv and time chart into this folder.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
     /// M-row verification steps (M tokens at positions pos .. pos + M in one graph replay or one
     /// megakernel launch) against one-row steps, bit for bit: every row's logits and token and the
     /// final states, on both paths, with a negative control (two tokens swapped); then ms per step.

@@ -160,6 +160,20 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gpu { cmd: GpuCmd::Mask { dir, steps, reps, cache, defines } } => {
             mk::verify::mask::run(&dir, steps as usize, reps as usize, &cache, &Defines::parse(&defines)?)?
         }
+        Cmd::Gpu {
+            cmd: GpuCmd::Agent { dir, trajectories, only, max_steps, m, stateless, control, out, cache, defines },
+        } => mk::verify::agent::run(&mk::verify::agent::Args {
+            dir,
+            trajectories,
+            only,
+            max_steps,
+            m,
+            stateless,
+            control,
+            out,
+            cache,
+            defines: Defines::parse(&defines)?,
+        })?,
         Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, at, unit_rows, cache, defines } } => {
             mk::verify::rows::run(
                 &dir,
@@ -247,9 +261,8 @@ fn run(cli: Cli) -> Result<()> {
                 let (runs, pool, _) = replay::replay_pooled(&w, &rs, pages, max)?;
                 let mut all = Vec::new();
                 for (t, steps) in chosen.iter().zip(runs) {
-                    let run = replay::Run { steps, session: mk::model::prefill::Session::new(&w.cfg, 1) };
-                    print!("{}", replay::table(&t.name, residency, &run));
-                    all.push((t.name.clone(), run.steps));
+                    print!("{}", replay::table(&t.name, "resident, pooled", &steps));
+                    all.push((t.name.clone(), steps));
                 }
                 println!(
                     "pool: {} pages of {}, {} free at the end; {:?}",
@@ -258,17 +271,22 @@ fn run(cli: Cli) -> Result<()> {
                     pool.free_pages(),
                     pool.stats
                 );
-                return replay_out(out.as_deref(), &all, "pooled");
+                if let Some(out) = out {
+                    replay::write_out(&out, &all, "pooled, CPU reference")?;
+                }
+                return Ok(());
             }
             let mut all = Vec::new();
             for t in ts.iter().filter(|t| only.is_empty() || only.contains(&t.name)) {
                 let r = tr::replay(t)?;
                 let ctx = r.prompt.len() + r.steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
                 let run = replay::replay(&w, &r, residency, ctx.div_ceil(256) * 256)?;
-                print!("{}", replay::table(&t.name, residency, &run));
+                print!("{}", replay::table(&t.name, &format!("{residency:?}"), &run.steps));
                 all.push((t.name.clone(), run.steps));
             }
-            replay_out(out.as_deref(), &all, if stateless { "stateless" } else { "resident" })?;
+            if let Some(out) = out {
+                replay::write_out(&out, &all, &format!("{residency:?}, CPU reference").to_lowercase())?;
+            }
         }
         Cmd::Agent { dir, file, max_context } => {
             use mk::agent::{pool, step};
@@ -356,36 +374,6 @@ fn run(cli: Cli) -> Result<()> {
 
 /// `mk agent-replay --out`: the steps' CSV, then the chart of where each trajectory's time went,
 /// rendered from that file.
-fn replay_out(
-    out: Option<&std::path::Path>,
-    runs: &[(String, Vec<mk::agent::replay::StepRun>)],
-    how: &str,
-) -> Result<()> {
-    use mk::agent::replay;
-    let Some(out) = out else { return Ok(()) };
-    std::fs::create_dir_all(out).map_err(|e| mk::error::Error::new(format!("{}: {e}", out.display())))?;
-    let csv_path = out.join("steps.csv");
-    std::fs::write(&csv_path, replay::steps_csv(runs))
-        .map_err(|e| mk::error::Error::new(format!("{}: {e}", csv_path.display())))?;
-    let csv = std::fs::read_to_string(&csv_path)
-        .map_err(|e| mk::error::Error::new(format!("{}: {e}", csv_path.display())))?;
-    let rows: Vec<(String, Vec<f64>)> = replay::time_split(&csv)?.into_iter().map(|(n, t)| (n, t.to_vec())).collect();
-    let png = out.join("time.png");
-    use plotters::style::RGBColor;
-    mk::experiment::chart::stacked_bars(
-        &png,
-        &format!("where the replay's time went ({how}, CPU reference)"),
-        "ms (prefill / re-prefill split by token counts: derived)",
-        &rows,
-        &[
-            ("prefill", RGBColor(66, 133, 244)),
-            ("re-prefill", RGBColor(234, 67, 53)),
-            ("decode", RGBColor(52, 168, 83)),
-        ],
-    )?;
-    println!("wrote {} and {}", csv_path.display(), png.display());
-    Ok(())
-}
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {

@@ -141,14 +141,15 @@ pub fn replay_pooled(
     Ok((runs, pool, ids))
 }
 
-/// A table of one replay: per step the tokens prefilled, TTFT, decode ms a token, the step's total.
-pub fn table(name: &str, residency: Residency, run: &Run) -> String {
+/// A table of one replay (`how`: its residency, path): per step the tokens prefilled, TTFT, decode ms a
+/// token, the step's total.
+pub fn table(name: &str, how: &str, steps: &[StepRun]) -> String {
     let mut o = format!(
-        "{name} ({residency:?}):\n  {:>4} {:>8} {:>8} {:>10} {:>10} {:>10}\n",
+        "{name} ({how}):\n  {:>4} {:>8} {:>8} {:>10} {:>10} {:>10}\n",
         "step", "prefill", "emitted", "ttft ms", "ms/token", "total ms"
     );
     let (mut p, mut e, mut t) = (0, 0, 0.0);
-    for (i, s) in run.steps.iter().enumerate() {
+    for (i, s) in steps.iter().enumerate() {
         let per = s.decode_ms / s.emitted.len().max(1) as f64;
         o += &format!(
             "  {:>4} {:>8} {:>8} {:>10.1} {:>10.2} {:>10.1}\n",
@@ -212,6 +213,32 @@ pub fn time_split(csv: &str) -> Result<Vec<(String, [f64; 3])>> {
         t[2] += dec;
     }
     Ok(out)
+}
+
+/// Writes a replay's steps (`out`/steps.csv) and the chart of where each trajectory's time went
+/// (`out`/time.png: prefill, re-prefill, decode); `how` names the residency and the engine in the title.
+pub fn write_out(out: &std::path::Path, runs: &[(String, Vec<StepRun>)], how: &str) -> Result<()> {
+    let io = |p: &std::path::Path, e: std::io::Error| crate::error::Error::new(format!("{}: {e}", p.display()));
+    std::fs::create_dir_all(out).map_err(|e| io(out, e))?;
+    let csv_path = out.join("steps.csv");
+    let csv = steps_csv(runs);
+    std::fs::write(&csv_path, &csv).map_err(|e| io(&csv_path, e))?;
+    let rows: Vec<(String, Vec<f64>)> = time_split(&csv)?.into_iter().map(|(n, t)| (n, t.to_vec())).collect();
+    let png = out.join("time.png");
+    use plotters::style::RGBColor;
+    crate::experiment::chart::stacked_bars(
+        &png,
+        &format!("where the replay's time went ({how})"),
+        "ms (prefill / re-prefill split by token counts: derived)",
+        &rows,
+        &[
+            ("prefill", RGBColor(66, 133, 244)),
+            ("re-prefill", RGBColor(234, 67, 53)),
+            ("decode", RGBColor(52, 168, 83)),
+        ],
+    )?;
+    println!("wrote {} and {}", csv_path.display(), png.display());
+    Ok(())
 }
 
 #[cfg(test)]

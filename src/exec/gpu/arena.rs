@@ -319,6 +319,42 @@ impl GpuExec {
         self.copy_span(name, at, from)
     }
 
+    /// Takes the sequence's state from another program of the same model (speculation's switch-off, the
+    /// agent step's hand-offs between its M-row and one-row programs): device copies of every state
+    /// buffer this program holds (a KV cache's rows below the position only), then the position.
+    /// `src` must have nothing pending (an M-row program flushed: its kept rows committed); a deferred
+    /// commit's row buffers (`gdn_kept_*`) that `src` lacks are left as they are (nothing reads them
+    /// until a step has rows to commit). Returns the bytes copied.
+    pub fn take_state(&mut self, src: &GpuExec) -> Result<u64> {
+        if src.commit != 0 || src.rows_start.is_some() {
+            crate::bail!("gpu: taking a state with rows still to commit or roll back (flush the M-row program first)");
+        }
+        let (p, sp) = (self.prog.clone(), src.program());
+        let pos = src.pos;
+        let (mut bytes, mut taken) = (0, 0);
+        for b in p.buffers.iter().filter(|b| b.kind == BufKind::State) {
+            let Some(sb) = sp.buffer_id(&b.name).map(|i| &sp.buffers[i]) else {
+                if b.name.starts_with("gdn_kept_") {
+                    continue;
+                }
+                crate::bail!("gpu: taking a state: {} has no {}", sp.model, b.name);
+            };
+            if (sb.rows, sb.cols, sb.elem_bytes) != (b.rows, b.cols, b.elem_bytes) {
+                crate::bail!("gpu: taking a state: {} is shaped differently in the two programs", b.name);
+            }
+            let kv = b.name.starts_with("k_cache.") || b.name.starts_with("v_cache.");
+            let n = if kv { pos as u64 * b.cols } else { b.elems() };
+            self.copy_from(&b.name, 0, src, &b.name, 0, n as usize)?;
+            bytes += n * b.elem_bytes as u64;
+            taken += 1;
+        }
+        if taken == 0 {
+            crate::bail!("gpu: taking a state: program {} holds none", p.model);
+        }
+        self.seek(pos)?;
+        Ok(bytes)
+    }
+
     /// `copy_from` inside this executor's arena (the ranges must not overlap).
     pub fn copy_within(&mut self, name: &str, at: usize, src_name: &str, src_at: usize, elems: usize) -> Result<()> {
         let from = self.span(src_name, src_at, elems)?;

@@ -39,6 +39,17 @@ impl GpuExec {
         Ok(v)
     }
 
+    /// The position the next step writes, as the host holds it (`pos` reads the device's).
+    pub fn next_pos(&self) -> usize {
+        self.pos
+    }
+
+    /// The rows the next M-row step commits into the GDN states (0: nothing pending; `flush_rows`
+    /// applies them now).
+    pub fn pending_commit(&self) -> usize {
+        self.commit
+    }
+
     /// Keeps the first `n` rows (1 ..= M) of the last verification step: the position becomes its start
     /// + n, and the next step commits those n rows into the GDN states (the control block's commit
     /// count; attention needs nothing: the rows past n are written again before they are read).

@@ -57,25 +57,7 @@ impl<'t> Plain<GpuTarget<'t>> for GpuPlain<'_> {
         if p.target.m_rows != 1 {
             bail!("speculation: the plain decoder must be a one-row program (M = {})", p.target.m_rows);
         }
-        let pos = target.exec.pos;
-        let tp = target.exec.program();
-        let mut taken = 0;
-        for b in p.buffers.iter().filter(|b| b.kind == crate::isa::BufKind::State) {
-            let Some(tb) = tp.buffer_id(&b.name).map(|i| &tp.buffers[i]) else {
-                bail!("speculation: the target has no {}", b.name);
-            };
-            if (tb.rows, tb.cols, tb.elem_bytes) != (b.rows, b.cols, b.elem_bytes) {
-                bail!("speculation: {} is shaped differently in the target and the plain program", b.name);
-            }
-            let kv = b.name.starts_with("k_cache.") || b.name.starts_with("v_cache.");
-            let n = if kv { pos as u64 * b.cols } else { b.elems() };
-            self.exec.copy_from(&b.name, 0, target.exec, &b.name, 0, n as usize)?;
-            taken += 1;
-        }
-        if taken == 0 {
-            bail!("speculation: the plain program has no state to take");
-        }
-        self.exec.seek(pos)
+        self.exec.take_state(target.exec).map(|_| ())
     }
     fn step(&mut self, token: u32) -> Result<u32> {
         if self.mega {

@@ -1,0 +1,246 @@
+//! The agent step on the GPU paths (issue 29 item 3; the CPU reference's is `step::agent_step`) and the
+//! fixed-count replay on it (item 5). One session resident on the GPU at a time (the GPU's session pool,
+//! several sessions' KV in pages, is not built), held by two programs of the same model:
+//! - appends run as passes of an M-row verification program: M tokens a pass at positions pos .. pos +
+//!   M, the weights read once a pass; the last pass padded with token 0 and its padding rolled back
+//!   (`commit_rows`: the deferred GDN commit), then flushed (one more pass) before the state moves on.
+//!   This is the GPU's prefill until issue 28's prefill program runs there;
+//! - decoding runs one-row steps of the plain program (graph replays one in flight ahead, or the
+//!   megakernel's N steps in one launch);
+//! - the state moves between the two by device copies (`GpuExec::take_state`: the GDN states and the KV
+//!   rows below the position).
+//!
+//! An M-row step's rows are one-row steps bit for bit (`mk gpu rows`), so the tokens do not depend on how
+//! the history was cut into passes: a resident session and a stateless one (the whole history re-run
+//! every step) emit the same tokens, and so do the graph and the megakernel. `mk gpu agent` checks both,
+//! with a negative control (a hand-off that forgets the state).
+//!
+//! Owns: `GpuSession` (append, decode, the hand-offs and their clocks), `replay` on it. Refuses: programs
+//! that are not an M-row and a one-row program of one context, an empty append, a count of 0, a
+//! trajectory past the context.
+
+use std::time::Instant;
+
+use super::replay::{Residency, StepRun};
+use super::trajectory::Replay;
+use crate::bail;
+use crate::error::Result;
+use crate::exec::gpu::GpuExec;
+
+/// Appends shorter than this run as one-row steps (no hand-off, no flush): a pass of M = 8 rows costs
+/// about two one-row steps on the 27B (`mk gpu rows`: 2.0-2.1x, H100, session 29) and an append by passes
+/// pays one pass more (the flush), so below 4 tokens one-row steps are cheaper (derived from those
+/// measured costs).
+pub const ROWS_FROM: usize = 4;
+
+/// Where a session's time outside its steps' own work went: the state's hand-offs and the flushes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Moves {
+    pub handoffs: usize,
+    pub bytes: u64,
+    pub handoff_ms: f64,
+    pub flushes: usize,
+    pub flush_ms: f64,
+    /// M-row passes run for appends (the flushes not counted) and one-row steps run for short appends.
+    pub passes: usize,
+    pub short_steps: usize,
+}
+
+/// One session on one GPU path.
+pub struct GpuSession {
+    /// The M-row program (appends).
+    pub rows: GpuExec,
+    /// The one-row program (decoding, short appends).
+    pub one: GpuExec,
+    /// The megakernel (else the graph).
+    pub mega: bool,
+    /// The one-row program holds the state now (else the M-row program).
+    in_one: bool,
+    pub moves: Moves,
+    /// NEGATIVE CONTROL: the hand-off to the one-row program moves only the position, not the state
+    /// (it decodes from whatever state it held). Never for use.
+    #[doc(hidden)]
+    pub forget_state: bool,
+}
+
+impl GpuSession {
+    pub fn new(rows: GpuExec, one: GpuExec, mega: bool) -> Result<GpuSession> {
+        let (r, o) = (&rows.program().target, &one.program().target);
+        if r.m_rows < 2 || o.m_rows != 1 {
+            bail!(
+                "agent: a GPU session takes an M-row program (M = {}) and a one-row one (M = {})",
+                r.m_rows,
+                o.m_rows
+            );
+        }
+        if r.max_context != o.max_context {
+            bail!("agent: the two programs hold {} and {} positions", r.max_context, o.max_context);
+        }
+        let mut s = GpuSession { rows, one, mega, in_one: false, moves: Moves::default(), forget_state: false };
+        s.reset()?;
+        Ok(s)
+    }
+
+    /// An empty session (position 0, every state zero, no stop token).
+    pub fn reset(&mut self) -> Result<()> {
+        self.rows.reset()?;
+        self.one.reset()?;
+        self.one.set_stop(None)?;
+        self.in_one = false;
+        Ok(())
+    }
+
+    pub fn context(&self) -> usize {
+        self.one.program().target.max_context as usize
+    }
+
+    /// The position the next token is written at.
+    pub fn pos(&self) -> usize {
+        if self.in_one {
+            self.one.next_pos()
+        } else {
+            self.rows.next_pos()
+        }
+    }
+
+    fn m(&self) -> usize {
+        self.rows.program().target.m_rows as usize
+    }
+
+    /// The state into the one-row program: the M-row program's pending rows flushed, then copied.
+    fn to_one(&mut self) -> Result<()> {
+        if self.in_one {
+            return Ok(());
+        }
+        if self.rows.pending_commit() > 0 {
+            let t = Instant::now();
+            self.rows.flush_rows(self.mega)?;
+            self.moves.flushes += 1;
+            self.moves.flush_ms += t.elapsed().as_secs_f64() * 1e3;
+        }
+        let t = Instant::now();
+        if self.forget_state {
+            self.one.seek(self.rows.next_pos())?;
+        } else {
+            self.moves.bytes += self.one.take_state(&self.rows)?;
+        }
+        self.one.sync()?;
+        self.moves.handoffs += 1;
+        self.moves.handoff_ms += t.elapsed().as_secs_f64() * 1e3;
+        self.in_one = true;
+        Ok(())
+    }
+
+    /// The state into the M-row program (nothing pending on the one-row side).
+    fn to_rows(&mut self) -> Result<()> {
+        if !self.in_one {
+            return Ok(());
+        }
+        let t = Instant::now();
+        self.moves.bytes += self.rows.take_state(&self.one)?;
+        self.rows.sync()?;
+        self.moves.handoffs += 1;
+        self.moves.handoff_ms += t.elapsed().as_secs_f64() * 1e3;
+        self.in_one = false;
+        Ok(())
+    }
+
+    fn step_one(&mut self, t: u32) -> Result<u32> {
+        if self.mega {
+            self.one.step_mega(t)
+        } else {
+            self.one.step(t, false, |_, _| Ok(()))
+        }
+    }
+
+    /// Appends `tokens` to the session; returns the greedy token after the last of them.
+    pub fn append(&mut self, tokens: &[u32]) -> Result<u32> {
+        let Some(&last) = tokens.last() else {
+            bail!("agent: nothing to append (a step starts with the tokens it adds)");
+        };
+        // (the padding of the last pass and the flush take up to M positions past the tokens)
+        let m = self.m();
+        if self.pos() + tokens.len() + m > self.context() {
+            bail!(
+                "context overflow: appending {} tokens at position {} (the session holds {}, less {m} for a pass's padding)",
+                tokens.len(),
+                self.pos(),
+                self.context()
+            );
+        }
+        if tokens.len() < ROWS_FROM {
+            self.to_one()?;
+            for &t in &tokens[..tokens.len() - 1] {
+                self.step_one(t)?;
+            }
+            self.moves.short_steps += tokens.len();
+            return self.step_one(last);
+        }
+        self.to_rows()?;
+        let mut next = 0;
+        for pass in tokens.chunks(m) {
+            let mut row = pass.to_vec();
+            row.resize(m, 0);
+            let out = self.rows.step_rows(&row, self.mega)?;
+            if pass.len() < m {
+                self.rows.commit_rows(pass.len())?;
+            }
+            next = out[pass.len() - 1];
+            self.moves.passes += 1;
+        }
+        Ok(next)
+    }
+
+    /// Emits `n` greedy tokens, the first being `first` (the token the append or the last step chose):
+    /// every emitted token goes into the session, so the next append follows the last of them (n
+    /// one-row steps; the token the last one chooses is dropped).
+    pub fn decode(&mut self, first: u32, n: usize) -> Result<Vec<u32>> {
+        if n == 0 {
+            bail!("agent: a step emits at least one token");
+        }
+        self.to_one()?;
+        let next = if self.mega { self.one.step_mega_n(first, n)? } else { self.one.generate(first, n)? };
+        if next.len() != n {
+            bail!("agent: {} of {n} decode steps ran (a stop token is set?)", next.len());
+        }
+        let mut out = Vec::with_capacity(n);
+        out.push(first);
+        out.extend_from_slice(&next[..n - 1]);
+        Ok(out)
+    }
+}
+
+/// Replays `r` on `s` (reset first): each step appends its tokens (resident: the new ones; stateless:
+/// the session emptied and the whole history appended), then emits exactly the recorded count. Clocks
+/// as the CPU's `replay::replay` takes them (wall time of this process: prefill is submit to first token).
+pub fn replay(s: &mut GpuSession, r: &Replay, residency: Residency, max_steps: usize) -> Result<Vec<StepRun>> {
+    if residency == Residency::ResidentUnanchored {
+        bail!("agent: the unanchored control is the CPU reference's (GPU appends are anchored by construction)");
+    }
+    let steps = &r.steps[..r.steps.len().min(max_steps)];
+    let total = r.prompt.len() + steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
+    if total + s.m() > s.context() {
+        bail!("agent: the trajectory reaches {total} tokens, the GPU session holds {} (less a pass)", s.context());
+    }
+    s.reset()?;
+    let (mut history, mut pending, mut out) = (Vec::new(), r.prompt.clone(), Vec::new());
+    for (emit, append) in steps {
+        let t0 = Instant::now();
+        let new_tokens = pending.len();
+        history.extend_from_slice(&pending);
+        let (first, prefill_tokens) = if residency == Residency::Stateless {
+            s.reset()?;
+            (s.append(&history)?, history.len())
+        } else {
+            (s.append(&pending)?, new_tokens)
+        };
+        let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let t1 = Instant::now();
+        let emitted = s.decode(first, *emit)?;
+        let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+        history.extend_from_slice(&emitted);
+        pending = append.clone();
+        out.push(StepRun { emitted, prefill_tokens, new_tokens, ttft_ms, decode_ms });
+    }
+    Ok(out)
+}

@@ -1,0 +1,222 @@
+//! `mk gpu agent`: the fixed-count replay of the agent trajectories on both GPU paths (issue 29 items 3-5
+//! on the GPU; `agent::gpu`: one resident session, appends as M-row passes, decoding as one-row steps).
+//! Checks, bit for bit on the tokens: the megakernel emits the graph's tokens at every step; with
+//! `--stateless`, a session re-run from empty every step (the whole history appended) emits the resident
+//! session's; with `--control`, a hand-off that forgets the state (`GpuSession::forget_state`) must emit
+//! different tokens (the negative control: the comparison can fail). Times: per step the tokens
+//! prefilled, time to first token, decode ms a token (measured, wall time of this process), the totals
+//! and the hand-offs' cost; with `--out`, each run's steps.csv and time chart.
+//!
+//! Owns: the check, its table and its records. Refuses: an unknown trajectory, M outside 2..=8.
+
+use std::path::PathBuf;
+
+use crate::agent::gpu::{replay, GpuSession, Moves};
+use crate::agent::replay::{table, write_out, Residency, StepRun};
+use crate::agent::trajectory as tr;
+use crate::bail;
+use crate::error::{Error, Result};
+use crate::exec::gpu::{Defines, Gpu, GpuExec};
+use crate::model::checkpoint::Checkpoint;
+use crate::model::upload::Upload;
+
+/// What `mk gpu agent` runs.
+pub struct Args {
+    pub dir: PathBuf,
+    pub trajectories: PathBuf,
+    pub only: Vec<String>,
+    pub max_steps: usize,
+    pub m: u32,
+    pub stateless: bool,
+    pub control: bool,
+    pub out: Option<PathBuf>,
+    pub cache: PathBuf,
+    pub defines: Defines,
+}
+
+type Runs = Vec<(String, Vec<StepRun>)>;
+
+pub fn run(a: &Args) -> Result<()> {
+    if !(2..=8).contains(&a.m) {
+        bail!("gpu agent: --m {} (an M-row program has 2-8 rows)", a.m);
+    }
+    let text = std::fs::read_to_string(&a.trajectories)
+        .map_err(|e| Error::new(format!("{}: {e}", a.trajectories.display())))?;
+    let ts = tr::from_json(&text)?;
+    if let Some(bad) = a.only.iter().find(|n| !ts.iter().any(|t| &t.name == *n)) {
+        bail!("gpu agent: no trajectory {bad} in {}", a.trajectories.display());
+    }
+    let chosen: Vec<_> = ts.iter().filter(|t| a.only.is_empty() || a.only.contains(&t.name)).collect();
+    let rs = chosen.iter().map(|t| tr::replay(t)).collect::<Result<Vec<_>>>()?;
+    let reach =
+        |r: &tr::Replay| r.prompt.len() + r.steps.iter().take(a.max_steps).map(|(e, ap)| e + ap.len()).sum::<usize>();
+    // a stateless step appends the whole history: the same reach; every pass may pad M rows, a flush M
+    let ctx = (rs.iter().map(reach).max().unwrap_or(1) + 2 * a.m as usize).div_ceil(256) * 256;
+    let ck = Checkpoint::open(&a.dir)?;
+    let up = Upload::new(&ck)?;
+    let target = |m: u32| {
+        let mut t = crate::compiler::h200(m);
+        t.max_context = ctx as u32;
+        t
+    };
+    let p1 = crate::compiler::compile(&ck.config, "checkpoint", &target(1))?;
+    let pm = crate::compiler::compile(&ck.config, "checkpoint", &target(a.m))?;
+    let t0 = std::time::Instant::now();
+    let mut s = GpuSession::new(
+        GpuExec::new(Gpu::open()?, &pm, &up, &a.cache, &a.defines)?,
+        GpuExec::new(Gpu::open()?, &p1, &up, &a.cache, &a.defines)?,
+        false,
+    )?;
+    let (free, total) = s.one.mem_info()?;
+    println!(
+        "gpu agent: {} trajectories (at most {} steps each), context {ctx}, M = {}; both programs loaded in {:.1} s, {:.1} of {:.1} GiB free",
+        rs.len(),
+        a.max_steps,
+        a.m,
+        t0.elapsed().as_secs_f64(),
+        free as f64 / (1u64 << 30) as f64,
+        total as f64 / (1u64 << 30) as f64
+    );
+    let mut bad = 0;
+    let mut summary = Vec::new();
+    let mut by_path: Vec<Runs> = Vec::new();
+    for (path, mega) in [("graph", false), ("megakernel", true)] {
+        s.mega = mega;
+        warm(&mut s, &rs[0].prompt)?;
+        let (runs, moves) = replay_all(&mut s, &chosen, &rs, Residency::Resident, a.max_steps, path)?;
+        summary.push(line(&format!("{path}, resident"), &runs, &moves));
+        records(a, path, &runs)?;
+        by_path.push(runs);
+    }
+    bad += compare("the megakernel", &by_path[1], "the graph", &by_path[0]);
+    if a.stateless {
+        s.mega = false;
+        let (runs, moves) = replay_all(&mut s, &chosen, &rs, Residency::Stateless, a.max_steps, "graph")?;
+        summary.push(line("graph, stateless", &runs, &moves));
+        records(a, "graph_stateless", &runs)?;
+        bad += compare("the stateless session", &runs, "the resident one", &by_path[0]);
+        let (r, s0) = (total_ms(&by_path[0]), total_ms(&runs));
+        summary.push(format!("resident / stateless (graph): {:.3}x the time", r / s0));
+    }
+    if a.control {
+        // NEGATIVE CONTROL: the first trajectory with a hand-off that forgets the state
+        s.mega = false;
+        s.forget_state = true;
+        let r = replay(&mut s, &rs[0], Residency::Resident, a.max_steps);
+        s.forget_state = false;
+        let caught = match r {
+            Ok(steps) => {
+                compare("(control) forgotten hand-offs", &[(chosen[0].name.clone(), steps)], "", &by_path[0][..1]) > 0
+            }
+            Err(e) => {
+                println!("(control) forgotten hand-offs: refused: {e}");
+                true
+            }
+        };
+        if caught {
+            println!("negative control caught: a hand-off that forgets the state changes the tokens");
+        } else {
+            bad += 1;
+            println!("negative control NOT caught: the tokens did not change with the state forgotten");
+        }
+    }
+    println!(
+        "\n{:<22} {:>9} {:>9} {:>10} {:>9} {:>11} {:>9}",
+        "run", "prefill", "emitted", "prefill s", "tok/s", "ms/token", "total s"
+    );
+    for l in &summary {
+        println!("{l}");
+    }
+    if bad > 0 {
+        bail!("gpu agent: {bad} check(s) failed");
+    }
+    println!(
+        "verdict: identical tokens ({} trajectories; graph = megakernel{})",
+        rs.len(),
+        if a.stateless { " = stateless" } else { "" }
+    );
+    Ok(())
+}
+
+/// Captures both programs' graphs (and warms the megakernel) before anything is timed.
+fn warm(s: &mut GpuSession, prompt: &[u32]) -> Result<()> {
+    s.reset()?;
+    let first = s.append(&prompt[..prompt.len().min(16)])?;
+    s.decode(first, 2)?;
+    s.reset()
+}
+
+fn replay_all(
+    s: &mut GpuSession,
+    chosen: &[&tr::Trajectory],
+    rs: &[tr::Replay],
+    residency: Residency,
+    max_steps: usize,
+    path: &str,
+) -> Result<(Runs, Moves)> {
+    s.moves = Moves::default();
+    let mut runs = Vec::new();
+    for (t, r) in chosen.iter().zip(rs) {
+        let steps = replay(s, r, residency, max_steps)?;
+        print!("{}", table(&t.name, &format!("{residency:?}, {path}").to_lowercase(), &steps));
+        runs.push((t.name.clone(), steps));
+    }
+    Ok((runs, s.moves))
+}
+
+fn total_ms(runs: &Runs) -> f64 {
+    runs.iter().flat_map(|(_, v)| v).map(|s| s.ttft_ms + s.decode_ms).sum()
+}
+
+/// A summary line: tokens prefilled and emitted, prefill seconds and tokens a second, decode ms a token,
+/// the total; then the hand-offs and flushes.
+fn line(what: &str, runs: &Runs, m: &Moves) -> String {
+    let all: Vec<&StepRun> = runs.iter().flat_map(|(_, v)| v).collect();
+    let p: usize = all.iter().map(|s| s.prefill_tokens).sum();
+    let e: usize = all.iter().map(|s| s.emitted.len()).sum();
+    let ps: f64 = all.iter().map(|s| s.ttft_ms).sum::<f64>() / 1e3;
+    let ds: f64 = all.iter().map(|s| s.decode_ms).sum::<f64>() / 1e3;
+    format!(
+        "{what:<22} {p:>9} {e:>9} {ps:>10.2} {:>9.0} {:>11.3} {:>9.2}\n{:<22} {} hand-offs ({:.2} GB, {:.1} ms), {} flushes ({:.1} ms), {} passes, {} short-append steps",
+        p as f64 / ps.max(1e-9),
+        ds * 1e3 / e.max(1) as f64,
+        ps + ds,
+        "",
+        m.handoffs,
+        m.bytes as f64 / 1e9,
+        m.handoff_ms,
+        m.flushes,
+        m.flush_ms,
+        m.passes,
+        m.short_steps
+    )
+}
+
+/// Prints the first step whose tokens differ; returns the number of differing steps.
+fn compare(what: &str, got: &[(String, Vec<StepRun>)], against: &str, want: &[(String, Vec<StepRun>)]) -> usize {
+    let mut differing = 0;
+    for ((name, g), (_, w)) in got.iter().zip(want) {
+        for (i, (gs, ws)) in g.iter().zip(w).enumerate() {
+            if gs.emitted != ws.emitted {
+                if differing == 0 {
+                    let at = gs.emitted.iter().zip(&ws.emitted).position(|(x, y)| x != y).unwrap_or(0);
+                    println!(
+                        "{what}: {name} step {i} DIFFERS from {} at emitted token {at} ({} against {})",
+                        if against.is_empty() { "the correct run" } else { against },
+                        gs.emitted.get(at).copied().unwrap_or(u32::MAX),
+                        ws.emitted.get(at).copied().unwrap_or(u32::MAX)
+                    );
+                }
+                differing += 1;
+            }
+        }
+    }
+    differing
+}
+
+fn records(a: &Args, name: &str, runs: &Runs) -> Result<()> {
+    match &a.out {
+        Some(out) => write_out(&out.join(name), runs, &format!("{name}, GPU")),
+        None => Ok(()),
+    }
+}
