@@ -163,3 +163,26 @@ fn the_peers_ids_are_the_replays() {
         }
     }
 }
+
+#[test]
+fn the_gpu_replay_refuses_bad_arguments_before_it_needs_a_gpu() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let args = |only: &str, m: u32| mk::verify::agent::Args {
+        dir: root.join("no-such-checkpoint"),
+        trajectories: root.join("experiments/agent/trajectories.json"),
+        only: vec![only.to_string()],
+        max_steps: 1,
+        m,
+        stateless: false,
+        control: false,
+        out: None,
+        cache: root.join("cache"),
+        defines: mk::exec::gpu::Defines::default(),
+    };
+    let e = mk::verify::agent::run(&args("t01", 1)).unwrap_err().to_string();
+    assert!(e.contains("--m 1"), "{e}");
+    let e = mk::verify::agent::run(&args("t99", 8)).unwrap_err().to_string();
+    assert!(e.contains("no trajectory t99"), "{e}");
+    let e = mk::verify::agent::run(&args("t01", 8)).unwrap_err().to_string();
+    assert!(e.contains("no-such-checkpoint"), "{e}");
+}

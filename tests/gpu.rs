@@ -3,7 +3,7 @@
 //! for bit over many steps (one and many steps a launch, the device-side stop), M-row steps against
 //! one-row steps (with rollback), speculation with the MTP drafter against plain decoding, the sampler
 //! against the CPU's, prefill's GEMM and chunked GDN against the CPU (issue 28), the head's mask
-//! against the scatter method (issue 30). Without a GPU each test says it skipped
+//! against the scatter method (issue 30), the agent replay on both paths (issue 29). Without a GPU each test says it skipped
 //! and passes.
 //! (On the GPU machine: `cargo test --no-run` here, carry the `gpu-*` test binary, run it there.)
 
@@ -122,4 +122,26 @@ fn the_chunked_gdn_matches_the_cpu_and_a_broken_one_is_caught() {
     let broken = Defines::parse(&["MK_BREAK_GDN".to_string()]).unwrap();
     let e = run("tiny", &[130], 1, &cache(), &broken).unwrap_err().to_string();
     assert!(e.contains("the chunked GDN is wrong"), "{e}");
+}
+
+#[test]
+fn the_gpu_agent_replay_emits_the_same_tokens_on_both_paths_resident_or_not() {
+    if !gpu_or_skip("the agent replay") {
+        return;
+    }
+    // issue 29: graph = megakernel = stateless, and a hand-off that forgets the state is caught
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    mk::verify::agent::run(&mk::verify::agent::Args {
+        dir: common::tiny().to_path_buf(),
+        trajectories: root.join("experiments/agent/trajectories.json"),
+        only: vec!["t01".to_string(), "t02".to_string()],
+        max_steps: 3,
+        m: 8,
+        stateless: true,
+        control: true,
+        out: None,
+        cache: cache(),
+        defines: Defines::default(),
+    })
+    .unwrap();
 }
