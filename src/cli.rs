@@ -181,7 +181,8 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: ProgramCmd,
     },
-    /// Generation with the CPU reference forward (greedy, or sampled); prints the token ids.
+    /// Generation on the CPU reference forward or a GPU path (greedy, or sampled; speculation with the
+    /// MTP head); prints the token ids.
     Generate {
         /// The checkpoint folder.
         dir: PathBuf,
@@ -203,10 +204,16 @@ pub enum Cmd {
         /// Seed of the sampling draws.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Speculative decoding with the MTP head: K drafts a round (1-7; greedy only, CPU reference;
-        /// prints the rounds' acceptance on stderr). Off when absent.
+        /// Speculative decoding with the MTP head: K drafts a round (1-7; greedy only; prints the
+        /// rounds' acceptance on stderr). Off when absent.
         #[arg(long, value_name = "K")]
         speculate: Option<usize>,
+        /// Where it runs: reference (the CPU), graph or megakernel (a GPU; sampling on the graph only).
+        #[arg(long, default_value = "reference", value_parser = ["reference", "graph", "megakernel"])]
+        path: String,
+        /// Where compiled kernels (cubin/) are kept (GPU paths).
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
     },
     /// Text to token ids: one JSON string per stdin line, one JSON array of ids per stdout line.
     Tokenize,

@@ -348,10 +348,26 @@ fn run(cli: Cli) -> Result<()> {
             }
             print!("{}", tr::table(&ts));
         }
-        Cmd::Generate { dir, prompt, steps, temperature, top_k, top_p, seed, speculate } => {
+        Cmd::Generate { dir, prompt, steps, temperature, top_k, top_p, seed, speculate, path, cache } => {
             let params = mk::model::sample::SamplingParams { temperature, top_k, top_p };
             let ck = Checkpoint::open(&dir)?;
             ck.deep_check()?;
+            if path != "reference" {
+                let g = mk::exec::gpu::generate::Generation {
+                    prompt: &prompt,
+                    steps,
+                    params,
+                    seed,
+                    speculate,
+                    mega: path == "megakernel",
+                };
+                let (out, stats) = mk::exec::gpu::generate::generate(&ck, &g, &cache, &Defines::default())?;
+                if let Some(s) = stats {
+                    eprintln!("{s}");
+                }
+                println!("{}", out.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(","));
+                return Ok(());
+            }
             let w = forward::Weights::from_checkpoint(&ck);
             let out = match speculate {
                 None => forward::generate(&w, &prompt, steps, &params, seed)?,
@@ -371,9 +387,6 @@ fn run(cli: Cli) -> Result<()> {
     }
     Ok(())
 }
-
-/// `mk agent-replay --out`: the steps' CSV, then the chart of where each trajectory's time went,
-/// rendered from that file.
 
 fn main() -> ExitCode {
     match run(Cli::parse()) {

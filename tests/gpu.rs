@@ -145,3 +145,29 @@ fn the_gpu_agent_replay_emits_the_same_tokens_on_both_paths_resident_or_not() {
     })
     .unwrap();
 }
+
+#[test]
+fn generation_on_both_gpu_paths_with_and_without_speculation_gives_the_same_tokens() {
+    if !gpu_or_skip("generation on the GPU paths") {
+        return;
+    }
+    // issue 27 item 7: `mk generate --path graph|megakernel [--speculate K]`, greedy
+    use mk::exec::gpu::generate::{generate, Generation};
+    let ck = mk::model::checkpoint::Checkpoint::open(common::tiny()).unwrap();
+    let run = |speculate, mega| {
+        let g = Generation {
+            prompt: &[1, 2, 3, 4, 5],
+            steps: 300,
+            params: mk::model::sample::SamplingParams::greedy(),
+            seed: 0,
+            speculate,
+            mega,
+        };
+        generate(&ck, &g, &cache(), &Defines::default()).unwrap().0
+    };
+    let plain = run(None, false);
+    assert_eq!(plain.len(), 300);
+    for (speculate, mega) in [(None, true), (Some(3), false), (Some(3), true), (Some(7), false)] {
+        assert_eq!(run(speculate, mega), plain, "speculate {speculate:?}, megakernel {mega}");
+    }
+}

@@ -146,3 +146,26 @@ fn a_cut_short_shard_write_leaves_no_partial_file_and_no_config() {
     assert!(Checkpoint::open(&d).is_ok());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn generation_on_a_gpu_path_refuses_what_it_cannot_run_before_it_needs_a_gpu() {
+    use mk::exec::gpu::generate::{generate, Generation};
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let cache = common::scratch().join("gen-cache");
+    let d = mk::exec::gpu::Defines::default();
+    let g = |prompt: &'static [u32], steps, temperature, speculate, mega| Generation {
+        prompt,
+        steps,
+        params: SamplingParams { temperature, top_k: 8, top_p: 1.0 },
+        seed: 0,
+        speculate,
+        mega,
+    };
+    let err = |g: Generation| generate(&ck, &g, &cache, &d).unwrap_err().to_string();
+    assert!(err(g(&[1], 4, 0.7, None, true)).contains("sampling runs on the graph"));
+    assert!(err(g(&[1], 4, 0.7, Some(3), false)).contains("sampling runs on the graph"));
+    assert!(err(g(&[1], usize::MAX, 0.0, None, false)).contains("positions"));
+    assert!(err(g(&[999_999], 4, 0.0, None, false)).contains("out of range"));
+    assert!(err(g(&[], 4, 0.0, None, false)).contains("at least one"));
+    assert!(err(g(&[1], 4, 0.0, Some(9), false)).contains("--speculate 9"));
+}

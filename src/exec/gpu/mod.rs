@@ -12,6 +12,7 @@ pub mod abi;
 pub mod arena;
 pub mod defines;
 pub mod device;
+pub mod generate;
 pub mod launch;
 pub mod layout;
 pub mod masked;
