@@ -440,6 +440,11 @@ pub enum GpuCmd {
         /// Also the negative control (the first trajectory with hand-offs that forget the state).
         #[arg(long)]
         control: bool,
+        /// Also the composed replay (issue 30): each step's tool call generated under the grammar, in
+        /// five variants (each mechanism off once, the grammar off as the negative control); the
+        /// programs get a head mask.
+        #[arg(long)]
+        grammar: bool,
         /// Write each run's steps.csv and time chart into this folder.
         #[arg(long)]
         out: Option<PathBuf>,

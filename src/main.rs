@@ -161,7 +161,8 @@ fn run(cli: Cli) -> Result<()> {
             mk::verify::mask::run(&dir, steps as usize, reps as usize, &cache, &Defines::parse(&defines)?)?
         }
         Cmd::Gpu {
-            cmd: GpuCmd::Agent { dir, trajectories, only, max_steps, m, stateless, control, out, cache, defines },
+            cmd:
+                GpuCmd::Agent { dir, trajectories, only, max_steps, m, stateless, control, grammar, out, cache, defines },
         } => mk::verify::agent::run(&mk::verify::agent::Args {
             dir,
             trajectories,
@@ -170,6 +171,7 @@ fn run(cli: Cli) -> Result<()> {
             m,
             stateless,
             control,
+            grammar,
             out,
             cache,
             defines: Defines::parse(&defines)?,

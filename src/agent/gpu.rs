@@ -198,15 +198,64 @@ impl GpuSession {
         if n == 0 {
             bail!("agent: a step emits at least one token");
         }
+        let next = self.steps(first, n)?;
+        let mut out = Vec::with_capacity(n);
+        out.push(first);
+        out.extend_from_slice(&next[..n - 1]);
+        Ok(out)
+    }
+
+    /// `decode` that leaves the last emitted token out of the session (n - 1 steps): the caller feeds
+    /// it (`feed`, or as the first row of a constrained pass, `constrained`).
+    pub fn decode_open(&mut self, first: u32, n: usize) -> Result<Vec<u32>> {
+        if n == 0 {
+            bail!("agent: a step emits at least one token");
+        }
+        let mut out = Vec::with_capacity(n);
+        out.push(first);
+        if n > 1 {
+            out.extend(self.steps(first, n - 1)?);
+        }
+        Ok(out)
+    }
+
+    /// Feeds one token (a one-row step); returns the greedy token after it.
+    pub fn feed(&mut self, t: u32) -> Result<u32> {
+        Ok(self.steps(t, 1)?[0])
+    }
+
+    /// `n` one-row steps from `first`, each on the token the last one chose: their tokens.
+    fn steps(&mut self, first: u32, n: usize) -> Result<Vec<u32>> {
         self.to_one()?;
         let next = if self.mega { self.one.step_mega_n(first, n)? } else { self.one.generate(first, n)? };
         if next.len() != n {
             bail!("agent: {} of {n} decode steps ran (a stop token is set?)", next.len());
         }
-        let mut out = Vec::with_capacity(n);
-        out.push(first);
-        out.extend_from_slice(&next[..n - 1]);
-        Ok(out)
+        Ok(next)
+    }
+
+    /// Constrained greedy decoding after `prompt` (fed first, its last row scored under the grammar's
+    /// mask; `grammar::decode::generate_steps`): on the one-row program (`overlap`: the graph computes
+    /// each mask while the step's body runs), or with `rows` on the M-row program (forced spans as rows
+    /// of one pass). Both programs must have a head mask. The last token it emits is not fed.
+    pub fn constrained(
+        &mut self,
+        prompt: &[u32],
+        m: &mut crate::grammar::ToolMatcher,
+        o: &crate::grammar::decode::Opts,
+        rows: bool,
+        overlap: bool,
+    ) -> Result<crate::grammar::decode::Out> {
+        use crate::exec::gpu::spec::GpuTarget;
+        if rows {
+            self.to_rows()?;
+            let mut t = GpuTarget { exec: &mut self.rows, mega: self.mega, overlap: false };
+            crate::grammar::decode::generate_steps(&mut t, prompt, m, o)
+        } else {
+            self.to_one()?;
+            let mut t = GpuTarget { exec: &mut self.one, mega: self.mega, overlap };
+            crate::grammar::decode::generate_steps(&mut t, prompt, m, o)
+        }
     }
 }
 

@@ -2,8 +2,10 @@
 //! data a fixed-count replay feeds, and the replay itself on the CPU reference (`replay`: a resident
 //! append-anchored session or a stateless re-prefill each step), and the session pool (`pool`: KV pages,
 //! copy-on-write forks, park / restore); the agent step and the replay on the GPU paths (`gpu`: one resident
-//! session, appends as M-row passes).
+//! session, appends as M-row passes) and the composed replay with tool calls under the grammar (`composed`,
+//! issue 30).
 
+pub mod composed;
 pub mod gpu;
 pub mod pool;
 pub mod replay;

@@ -29,6 +29,9 @@ pub struct Args {
     pub m: u32,
     pub stateless: bool,
     pub control: bool,
+    /// Also the composed replay (issue 30): the calls under the grammar, each mechanism switched off
+    /// once, and the grammar off as its negative control (programs compiled with a head mask).
+    pub grammar: bool,
     pub out: Option<PathBuf>,
     pub cache: PathBuf,
     pub defines: Defines,
@@ -50,13 +53,16 @@ pub fn run(a: &Args) -> Result<()> {
     let rs = chosen.iter().map(|t| tr::replay(t)).collect::<Result<Vec<_>>>()?;
     let reach =
         |r: &tr::Replay| r.prompt.len() + r.steps.iter().take(a.max_steps).map(|(e, ap)| e + ap.len()).sum::<usize>();
-    // a stateless step appends the whole history: the same reach; every pass may pad M rows, a flush M
-    let ctx = (rs.iter().map(reach).max().unwrap_or(1) + 2 * a.m as usize).div_ceil(256) * 256;
+    // a stateless step appends the whole history: the same reach; every pass may pad M rows, a flush M;
+    // a composed step's call may run to MAX_CALL tokens
+    let calls = if a.grammar { MAX_CALL * a.max_steps.min(16) } else { 0 };
+    let ctx = (rs.iter().map(reach).max().unwrap_or(1) + calls + 2 * a.m as usize + 16).div_ceil(256) * 256;
     let ck = Checkpoint::open(&a.dir)?;
     let up = Upload::new(&ck)?;
     let target = |m: u32| {
         let mut t = crate::compiler::h200(m);
         t.max_context = ctx as u32;
+        t.head_mask = a.grammar;
         t
     };
     let p1 = crate::compiler::compile(&ck.config, "checkpoint", &target(1))?;
@@ -120,6 +126,10 @@ pub fn run(a: &Args) -> Result<()> {
             println!("negative control NOT caught: the tokens did not change with the state forgotten");
         }
     }
+    if a.grammar {
+        let tools = crate::grammar::parse_tools(&tools_of(&text)?)?;
+        bad += composed(&mut s, &chosen, &rs, &tools, a.max_steps, &mut summary)?;
+    }
     println!(
         "\n{:<22} {:>9} {:>9} {:>10} {:>9} {:>11} {:>9}",
         "run", "prefill", "emitted", "prefill s", "tok/s", "ms/token", "total s"
@@ -131,11 +141,103 @@ pub fn run(a: &Args) -> Result<()> {
         bail!("gpu agent: {bad} check(s) failed");
     }
     println!(
-        "verdict: identical tokens ({} trajectories; graph = megakernel{})",
+        "verdict: identical tokens ({} trajectories; graph = megakernel{}{})",
         rs.len(),
-        if a.stateless { " = stateless" } else { "" }
+        if a.stateless { " = stateless" } else { "" },
+        if a.grammar {
+            "; every composed variant's calls the same, every ended call valid, the control caught"
+        } else {
+            ""
+        }
     );
     Ok(())
+}
+
+/// A composed step's call: at most this many tokens (a call that has not ended by then is cut).
+pub const MAX_CALL: usize = 160;
+
+/// The trajectories file's tools list (JSON text).
+fn tools_of(text: &str) -> Result<String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::new(format!("gpu agent: {e}")))?;
+    Ok(v["tools"].to_string())
+}
+
+/// The composed replay (issue 30 item 6) in five variants: the grammar with every mechanism (graph), the
+/// mask computed before the step instead of under it, forced spans as rows, the megakernel, the grammar
+/// off (the negative control). Returns the failed checks.
+fn composed(
+    s: &mut GpuSession,
+    chosen: &[&tr::Trajectory],
+    rs: &[tr::Replay],
+    tools: &[crate::grammar::Tool],
+    max_steps: usize,
+    summary: &mut Vec<String>,
+) -> Result<usize> {
+    use crate::agent::composed::{replay as composed_replay, Mechanisms};
+    let on = Mechanisms { grammar: true, overlap: true, spans: false };
+    let variants = [
+        ("graph, grammar", false, on),
+        ("graph, mask before", false, Mechanisms { overlap: false, ..on }),
+        ("graph, spans as rows", false, Mechanisms { spans: true, ..on }),
+        ("megakernel, grammar", true, Mechanisms { overlap: false, ..on }),
+        ("graph, grammar OFF", false, Mechanisms { grammar: false, ..on }),
+    ];
+    let mut bad = 0;
+    let mut first: Option<Vec<Vec<u32>>> = None;
+    summary.push(format!(
+        "\ncomposed replay (calls under the grammar; MAX_CALL {MAX_CALL}):\n{:<22} {:>6} {:>6} {:>6} {:>8} {:>7} {:>7} {:>13} {:>12}",
+        "variant", "calls", "ended", "valid", "tokens", "passes", "forced", "ms/call token", "matcher us/t"
+    ));
+    for (what, mega, mech) in variants {
+        s.mega = mega;
+        let mut steps = Vec::new();
+        for (t, r) in chosen.iter().zip(rs) {
+            steps.extend(composed_replay(s, t, r, tools, mech, max_steps, MAX_CALL)?);
+        }
+        let calls: Vec<_> = steps.iter().filter(|c| !c.call.is_empty()).collect();
+        let n = |f: &dyn Fn(&&crate::agent::composed::ComposedStep) -> bool| calls.iter().filter(|c| f(c)).count();
+        let (ended, valid) = (n(&|c| c.ended), n(&|c| c.valid));
+        let toks: usize = calls.iter().map(|c| c.call.len()).sum();
+        let ms: f64 = calls.iter().map(|c| c.call_ms).sum();
+        let us: f64 = calls.iter().map(|c| c.matcher_us).sum();
+        summary.push(format!(
+            "{what:<22} {:>6} {ended:>6} {valid:>6} {toks:>8} {:>7} {:>7} {:>13.3} {:>12.1}",
+            calls.len(),
+            calls.iter().map(|c| c.passes).sum::<usize>(),
+            calls.iter().map(|c| c.forced).sum::<usize>(),
+            ms / toks.max(1) as f64,
+            us / toks.max(1) as f64
+        ));
+        let tokens: Vec<Vec<u32>> = steps.iter().map(|c| c.call.clone()).collect();
+        if !mech.grammar {
+            // the negative control: unmasked calls the checker must refuse
+            if valid == calls.len() {
+                bad += 1;
+                println!("composed: negative control NOT caught: the checker passed every unconstrained call");
+            } else {
+                println!(
+                    "composed: negative control caught: {} of {} unconstrained calls refused by the checker",
+                    calls.len() - valid,
+                    calls.len()
+                );
+            }
+            continue;
+        }
+        if ended != valid {
+            bad += 1;
+            println!("composed, {what}: {} of {ended} ended calls do NOT validate", ended - valid);
+        }
+        match &first {
+            None => first = Some(tokens),
+            Some(f) if *f != tokens => {
+                bad += 1;
+                let at = f.iter().zip(&tokens).position(|(x, y)| x != y).unwrap_or(0);
+                println!("composed, {what}: the calls' tokens DIFFER from the first variant's at call {at}");
+            }
+            _ => {}
+        }
+    }
+    Ok(bad)
 }
 
 /// Captures both programs' graphs (and warms the megakernel) before anything is timed.
