@@ -134,11 +134,14 @@ pub fn replay(
         if let Some(&last) = c.tokens.last() {
             s.feed(last)?;
         }
-        let text = tok.decode(&c.tokens)?;
-        let v = checker.check_turn(&text, false);
+        // (a text that does not decode, e.g. a padding id chosen without the mask, is no valid call)
+        let valid = tok.decode(&c.tokens).is_ok_and(|text| {
+            let v = checker.check_turn(&text, false);
+            v.ok() && v.calls.len() == 1
+        });
         out.push(ComposedStep {
             free,
-            valid: v.ok() && v.calls.len() == 1,
+            valid,
             ended: c.ended,
             passes: c.passes,
             forced: c.forced,
