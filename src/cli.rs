@@ -419,42 +419,7 @@ pub enum GpuCmd {
     /// session, appends as M-row passes, decoding as one-row steps; the megakernel's tokens must be the
     /// graph's (and with --stateless a session re-run from empty every step must emit the resident one's;
     /// with --control a hand-off that forgets the state must not); a table per trajectory and the totals.
-    Agent {
-        /// The checkpoint folder.
-        dir: PathBuf,
-        /// The trajectories (`mk agent-trajectories --out`).
-        #[arg(long, default_value = "experiments/agent/trajectories.json")]
-        trajectories: PathBuf,
-        /// Only these trajectories (names, comma separated; all when absent).
-        #[arg(long, value_delimiter = ',')]
-        only: Vec<String>,
-        /// At most this many steps of each trajectory.
-        #[arg(long, default_value_t = usize::MAX)]
-        max_steps: usize,
-        /// Rows of an append pass (the M-row program's M).
-        #[arg(long, default_value_t = 8)]
-        m: u32,
-        /// Also the stateless replay on the graph (the whole history re-run every step).
-        #[arg(long)]
-        stateless: bool,
-        /// Also the negative control (the first trajectory with hand-offs that forget the state).
-        #[arg(long)]
-        control: bool,
-        /// Also the composed replay (issue 30): each step's tool call generated under the grammar, in
-        /// five variants (each mechanism off once, the grammar off as the negative control); the
-        /// programs get a head mask.
-        #[arg(long)]
-        grammar: bool,
-        /// Write each run's steps.csv and time chart into this folder.
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
-        #[arg(long, default_value = "cache")]
-        cache: PathBuf,
-        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
-        #[arg(long = "define")]
-        defines: Vec<String>,
-    },
+    Agent(AgentCmd),
     /// M-row verification steps (M tokens at positions pos .. pos + M in one graph replay or one
     /// megakernel launch) against one-row steps, bit for bit: every row's logits and token and the
     /// final states, on both paths, with a negative control (two tokens swapped); then ms per step.
@@ -583,4 +548,67 @@ pub enum ProgramCmd {
         /// The program file (RON).
         file: PathBuf,
     },
+}
+
+/// `mk gpu agent`'s arguments (the replay on both GPU paths, issue 29; `verify::agent`).
+#[derive(clap::Args)]
+pub struct AgentCmd {
+    /// The checkpoint folder.
+    pub dir: PathBuf,
+    /// The trajectories (`mk agent-trajectories --out`).
+    #[arg(long, default_value = "experiments/agent/trajectories.json")]
+    pub trajectories: PathBuf,
+    /// Only these trajectories (names, comma separated; all when absent).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// At most this many steps of each trajectory.
+    #[arg(long, default_value_t = usize::MAX)]
+    pub max_steps: usize,
+    /// Rows of an append pass (the M-row program's M).
+    #[arg(long, default_value_t = 8)]
+    pub m: u32,
+    /// Also the stateless replay on the graph (the whole history re-run every step).
+    #[arg(long)]
+    pub stateless: bool,
+    /// Also the negative controls (the first trajectory with hand-offs that forget the state; with
+    /// --park, with restores that leave out the GDN states).
+    #[arg(long)]
+    pub control: bool,
+    /// Also the composed replay (issue 30): each step's tool call generated under the grammar, in
+    /// five variants (each mechanism off once, the grammar off as the negative control); the
+    /// programs get a head mask.
+    #[arg(long)]
+    pub grammar: bool,
+    /// Also a resident replay parked in host memory and restored between steps (same tokens
+    /// required; park and restore timed against re-prefilling the history).
+    #[arg(long)]
+    pub park: bool,
+    /// Write each run's steps.csv and time chart into this folder.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+    #[arg(long, default_value = "cache")]
+    pub cache: PathBuf,
+    /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+    #[arg(long = "define")]
+    pub defines: Vec<String>,
+}
+
+impl AgentCmd {
+    pub fn args(self) -> mk::error::Result<mk::verify::agent::Args> {
+        Ok(mk::verify::agent::Args {
+            dir: self.dir,
+            trajectories: self.trajectories,
+            only: self.only,
+            max_steps: self.max_steps,
+            m: self.m,
+            stateless: self.stateless,
+            control: self.control,
+            grammar: self.grammar,
+            park: self.park,
+            out: self.out,
+            cache: self.cache,
+            defines: mk::exec::gpu::Defines::parse(&self.defines)?,
+        })
+    }
 }

@@ -160,22 +160,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gpu { cmd: GpuCmd::Mask { dir, steps, reps, cache, defines } } => {
             mk::verify::mask::run(&dir, steps as usize, reps as usize, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu {
-            cmd:
-                GpuCmd::Agent { dir, trajectories, only, max_steps, m, stateless, control, grammar, out, cache, defines },
-        } => mk::verify::agent::run(&mk::verify::agent::Args {
-            dir,
-            trajectories,
-            only,
-            max_steps,
-            m,
-            stateless,
-            control,
-            grammar,
-            out,
-            cache,
-            defines: Defines::parse(&defines)?,
-        })?,
+        Cmd::Gpu { cmd: GpuCmd::Agent(a) } => mk::verify::agent::run(&a.args()?)?,
         Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, at, unit_rows, cache, defines } } => {
             mk::verify::rows::run(
                 &dir,

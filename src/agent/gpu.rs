@@ -34,7 +34,7 @@ use crate::exec::gpu::GpuExec;
 pub const ROWS_FROM: usize = 4;
 
 /// Where a session's time outside its steps' own work went: the state's hand-offs and the flushes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Moves {
     pub handoffs: usize,
     pub bytes: u64,
@@ -44,6 +44,9 @@ pub struct Moves {
     /// M-row passes run for appends (the flushes not counted) and one-row steps run for short appends.
     pub passes: usize,
     pub short_steps: usize,
+    /// Parks and restores (`park`, `restore`): per restore the position, the park's ms and its own ms.
+    pub parked: Vec<(usize, f64, f64)>,
+    pub park_bytes: u64,
 }
 
 /// One session on one GPU path.
@@ -57,6 +60,14 @@ pub struct GpuSession {
     /// The one-row program holds the state now (else the M-row program).
     in_one: bool,
     pub moves: Moves,
+    /// Pinned host memory a parked state lies in (allocated at start-up: the state at the max context).
+    park_host: cudarc::driver::PinnedHostSlice<u8>,
+    /// The position of the parked state, while one is parked.
+    parked: Option<usize>,
+    /// NEGATIVE CONTROL: restores leave the state buffers named with this prefix as they are (empty:
+    /// none; `recurrent_state.`: the GDN states not restored). Never for use.
+    #[doc(hidden)]
+    pub restore_skips: &'static str,
     /// NEGATIVE CONTROL: the hand-off to the one-row program moves only the position, not the state
     /// (it decodes from whatever state it held). Never for use.
     #[doc(hidden)]
@@ -76,12 +87,54 @@ impl GpuSession {
         if r.max_context != o.max_context {
             bail!("agent: the two programs hold {} and {} positions", r.max_context, o.max_context);
         }
-        let mut s = GpuSession { rows, one, mega, in_one: false, moves: Moves::default(), forget_state: false };
+        let park_host = one.park_buffer()?;
+        let mut s = GpuSession {
+            rows,
+            one,
+            mega,
+            in_one: false,
+            moves: Moves::default(),
+            park_host,
+            parked: None,
+            restore_skips: "",
+            forget_state: false,
+        };
         s.reset()?;
         Ok(s)
     }
 
-    /// An empty session (position 0, every state zero, no stop token).
+    /// Parks the session: its state into pinned host memory (one copy), the GPU's programs emptied;
+    /// `restore` brings it back. Returns the bytes moved.
+    pub fn park(&mut self) -> Result<u64> {
+        if self.parked.is_some() {
+            bail!("agent: a state is parked already (restore it first)");
+        }
+        self.to_one()?;
+        let t = Instant::now();
+        let (pos, bytes) = self.one.park(&mut self.park_host)?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        self.reset()?;
+        self.parked = Some(pos);
+        self.moves.parked.push((pos, ms, 0.0));
+        self.moves.park_bytes += bytes;
+        Ok(bytes)
+    }
+
+    /// Restores the parked state (into the one-row program).
+    pub fn restore(&mut self) -> Result<()> {
+        let Some(pos) = self.parked.take() else {
+            bail!("agent: no state is parked");
+        };
+        let t = Instant::now();
+        self.one.restore(&self.park_host, pos, self.restore_skips)?;
+        self.in_one = true;
+        if let Some(last) = self.moves.parked.last_mut() {
+            last.2 = t.elapsed().as_secs_f64() * 1e3;
+        }
+        Ok(())
+    }
+
+    /// An empty session (position 0, every state zero, no stop token; a parked state stays parked).
     pub fn reset(&mut self) -> Result<()> {
         self.rows.reset()?;
         self.one.reset()?;
@@ -260,9 +313,17 @@ impl GpuSession {
 }
 
 /// Replays `r` on `s` (reset first): each step appends its tokens (resident: the new ones; stateless:
-/// the session emptied and the whole history appended), then emits exactly the recorded count. Clocks
-/// as the CPU's `replay::replay` takes them (wall time of this process: prefill is submit to first token).
-pub fn replay(s: &mut GpuSession, r: &Replay, residency: Residency, max_steps: usize) -> Result<Vec<StepRun>> {
+/// the session emptied and the whole history appended), then emits exactly the recorded count; with
+/// `park`, a resident session is parked in host memory and restored between steps (outside the steps'
+/// clocks: `Moves::parked` has them). Clocks as the CPU's `replay::replay` takes them (wall time of this
+/// process: prefill is submit to first token).
+pub fn replay(
+    s: &mut GpuSession,
+    r: &Replay,
+    residency: Residency,
+    max_steps: usize,
+    park: bool,
+) -> Result<Vec<StepRun>> {
     if residency == Residency::ResidentUnanchored {
         bail!("agent: the unanchored control is the CPU reference's (GPU appends are anchored by construction)");
     }
@@ -273,7 +334,11 @@ pub fn replay(s: &mut GpuSession, r: &Replay, residency: Residency, max_steps: u
     }
     s.reset()?;
     let (mut history, mut pending, mut out) = (Vec::new(), r.prompt.clone(), Vec::new());
-    for (emit, append) in steps {
+    for (i, (emit, append)) in steps.iter().enumerate() {
+        if park && i > 0 && residency == Residency::Resident {
+            s.park()?;
+            s.restore()?;
+        }
         let t0 = Instant::now();
         let new_tokens = pending.len();
         history.extend_from_slice(&pending);

@@ -32,6 +32,9 @@ pub struct Args {
     /// Also the composed replay (issue 30): the calls under the grammar, each mechanism switched off
     /// once, and the grammar off as its negative control (programs compiled with a head mask).
     pub grammar: bool,
+    /// Also a resident replay parked in host memory and restored between steps (the tokens must be the
+    /// resident run's; the park and restore timed against re-prefilling the history).
+    pub park: bool,
     pub out: Option<PathBuf>,
     pub cache: PathBuf,
     pub defines: Defines,
@@ -90,7 +93,7 @@ pub fn run(a: &Args) -> Result<()> {
     for (path, mega) in [("graph", false), ("megakernel", true)] {
         s.mega = mega;
         warm(&mut s, &rs[0].prompt, tools.as_deref())?;
-        let (runs, moves) = replay_all(&mut s, &chosen, &rs, Residency::Resident, a.max_steps, path)?;
+        let (runs, moves) = replay_all(&mut s, &chosen, &rs, Residency::Resident, a.max_steps, path, false)?;
         summary.push(line(&format!("{path}, resident"), &runs, &moves));
         records(a, path, &runs)?;
         by_path.push(runs);
@@ -98,7 +101,7 @@ pub fn run(a: &Args) -> Result<()> {
     bad += compare("the megakernel", &by_path[1], "the graph", &by_path[0]);
     if a.stateless {
         s.mega = false;
-        let (runs, moves) = replay_all(&mut s, &chosen, &rs, Residency::Stateless, a.max_steps, "graph")?;
+        let (runs, moves) = replay_all(&mut s, &chosen, &rs, Residency::Stateless, a.max_steps, "graph", false)?;
         summary.push(line("graph, stateless", &runs, &moves));
         records(a, "graph_stateless", &runs)?;
         bad += compare("the stateless session", &runs, "the resident one", &by_path[0]);
@@ -109,7 +112,7 @@ pub fn run(a: &Args) -> Result<()> {
         // NEGATIVE CONTROL: the first trajectory with a hand-off that forgets the state
         s.mega = false;
         s.forget_state = true;
-        let r = replay(&mut s, &rs[0], Residency::Resident, a.max_steps);
+        let r = replay(&mut s, &rs[0], Residency::Resident, a.max_steps, false);
         s.forget_state = false;
         let caught = match r {
             Ok(steps) => {
@@ -125,6 +128,33 @@ pub fn run(a: &Args) -> Result<()> {
         } else {
             bad += 1;
             println!("negative control NOT caught: the tokens did not change with the state forgotten");
+        }
+    }
+    if a.park {
+        s.mega = false;
+        let (runs, moves) =
+            replay_all(&mut s, &chosen, &rs, Residency::Resident, a.max_steps, "graph, parked between steps", true)?;
+        summary.push(line("graph, parked", &runs, &moves));
+        bad += compare("the parked session", &runs, "the resident one", &by_path[0]);
+        park_table(&moves, &by_path[0]);
+        if a.control && rs[0].steps.len().min(a.max_steps) > 1 {
+            // NEGATIVE CONTROL: restores that leave the GDN states as the reset left them (zero)
+            s.restore_skips = "recurrent_state.";
+            let r = replay(&mut s, &rs[0], Residency::Resident, a.max_steps, true);
+            s.restore_skips = "";
+            let steps = r?;
+            if compare(
+                "(control) restores without the GDN states",
+                &[(chosen[0].name.clone(), steps)],
+                "",
+                &by_path[0][..1],
+            ) > 0
+            {
+                println!("negative control caught: a restore without the GDN states changes the tokens");
+            } else {
+                bad += 1;
+                println!("negative control NOT caught: the tokens did not change without the GDN states");
+            }
         }
     }
     if let Some(tools) = &tools {
@@ -273,15 +303,39 @@ fn replay_all(
     residency: Residency,
     max_steps: usize,
     path: &str,
+    park: bool,
 ) -> Result<(Runs, Moves)> {
     s.moves = Moves::default();
     let mut runs = Vec::new();
     for (t, r) in chosen.iter().zip(rs) {
-        let steps = replay(s, r, residency, max_steps)?;
+        let steps = replay(s, r, residency, max_steps, park)?;
         print!("{}", table(&t.name, &format!("{residency:?}, {path}").to_lowercase(), &steps));
         runs.push((t.name.clone(), steps));
     }
-    Ok((runs, s.moves))
+    Ok((runs, s.moves.clone()))
+}
+
+/// Each park and restore against re-prefilling the parked history at the resident run's prefill rate
+/// (derived: its prefill ms over its tokens), and the history above which a restore is the cheaper.
+fn park_table(m: &Moves, resident: &Runs) {
+    let all: Vec<&StepRun> = resident.iter().flat_map(|(_, v)| v).collect();
+    let per_token =
+        all.iter().map(|s| s.ttft_ms).sum::<f64>() / all.iter().map(|s| s.prefill_tokens).sum::<usize>().max(1) as f64;
+    println!(
+        "park / restore (graph; {:.2} GB parked in all): re-prefill {per_token:.3} ms a token (the resident run's prefill rate, derived)",
+        m.park_bytes as f64 / 1e9
+    );
+    println!(
+        "{:>9} {:>9} {:>11} {:>14} {:>22}",
+        "history", "park ms", "restore ms", "re-prefill ms", "restore pays above"
+    );
+    for &(pos, park, restore) in &m.parked {
+        println!(
+            "{pos:>9} {park:>9.2} {restore:>11.2} {:>14.1} {:>15.1} tokens",
+            pos as f64 * per_token,
+            restore / per_token
+        );
+    }
 }
 
 fn total_ms(runs: &Runs) -> f64 {

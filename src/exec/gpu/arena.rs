@@ -355,6 +355,75 @@ impl GpuExec {
         Ok(bytes)
     }
 
+    /// The spans a park moves at position `pos`: (buffer name, arena offset, bytes) of every state
+    /// buffer, a KV cache's rows below `pos` only (`take_state`'s set), the deferred commit's rows left
+    /// out (a parked state has nothing pending).
+    fn state_spans(&self, pos: usize) -> Vec<(&str, usize, usize)> {
+        let p = &self.prog;
+        (0..p.buffers.len())
+            .filter(|&i| p.buffers[i].kind == BufKind::State && !p.buffers[i].name.starts_with("gdn_kept_"))
+            .map(|i| {
+                let b = &p.buffers[i];
+                let kv = b.name.starts_with("k_cache.") || b.name.starts_with("v_cache.");
+                let rows = if kv { pos as u64 } else { b.rows };
+                (b.name.as_str(), self.layout.places[i].off, (rows * b.cols * b.elem_bytes as u64) as usize)
+            })
+            .collect()
+    }
+
+    /// Pinned host memory for `park`: the state at this program's max context (allocate it at a
+    /// session's start-up).
+    pub fn park_buffer(&self) -> Result<cudarc::driver::PinnedHostSlice<u8>> {
+        let n: usize = self.state_spans(self.prog.target.max_context as usize).iter().map(|s| s.2).sum();
+        // SAFETY: bytes have no invalid bit patterns; written by device copies before they are read.
+        cu(unsafe { self.gpu.ctx.alloc_pinned::<u8>(n.max(1)) }, "cuMemHostAlloc (park)")
+    }
+
+    /// Copies the sequence's state to `host` (`park_buffer`), device to pinned host memory; returns the
+    /// position and the bytes. Refuses a state with rows still to commit (flush an M-row program first).
+    pub fn park(&self, host: &mut cudarc::driver::PinnedHostSlice<u8>) -> Result<(usize, u64)> {
+        if self.commit != 0 || self.rows_start.is_some() {
+            crate::bail!("gpu: parking a state with rows still to commit or roll back (flush first)");
+        }
+        let stream = self.gpu.stream.clone();
+        let h = cu(host.as_mut_slice(), "the park buffer")?;
+        let mut at = 0;
+        for (name, off, n) in self.state_spans(self.pos) {
+            if at + n > h.len() {
+                crate::bail!("gpu: the park buffer holds {} bytes, {name} needs {} more", h.len(), at + n - h.len());
+            }
+            cu(stream.memcpy_dtoh(&self.arena.slice(off..off + n), &mut h[at..at + n]), "cuMemcpyDtoHAsync (park)")?;
+            at += n;
+        }
+        self.sync()?;
+        Ok((self.pos, at as u64))
+    }
+
+    /// Puts a state parked at position `pos` (`park` of a program of the same shapes) back, pinned host
+    /// to device; the position becomes `pos`. `skip` names state buffers left as they are (the NEGATIVE
+    /// CONTROL of the park check: `recurrent_state.` restores everything but the GDN states).
+    pub fn restore(&mut self, host: &cudarc::driver::PinnedHostSlice<u8>, pos: usize, skip: &str) -> Result<()> {
+        if pos >= self.prog.target.max_context as usize {
+            crate::bail!("gpu: restoring a state at position {pos} (max context {})", self.prog.target.max_context);
+        }
+        let stream = self.gpu.stream.clone();
+        let h = cu(host.as_slice(), "the park buffer")?;
+        let mut at = 0;
+        let spans: Vec<(String, usize, usize)> =
+            self.state_spans(pos).into_iter().map(|(n, o, b)| (n.to_string(), o, b)).collect();
+        for (name, off, n) in spans {
+            if at + n > h.len() {
+                crate::bail!("gpu: the park buffer holds {} bytes, {name} needs {} more", h.len(), at + n - h.len());
+            }
+            if skip.is_empty() || !name.starts_with(skip) {
+                let mut v = self.arena.slice_mut(off..off + n);
+                cu(stream.memcpy_htod(&h[at..at + n], &mut v), "cuMemcpyHtoDAsync (restore)")?;
+            }
+            at += n;
+        }
+        self.seek(pos)
+    }
+
     /// `copy_from` inside this executor's arena (the ranges must not overlap).
     pub fn copy_within(&mut self, name: &str, at: usize, src_name: &str, src_at: usize, elems: usize) -> Result<()> {
         let from = self.span(src_name, src_at, elems)?;
