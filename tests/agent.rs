@@ -187,4 +187,7 @@ fn the_gpu_replay_refuses_bad_arguments_before_it_needs_a_gpu() {
     assert!(e.contains("no trajectory t99"), "{e}");
     let e = mk::verify::agent::run(&args("t01", 8)).unwrap_err().to_string();
     assert!(e.contains("no-such-checkpoint"), "{e}");
+    let e =
+        mk::verify::agent::run(&mk::verify::agent::Args { max_steps: 0, ..args("t01", 8) }).unwrap_err().to_string();
+    assert!(e.contains("nothing to replay"), "{e}");
 }

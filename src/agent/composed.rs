@@ -40,14 +40,17 @@ pub struct Mechanisms {
 /// One step of the composed replay.
 #[derive(Debug, Clone)]
 pub struct ComposedStep {
-    /// Tokens emitted before the call (the recorded count).
-    pub free: usize,
+    /// Tokens emitted before the call (the recorded count of them; a step without a call: all it emits).
+    pub free: Vec<u32>,
     /// The call's tokens (empty: the step has no call).
     pub call: Vec<u32>,
     /// The call ended (the grammar's `<|im_end|>`) within `max_call` tokens.
     pub ended: bool,
     /// The checker passes the call's text (one call, valid arguments).
     pub valid: bool,
+    /// A fresh matcher of the grammar admits every token of the call in order (a call cut at the cap
+    /// is a prefix the grammar admits).
+    pub admitted: bool,
     /// The call's passes of the model, tokens forced as rows, the matcher's time (us), its wall time (ms).
     pub passes: usize,
     pub forced: usize,
@@ -98,14 +101,15 @@ pub fn replay(
         let Some(free) = at else {
             // no call: the fixed-count step
             let first = s.append(&pending)?;
-            s.decode(first, *emit)?;
+            let free = s.decode(first, *emit)?;
             pending = append.clone();
             let step_ms = t0.elapsed().as_secs_f64() * 1e3;
             out.push(ComposedStep {
-                free: *emit,
+                free,
                 call: Vec::new(),
                 ended: false,
                 valid: false,
+                admitted: false,
                 passes: 0,
                 forced: 0,
                 matcher_us: 0.0,
@@ -116,32 +120,49 @@ pub fn replay(
         };
         // the free tokens, the last of them (or of the append, when there are none) left unfed: the
         // constrained pass feeds it and scores its row under the mask
-        let held = if free == 0 {
-            let (head, last) = pending.split_at(pending.len() - 1);
+        let (held, free) = if free == 0 {
+            let Some((last, head)) = pending.split_last() else {
+                bail!("composed replay: {} step {i} starts with its call and appends nothing before it", t.name);
+            };
             if !head.is_empty() {
                 s.append(head)?;
             }
-            last[0]
+            (*last, Vec::new())
         } else {
             let first = s.append(&pending)?;
-            *s.decode_open(first, free)?.last().unwrap_or(&first)
+            let f = s.decode_open(first, free)?;
+            (*f.last().unwrap_or(&first), f)
         };
+        let pos0 = s.pos();
         let t1 = Instant::now();
         let mut m = ToolMatcher::new(tools, fmt)?;
         let c = s.constrained(&[held], &mut m, &opts, mech.spans, mech.overlap)?;
         let call_ms = t1.elapsed().as_secs_f64() * 1e3;
-        // the call's last token into the session (the next append follows it)
-        if let Some(&last) = c.tokens.last() {
-            s.feed(last)?;
+        // the call's tokens the constrained loop did not feed (its last; with forced spans, a span
+        // that ended the turn or reached the cap) into the session: the next append follows them all
+        let fed = s.pos().saturating_sub(pos0 + 1);
+        match c.tokens.get(fed..) {
+            Some(rest) if !rest.is_empty() => {
+                s.append(rest)?;
+            }
+            Some(_) => {}
+            None => bail!(
+                "composed replay: {} step {i}: the session fed {fed} of the call's {} tokens",
+                t.name,
+                c.tokens.len()
+            ),
         }
         // (a text that does not decode, e.g. a padding id chosen without the mask, is no valid call)
         let valid = tok.decode(&c.tokens).is_ok_and(|text| {
             let v = checker.check_turn(&text, false);
             v.ok() && v.calls.len() == 1
         });
+        let mut fresh = ToolMatcher::new(tools, fmt)?;
+        let admitted = c.tokens.iter().all(|&t| fresh.advance(t).is_ok());
         out.push(ComposedStep {
             free,
             valid,
+            admitted,
             ended: c.ended,
             passes: c.passes,
             forced: c.forced,

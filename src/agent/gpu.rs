@@ -60,8 +60,9 @@ pub struct GpuSession {
     /// The one-row program holds the state now (else the M-row program).
     in_one: bool,
     pub moves: Moves,
-    /// Pinned host memory a parked state lies in (allocated at start-up: the state at the max context).
-    park_host: cudarc::driver::PinnedHostSlice<u8>,
+    /// Pinned host memory a parked state lies in (the state at the max context; allocated by the
+    /// session's first park, host memory only).
+    park_host: Option<cudarc::driver::PinnedHostSlice<u8>>,
     /// The position of the parked state, while one is parked.
     parked: Option<usize>,
     /// NEGATIVE CONTROL: restores leave the state buffers named with this prefix as they are (empty:
@@ -87,14 +88,13 @@ impl GpuSession {
         if r.max_context != o.max_context {
             bail!("agent: the two programs hold {} and {} positions", r.max_context, o.max_context);
         }
-        let park_host = one.park_buffer()?;
         let mut s = GpuSession {
             rows,
             one,
             mega,
             in_one: false,
             moves: Moves::default(),
-            park_host,
+            park_host: None,
             parked: None,
             restore_skips: "",
             forget_state: false,
@@ -110,8 +110,14 @@ impl GpuSession {
             bail!("agent: a state is parked already (restore it first)");
         }
         self.to_one()?;
+        if self.park_host.is_none() {
+            self.park_host = Some(self.one.park_buffer()?);
+        }
+        let Some(host) = self.park_host.as_mut() else {
+            bail!("agent: no park buffer");
+        };
         let t = Instant::now();
-        let (pos, bytes) = self.one.park(&mut self.park_host)?;
+        let (pos, bytes) = self.one.park(host)?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         self.reset()?;
         self.parked = Some(pos);
@@ -125,8 +131,11 @@ impl GpuSession {
         let Some(pos) = self.parked.take() else {
             bail!("agent: no state is parked");
         };
+        let Some(host) = self.park_host.as_ref() else {
+            bail!("agent: no park buffer");
+        };
         let t = Instant::now();
-        self.one.restore(&self.park_host, pos, self.restore_skips)?;
+        self.one.restore(host, pos, self.restore_skips)?;
         self.in_one = true;
         if let Some(last) = self.moves.parked.last_mut() {
             last.2 = t.elapsed().as_secs_f64() * 1e3;
@@ -290,7 +299,9 @@ impl GpuSession {
     /// Constrained greedy decoding after `prompt` (fed first, its last row scored under the grammar's
     /// mask; `grammar::decode::generate_steps`): on the one-row program (`overlap`: the graph computes
     /// each mask while the step's body runs), or with `rows` on the M-row program (forced spans as rows
-    /// of one pass). Both programs must have a head mask. The last token it emits is not fed.
+    /// of one pass). Both programs must have a head mask. The tokens it emits after its last pass's rows
+    /// are not fed (the last one; with forced spans, a span that ended the turn or reached the cap):
+    /// `pos` tells how far the session got.
     pub fn constrained(
         &mut self,
         prompt: &[u32],

@@ -53,12 +53,16 @@ pub fn run(a: &Args) -> Result<()> {
         bail!("gpu agent: no trajectory {bad} in {}", a.trajectories.display());
     }
     let chosen: Vec<_> = ts.iter().filter(|t| a.only.is_empty() || a.only.contains(&t.name)).collect();
+    if chosen.is_empty() || a.max_steps == 0 {
+        bail!("gpu agent: nothing to replay ({} trajectories chosen, --max-steps {})", chosen.len(), a.max_steps);
+    }
     let rs = chosen.iter().map(|t| tr::replay(t)).collect::<Result<Vec<_>>>()?;
     let reach =
         |r: &tr::Replay| r.prompt.len() + r.steps.iter().take(a.max_steps).map(|(e, ap)| e + ap.len()).sum::<usize>();
     // a stateless step appends the whole history: the same reach; every pass may pad M rows, a flush M;
     // a composed step's call may run to MAX_CALL tokens
-    let calls = if a.grammar { MAX_CALL * a.max_steps.min(16) } else { 0 };
+    let most_steps = rs.iter().map(|r| r.steps.len().min(a.max_steps)).max().unwrap_or(0);
+    let calls = if a.grammar { MAX_CALL * most_steps } else { 0 };
     let ctx = (rs.iter().map(reach).max().unwrap_or(1) + calls + 2 * a.m as usize + 16).div_ceil(256) * 256;
     let ck = Checkpoint::open(&a.dir)?;
     let up = Upload::new(&ck)?;
@@ -119,8 +123,8 @@ pub fn run(a: &Args) -> Result<()> {
                 compare("(control) forgotten hand-offs", &[(chosen[0].name.clone(), steps)], "", &by_path[0][..1]) > 0
             }
             Err(e) => {
-                println!("(control) forgotten hand-offs: refused: {e}");
-                true
+                println!("(control) forgotten hand-offs: the run failed ({e}): the control proves nothing");
+                false
             }
         };
         if caught {
@@ -238,31 +242,48 @@ fn composed(
             ms / toks.max(1) as f64,
             us / toks.max(1) as f64
         ));
-        let tokens: Vec<Vec<u32>> = steps.iter().map(|c| c.call.clone()).collect();
+        // every step's emitted tokens: the free ones, then the call's
+        let tokens: Vec<Vec<u32>> = steps.iter().map(|c| [c.free.as_slice(), c.call.as_slice()].concat()).collect();
+        let admitted = n(&|c| c.admitted);
         if !mech.grammar {
-            // the negative control: unmasked calls the checker must refuse
-            if valid == calls.len() {
+            // the negative control: unmasked calls, which the grammar and the checker must refuse
+            let refused = n(&|c| !c.admitted && !c.valid);
+            if calls.is_empty() || refused == 0 {
                 bad += 1;
-                println!("composed: negative control NOT caught: the checker passed every unconstrained call");
+                println!(
+                    "composed: negative control NOT caught: no unconstrained call was refused ({} calls)",
+                    calls.len()
+                );
             } else {
                 println!(
-                    "composed: negative control caught: {} of {} unconstrained calls refused by the checker",
-                    calls.len() - valid,
+                    "composed: negative control caught: {refused} of {} unconstrained calls refused by the grammar and the checker",
                     calls.len()
                 );
             }
             continue;
         }
-        if ended != valid {
+        // with the grammar: every call (a cut one too) a sequence the grammar admits, every ended one valid
+        if calls.is_empty() || admitted != calls.len() {
             bad += 1;
-            println!("composed, {what}: {} of {ended} ended calls do NOT validate", ended - valid);
+            println!(
+                "composed, {what}: {} of {} calls NOT admitted by a fresh matcher",
+                calls.len() - admitted,
+                calls.len()
+            );
+        }
+        if let Some(i) = calls.iter().position(|c| c.ended && !c.valid) {
+            bad += 1;
+            println!("composed, {what}: call {i} ended and does NOT validate");
+        }
+        if ended == 0 {
+            println!("composed, {what}: no call ended within {MAX_CALL} tokens (validity checked on ended calls only)");
         }
         match &first {
             None => first = Some(tokens),
             Some(f) if *f != tokens => {
                 bad += 1;
                 let at = f.iter().zip(&tokens).position(|(x, y)| x != y).unwrap_or(0);
-                println!("composed, {what}: the calls' tokens DIFFER from the first variant's at call {at}");
+                println!("composed, {what}: the emitted tokens DIFFER from the first variant's at step {at}");
             }
             _ => {}
         }
@@ -331,9 +352,9 @@ fn park_table(m: &Moves, resident: &Runs) {
     );
     for &(pos, park, restore) in &m.parked {
         println!(
-            "{pos:>9} {park:>9.2} {restore:>11.2} {:>14.1} {:>15.1} tokens",
+            "{pos:>9} {park:>9.2} {restore:>11.2} {:>14.1} {:>19.1} tokens",
             pos as f64 * per_token,
-            restore / per_token
+            (park + restore) / per_token
         );
     }
 }
@@ -369,6 +390,10 @@ fn line(what: &str, runs: &Runs, m: &Moves) -> String {
 /// Prints the first step whose tokens differ; returns the number of differing steps.
 fn compare(what: &str, got: &[(String, Vec<StepRun>)], against: &str, want: &[(String, Vec<StepRun>)]) -> usize {
     let mut differing = 0;
+    if got.len() != want.len() || got.iter().zip(want).any(|((_, g), (_, w))| g.len() != w.len()) {
+        println!("{what}: a different number of trajectories or steps than {against}");
+        return 1;
+    }
     for ((name, g), (_, w)) in got.iter().zip(want) {
         for (i, (gs, ws)) in g.iter().zip(w).enumerate() {
             if gs.emitted != ws.emitted {

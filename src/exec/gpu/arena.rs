@@ -371,8 +371,8 @@ impl GpuExec {
             .collect()
     }
 
-    /// Pinned host memory for `park`: the state at this program's max context (allocate it at a
-    /// session's start-up).
+    /// Pinned host memory for `park`: the state at this program's max context (host memory: a session
+    /// allocates it at its first park).
     pub fn park_buffer(&self) -> Result<cudarc::driver::PinnedHostSlice<u8>> {
         let n: usize = self.state_spans(self.prog.target.max_context as usize).iter().map(|s| s.2).sum();
         // SAFETY: bytes have no invalid bit patterns; written by device copies before they are read.

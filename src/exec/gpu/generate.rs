@@ -57,6 +57,9 @@ pub fn generate(
     if let Some(&t) = g.prompt.iter().find(|&&t| t >= vocab) {
         bail!("generate: prompt token id {t} is out of range (vocabulary {vocab})");
     }
+    if g.speculate.is_some() && ck.config.mtp_layers == 0 {
+        bail!("generate: --speculate needs the checkpoint's MTP head (it has none)");
+    }
     let up = Upload::new(ck)?;
     let m = match g.speculate {
         None => 1,
@@ -84,9 +87,6 @@ pub fn generate(
         }
         let out = if g.mega { d.step_mega_n(last[0], g.steps)? } else { d.generate(last[0], g.steps)? };
         return Ok((out, None));
-    }
-    if ck.config.mtp_layers == 0 {
-        bail!("generate: --speculate needs the checkpoint's MTP head (it has none)");
     }
     let drafter = |input| compile_drafter(&ck.config, "checkpoint-mtp", &target(1), input);
     let (pa, pb) = (drafter(DraftInput::Target)?, drafter(DraftInput::Own)?);
