@@ -583,6 +583,10 @@ pub struct AgentCmd {
     /// required; park and restore timed against re-prefilling the history).
     #[arg(long)]
     pub park: bool,
+    /// Also the trajectories interleaved round-robin as sessions taking turns on the GPU, each parked
+    /// in host memory between its steps (each must emit what it emits alone).
+    #[arg(long)]
+    pub interleaved: bool,
     /// Write each run's steps.csv and time chart into this folder.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -606,6 +610,7 @@ impl AgentCmd {
             control: self.control,
             grammar: self.grammar,
             park: self.park,
+            interleaved: self.interleaved,
             out: self.out,
             cache: self.cache,
             defines: mk::exec::gpu::Defines::parse(&self.defines)?,

@@ -177,6 +177,7 @@ fn the_gpu_replay_refuses_bad_arguments_before_it_needs_a_gpu() {
         control: false,
         grammar: false,
         park: false,
+        interleaved: false,
         out: None,
         cache: root.join("cache"),
         defines: mk::exec::gpu::Defines::default(),

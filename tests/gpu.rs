@@ -141,6 +141,7 @@ fn the_gpu_agent_replay_emits_the_same_tokens_on_both_paths_resident_or_not() {
         control: true,
         grammar: true,
         park: true,
+        interleaved: true,
         out: None,
         cache: cache(),
         defines: Defines::default(),

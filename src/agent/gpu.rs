@@ -60,11 +60,10 @@ pub struct GpuSession {
     /// The one-row program holds the state now (else the M-row program).
     in_one: bool,
     pub moves: Moves,
-    /// Pinned host memory a parked state lies in (the state at the max context; allocated by the
-    /// session's first park, host memory only).
-    park_host: Option<cudarc::driver::PinnedHostSlice<u8>>,
-    /// The position of the parked state, while one is parked.
-    parked: Option<usize>,
+    /// Park slots (a session each while it is off the GPU): pinned host memory for the state at the max
+    /// context (allocated by the slot's first park, host memory only) and, while a state is parked,
+    /// its position and its entry in `Moves::parked`.
+    slots: Vec<(Option<cudarc::driver::PinnedHostSlice<u8>>, Option<(usize, usize)>)>,
     /// NEGATIVE CONTROL: restores leave the state buffers named with this prefix as they are (empty:
     /// none; `recurrent_state.`: the GDN states not restored). Never for use.
     #[doc(hidden)]
@@ -94,8 +93,7 @@ impl GpuSession {
             mega,
             in_one: false,
             moves: Moves::default(),
-            park_host: None,
-            parked: None,
+            slots: Vec::new(),
             restore_skips: "",
             forget_state: false,
         };
@@ -106,44 +104,57 @@ impl GpuSession {
     /// Parks the session: its state into pinned host memory (one copy), the GPU's programs emptied;
     /// `restore` brings it back. Returns the bytes moved.
     pub fn park(&mut self) -> Result<u64> {
-        if self.parked.is_some() {
-            bail!("agent: a state is parked already (restore it first)");
+        self.park_as(0)
+    }
+
+    /// Restores the parked state (into the one-row program).
+    pub fn restore(&mut self) -> Result<()> {
+        self.restore_from(0)
+    }
+
+    /// `park` into slot `slot` (one per session taking turns on the GPU: `replay_interleaved`).
+    pub fn park_as(&mut self, slot: usize) -> Result<u64> {
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, || (None, None));
+        }
+        if self.slots[slot].1.is_some() {
+            bail!("agent: slot {slot} holds a parked state already (restore it first)");
         }
         self.to_one()?;
-        if self.park_host.is_none() {
-            self.park_host = Some(self.one.park_buffer()?);
+        if self.slots[slot].0.is_none() {
+            self.slots[slot].0 = Some(self.one.park_buffer()?);
         }
-        let Some(host) = self.park_host.as_mut() else {
+        let Some(host) = self.slots[slot].0.as_mut() else {
             bail!("agent: no park buffer");
         };
         let t = Instant::now();
         let (pos, bytes) = self.one.park(host)?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         self.reset()?;
-        self.parked = Some(pos);
+        self.slots[slot].1 = Some((pos, self.moves.parked.len()));
         self.moves.parked.push((pos, ms, 0.0));
         self.moves.park_bytes += bytes;
         Ok(bytes)
     }
 
-    /// Restores the parked state (into the one-row program).
-    pub fn restore(&mut self) -> Result<()> {
-        let Some(pos) = self.parked.take() else {
-            bail!("agent: no state is parked");
+    /// `restore` from slot `slot`.
+    pub fn restore_from(&mut self, slot: usize) -> Result<()> {
+        let Some((Some(host), pos)) = self.slots.get_mut(slot) else {
+            bail!("agent: slot {slot} has no parked state");
         };
-        let Some(host) = self.park_host.as_ref() else {
-            bail!("agent: no park buffer");
+        let Some((pos, entry)) = pos.take() else {
+            bail!("agent: slot {slot} has no parked state");
         };
         let t = Instant::now();
         self.one.restore(host, pos, self.restore_skips)?;
         self.in_one = true;
-        if let Some(last) = self.moves.parked.last_mut() {
-            last.2 = t.elapsed().as_secs_f64() * 1e3;
+        if let Some(e) = self.moves.parked.get_mut(entry) {
+            e.2 = t.elapsed().as_secs_f64() * 1e3;
         }
         Ok(())
     }
 
-    /// An empty session (position 0, every state zero, no stop token; a parked state stays parked).
+    /// An empty session (position 0, every state zero, no stop token; parked states stay parked).
     pub fn reset(&mut self) -> Result<()> {
         self.rows.reset()?;
         self.one.reset()?;
@@ -350,22 +361,71 @@ pub fn replay(
             s.park()?;
             s.restore()?;
         }
-        let t0 = Instant::now();
-        let new_tokens = pending.len();
-        history.extend_from_slice(&pending);
-        let (first, prefill_tokens) = if residency == Residency::Stateless {
-            s.reset()?;
-            (s.append(&history)?, history.len())
-        } else {
-            (s.append(&pending)?, new_tokens)
-        };
-        let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let t1 = Instant::now();
-        let emitted = s.decode(first, *emit)?;
-        let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
-        history.extend_from_slice(&emitted);
+        out.push(step(s, &mut history, &pending, *emit, residency)?);
         pending = append.clone();
-        out.push(StepRun { emitted, prefill_tokens, new_tokens, ttft_ms, decode_ms });
+    }
+    Ok(out)
+}
+
+/// One step of a replay: `pending` appended (stateless: the session emptied and the whole history
+/// appended), `emit` tokens emitted; the history grows by both.
+fn step(
+    s: &mut GpuSession,
+    history: &mut Vec<u32>,
+    pending: &[u32],
+    emit: usize,
+    residency: Residency,
+) -> Result<StepRun> {
+    let t0 = Instant::now();
+    let new_tokens = pending.len();
+    history.extend_from_slice(pending);
+    let (first, prefill_tokens) = if residency == Residency::Stateless {
+        s.reset()?;
+        (s.append(history)?, history.len())
+    } else {
+        (s.append(pending)?, new_tokens)
+    };
+    let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t1 = Instant::now();
+    let emitted = s.decode(first, emit)?;
+    let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+    history.extend_from_slice(&emitted);
+    Ok(StepRun { emitted, prefill_tokens, new_tokens, ttft_ms, decode_ms })
+}
+
+/// Replays `rs` as sessions taking turns on the GPU, their steps interleaved round-robin (every
+/// trajectory's step 0, then every step 1, ..), each parked in its own slot of host memory between its
+/// steps (issue 29 item 4 on the GPU, with the GPU's session pool not built: one session on the GPU at
+/// a time). Each must emit what it emits replayed alone. Per trajectory, its steps.
+pub fn replay_interleaved(s: &mut GpuSession, rs: &[Replay], max_steps: usize) -> Result<Vec<Vec<StepRun>>> {
+    for r in rs {
+        let steps = &r.steps[..r.steps.len().min(max_steps)];
+        let total = r.prompt.len() + steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
+        if total + s.m() > s.context() {
+            bail!("agent: a trajectory reaches {total} tokens, the GPU session holds {} (less a pass)", s.context());
+        }
+    }
+    s.reset()?;
+    let mut history: Vec<Vec<u32>> = rs.iter().map(|_| Vec::new()).collect();
+    let mut pending: Vec<Vec<u32>> = rs.iter().map(|r| r.prompt.clone()).collect();
+    let mut out: Vec<Vec<StepRun>> = rs.iter().map(|_| Vec::new()).collect();
+    let rounds = rs.iter().map(|r| r.steps.len().min(max_steps)).max().unwrap_or(0);
+    for k in 0..rounds {
+        for (i, r) in rs.iter().enumerate() {
+            let Some((emit, append)) = r.steps.get(k).filter(|_| k < max_steps) else { continue };
+            // the GPU is empty here (the last step's session parked, or nothing ran yet)
+            if k > 0 {
+                s.restore_from(i)?;
+            }
+            let run = step(s, &mut history[i], &pending[i], *emit, Residency::Resident)?;
+            out[i].push(run);
+            pending[i] = append.clone();
+            s.park_as(i)?;
+        }
+    }
+    // (the slots' states are dropped: the next replay starts empty)
+    for slot in &mut s.slots {
+        slot.1 = None;
     }
     Ok(out)
 }

@@ -35,6 +35,9 @@ pub struct Args {
     /// Also a resident replay parked in host memory and restored between steps (the tokens must be the
     /// resident run's; the park and restore timed against re-prefilling the history).
     pub park: bool,
+    /// Also the trajectories interleaved round-robin as sessions taking turns on the GPU, each parked in
+    /// its own host slot between its steps (each must emit what it emits alone).
+    pub interleaved: bool,
     pub out: Option<PathBuf>,
     pub cache: PathBuf,
     pub defines: Defines,
@@ -160,6 +163,20 @@ pub fn run(a: &Args) -> Result<()> {
                 println!("negative control NOT caught: the tokens did not change without the GDN states");
             }
         }
+    }
+    if a.interleaved {
+        s.mega = false;
+        s.moves = Moves::default();
+        let runs: Runs = chosen
+            .iter()
+            .map(|t| t.name.clone())
+            .zip(crate::agent::gpu::replay_interleaved(&mut s, &rs, a.max_steps)?)
+            .collect();
+        for (name, steps) in &runs {
+            print!("{}", table(name, "resident, interleaved, graph", steps));
+        }
+        summary.push(line("graph, interleaved", &runs, &s.moves));
+        bad += compare("the interleaved sessions", &runs, "each alone", &by_path[0]);
     }
     if let Some(tools) = &tools {
         bad += composed(&mut s, &chosen, &rs, tools, a.max_steps, &mut summary)?;
