@@ -8,6 +8,7 @@ use mk::exec::gpu::Defines;
 use mk::model::{checkpoint::Checkpoint, config::ModelConfig, forward, stats, synth};
 
 mod cli;
+mod cli_gpu;
 
 use cli::{Cli, Cmd, GpuCmd, ProgramCmd, Shape};
 
