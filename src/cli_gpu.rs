@@ -273,6 +273,10 @@ pub struct AgentCmd {
     /// in host memory between its steps (each must emit what it emits alone).
     #[arg(long)]
     pub interleaved: bool,
+    /// Also the resident graph replay with greedy speculation at these acceptance counts (comma
+    /// separated, each below M: of a round's M - 1 drafts, the first so many the plain continuation).
+    #[arg(long, value_delimiter = ',')]
+    pub speculate_agree: Vec<usize>,
     /// Write each run's steps.csv and time chart into this folder.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -297,6 +301,7 @@ impl AgentCmd {
             grammar: self.grammar,
             park: self.park,
             interleaved: self.interleaved,
+            speculate_agree: self.speculate_agree,
             out: self.out,
             cache: self.cache,
             defines: mk::exec::gpu::Defines::parse(&self.defines)?,

@@ -178,6 +178,7 @@ fn the_gpu_replay_refuses_bad_arguments_before_it_needs_a_gpu() {
         grammar: false,
         park: false,
         interleaved: false,
+        speculate_agree: Vec::new(),
         out: None,
         cache: root.join("cache"),
         defines: mk::exec::gpu::Defines::default(),
@@ -191,4 +192,8 @@ fn the_gpu_replay_refuses_bad_arguments_before_it_needs_a_gpu() {
     let e =
         mk::verify::agent::run(&mk::verify::agent::Args { max_steps: 0, ..args("t01", 8) }).unwrap_err().to_string();
     assert!(e.contains("nothing to replay"), "{e}");
+    let e = mk::verify::agent::run(&mk::verify::agent::Args { speculate_agree: vec![8], ..args("t01", 8) })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--speculate-agree 8"), "{e}");
 }

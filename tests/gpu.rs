@@ -142,6 +142,7 @@ fn the_gpu_agent_replay_emits_the_same_tokens_on_both_paths_resident_or_not() {
         grammar: true,
         park: true,
         interleaved: true,
+        speculate_agree: vec![0, 3, 7],
         out: None,
         cache: cache(),
         defines: Defines::default(),

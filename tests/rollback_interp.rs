@@ -133,3 +133,57 @@ fn speculation_on_the_program_emits_the_plain_greedy_tokens() {
     let e = mk::exec::interp::spec::speculate_forced(&mut it, &prompt, &truth, steps, 0).unwrap_err().to_string();
     assert!(e.contains("M = 1"), "{e}");
 }
+
+/// After speculation the program holds the prompt and every returned token but the last, whatever the
+/// last round accepted (it keeps only the rows through the second-last returned token: the GPU agent
+/// replay feeds the last one itself): after a flush, every state buffer equals, bit for bit, that of the
+/// same tokens fed as plain M-row steps. Negative control: the state one token further differs.
+#[test]
+fn speculation_leaves_the_state_of_the_tokens_it_returns() {
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let p = compile(&cfg, "tiny", &h200(M as u32)).unwrap();
+    let prompt = [5u32, 99, 1234, 7, 300, 42];
+    let greedy = mk::model::sample::SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0 };
+    let truth = mk::model::forward::generate(&w, &prompt, 40, &greedy, 0).unwrap();
+    let states = |it: &Interp| -> Vec<(String, Vec<u32>)> {
+        let pos = it.pos();
+        p.buffers
+            .iter()
+            .filter(|b| b.kind == mk::isa::BufKind::State && !b.name.starts_with("gdn_kept_"))
+            .map(|b| {
+                let v = it.buffer_full(&b.name).unwrap();
+                let kv = b.name.starts_with("k_cache.") || b.name.starts_with("v_cache.");
+                let n = if kv { pos * b.cols as usize } else { v.len() };
+                (b.name.clone(), v[..n].iter().map(|x| x.to_bits()).collect())
+            })
+            .collect()
+    };
+    let fed = |tokens: &[u32]| {
+        let mut it = Interp::new(&p, &ck).unwrap();
+        for chunk in tokens.chunks(M) {
+            let mut rows = chunk.to_vec();
+            rows.resize(M, 0);
+            it.step_rows(&rows, Order::Program).unwrap();
+            it.commit_rows(chunk.len()).unwrap();
+        }
+        it.flush_rows().unwrap();
+        (it.pos(), states(&it))
+    };
+    // steps chosen so that the last round overshoots at full acceptance (k = M - 1 drafts a round)
+    for (steps, agree) in [(10, M - 1), (9, 1), (7, 0)] {
+        let mut it = Interp::new(&p, &ck).unwrap();
+        let (toks, _) = mk::exec::interp::spec::speculate_forced(&mut it, &prompt, &truth, steps, agree).unwrap();
+        assert_eq!(toks, truth[..steps]);
+        it.flush_rows().unwrap();
+        let mut history = prompt.to_vec();
+        history.extend_from_slice(&toks[..steps - 1]);
+        let (pos, want) = fed(&history);
+        assert_eq!(it.pos(), pos, "steps {steps}, agree {agree}: position");
+        assert!(states(&it) == want, "steps {steps}, agree {agree}: the state differs from its tokens'");
+        // negative control: one token more fed
+        history.push(toks[steps - 1]);
+        assert!(fed(&history).1 != want, "the control: one token more must change the state");
+    }
+}

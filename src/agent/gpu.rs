@@ -292,6 +292,45 @@ impl GpuSession {
         Ok(out)
     }
 
+    /// `decode` by greedy speculation at a controlled acceptance (issue 29 item 5, issue 27's forced
+    /// drafts): the M-row program verifies rounds of k = M - 1 drafts, the first `agree` of each the
+    /// plain greedy continuation `truth` (the tokens `decode` emits here, `truth[0]` = `first`), the rest
+    /// wrong. The same tokens as `decode` (the rounds keep exactly what greedy decoding emits) and the
+    /// same state after (the last token fed). Returns the tokens and the rounds' statistics.
+    pub fn decode_speculative(
+        &mut self,
+        first: u32,
+        n: usize,
+        truth: &[u32],
+        agree: usize,
+    ) -> Result<(Vec<u32>, crate::model::spec_generate::SpecStats)> {
+        if n == 0 || truth.len() < n || truth[0] != first {
+            bail!(
+                "agent: speculation over {n} tokens needs the plain continuation's {n} tokens, starting with the first"
+            );
+        }
+        if agree >= self.m() {
+            bail!("agent: {agree} agreeing drafts of a round of {}", self.m() - 1);
+        }
+        if n == 1 {
+            self.feed(first)?;
+            return Ok((vec![first], Default::default()));
+        }
+        self.to_rows()?;
+        let p0 = self.rows.next_pos();
+        let vocab = self.rows.vocab();
+        let mut forced = crate::exec::spec::Forced::new(truth, agree, p0, vocab);
+        let mut target = crate::exec::gpu::spec::GpuTarget { exec: &mut self.rows, mega: self.mega, overlap: false };
+        let (rest, stats) = crate::exec::spec::speculate_mtp(&mut target, &mut forced, &[first], n - 1, None)?;
+        let mut out = Vec::with_capacity(n);
+        out.push(first);
+        out.extend_from_slice(&rest);
+        // the last token into the session (the next append follows it)
+        let last = out[n - 1];
+        self.feed(last)?;
+        Ok((out, stats))
+    }
+
     /// Feeds one token (a one-row step); returns the greedy token after it.
     pub fn feed(&mut self, t: u32) -> Result<u32> {
         Ok(self.steps(t, 1)?[0])
@@ -365,6 +404,44 @@ pub fn replay(
         pending = append.clone();
     }
     Ok(out)
+}
+
+/// `replay` (resident) with every step's decode by greedy speculation at a controlled acceptance
+/// (`GpuSession::decode_speculative`: `agree` of each round's k = M - 1 drafts the plain continuation,
+/// `plain`: the steps of a plain replay of `r` on this session's model, whose tokens it must emit).
+/// Per step the clocks as `replay`'s; the rounds' statistics summed.
+pub fn replay_speculative(
+    s: &mut GpuSession,
+    r: &Replay,
+    plain: &[StepRun],
+    agree: usize,
+    max_steps: usize,
+) -> Result<(Vec<StepRun>, crate::model::spec_generate::SpecStats)> {
+    let steps = &r.steps[..r.steps.len().min(max_steps)];
+    if plain.len() != steps.len() {
+        bail!("agent: {} plain steps for a replay of {}", plain.len(), steps.len());
+    }
+    let total = r.prompt.len() + steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
+    if total + 2 * s.m() > s.context() {
+        bail!("agent: the trajectory reaches {total} tokens, the GPU session holds {} (less two passes)", s.context());
+    }
+    s.reset()?;
+    let (mut pending, mut out) = (r.prompt.clone(), Vec::new());
+    let mut all = crate::model::spec_generate::SpecStats::default();
+    for ((emit, append), truth) in steps.iter().zip(plain) {
+        let t0 = Instant::now();
+        let first = s.append(&pending)?;
+        let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let t1 = Instant::now();
+        let (emitted, stats) = s.decode_speculative(first, *emit, &truth.emitted, agree)?;
+        let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+        all.rounds += stats.rounds;
+        all.drafted += stats.drafted;
+        all.accepted += stats.accepted;
+        out.push(StepRun { emitted, prefill_tokens: pending.len(), new_tokens: pending.len(), ttft_ms, decode_ms });
+        pending = append.clone();
+    }
+    Ok((out, all))
 }
 
 /// One step of a replay: `pending` appended (stateless: the session emptied and the whole history

@@ -111,6 +111,8 @@ impl<V: Verifier> Drafter<V> for Forced<'_> {
 /// own. The tokens must be plain greedy decoding's. `agree`: forced acceptance for checks and
 /// measurements (the drafter runs, its proposals replaced by `agree`, the greedy continuation, so that
 /// every row is kept and the drafter's KV is rebuilt over whole rounds); None for its own drafts.
+/// Afterwards the verifier holds the prompt and every returned token but the last (not yet fed), its
+/// last step's rows committed (not flushed).
 pub fn speculate_mtp<V: Verifier, D: Drafter<V>>(
     it: &mut V,
     d: &mut D,
@@ -197,7 +199,9 @@ pub fn speculate_switched<V: Verifier, D: Drafter<V>>(
         let target = it.verify(&rows)?;
         let emitted = accept_greedy(&draft, &target)?;
         let kept = emitted.len();
-        it.commit(kept)?;
+        // (a last round that emits past `steps` keeps only the rows through the second-last token of
+        // the `steps`: the state is that of the tokens returned, the last of them not yet fed)
+        it.commit(kept.min(steps - out.len()))?;
         stats.rounds += 1;
         stats.drafted += k;
         stats.accepted += kept - 1;

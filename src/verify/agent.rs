@@ -38,6 +38,9 @@ pub struct Args {
     /// Also the trajectories interleaved round-robin as sessions taking turns on the GPU, each parked in
     /// its own host slot between its steps (each must emit what it emits alone).
     pub interleaved: bool,
+    /// Also the resident graph replay with greedy speculation at these acceptance counts (each of a
+    /// round's k = M - 1 drafts; the first so many the plain continuation): the plain run's tokens.
+    pub speculate_agree: Vec<usize>,
     pub out: Option<PathBuf>,
     pub cache: PathBuf,
     pub defines: Defines,
@@ -48,6 +51,9 @@ type Runs = Vec<(String, Vec<StepRun>)>;
 pub fn run(a: &Args) -> Result<()> {
     if !(2..=8).contains(&a.m) {
         bail!("gpu agent: --m {} (an M-row program has 2-8 rows)", a.m);
+    }
+    if let Some(j) = a.speculate_agree.iter().find(|&&j| j >= a.m as usize) {
+        bail!("gpu agent: --speculate-agree {j} (a round has {} drafts: 0-{} may agree)", a.m - 1, a.m - 1);
     }
     let text = std::fs::read_to_string(&a.trajectories)
         .map_err(|e| Error::new(format!("{}: {e}", a.trajectories.display())))?;
@@ -177,6 +183,31 @@ pub fn run(a: &Args) -> Result<()> {
         }
         summary.push(line("graph, interleaved", &runs, &s.moves));
         bad += compare("the interleaved sessions", &runs, "each alone", &by_path[0]);
+    }
+    for &agree in &a.speculate_agree {
+        s.mega = false;
+        s.moves = Moves::default();
+        let mut runs: Runs = Vec::new();
+        let mut st = crate::model::spec_generate::SpecStats::default();
+        for ((t, r), (_, plain)) in chosen.iter().zip(&rs).zip(&by_path[0]) {
+            let (steps, x) = crate::agent::gpu::replay_speculative(&mut s, r, plain, agree, a.max_steps)?;
+            print!(
+                "{}",
+                table(&t.name, &format!("resident, graph, speculation: {agree} of {} agree", a.m - 1), &steps)
+            );
+            st.rounds += x.rounds;
+            st.accepted += x.accepted;
+            runs.push((t.name.clone(), steps));
+        }
+        let what = format!("graph, spec. {agree}/{}", a.m - 1);
+        summary.push(line(&what, &runs, &s.moves));
+        summary.push(format!(
+            "{:<22} {} rounds, {:.2} tokens a round (derived: accepted / rounds + 1)",
+            "",
+            st.rounds,
+            st.accepted as f64 / st.rounds.max(1) as f64 + 1.0
+        ));
+        bad += compare(&format!("speculation at {agree} agreeing"), &runs, "plain decoding", &by_path[0]);
     }
     if let Some(tools) = &tools {
         bad += composed(&mut s, &chosen, &rs, tools, a.max_steps, &mut summary)?;
