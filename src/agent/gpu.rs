@@ -388,11 +388,7 @@ pub fn replay(
     if residency == Residency::ResidentUnanchored {
         bail!("agent: the unanchored control is the CPU reference's (GPU appends are anchored by construction)");
     }
-    let steps = &r.steps[..r.steps.len().min(max_steps)];
-    let total = r.prompt.len() + steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
-    if total + s.m() > s.context() {
-        bail!("agent: the trajectory reaches {total} tokens, the GPU session holds {} (less a pass)", s.context());
-    }
+    let steps = fits(s, r, max_steps, 1)?;
     s.reset()?;
     let (mut history, mut pending, mut out) = (Vec::new(), r.prompt.clone(), Vec::new());
     for (i, (emit, append)) in steps.iter().enumerate() {
@@ -400,7 +396,7 @@ pub fn replay(
             s.park()?;
             s.restore()?;
         }
-        out.push(step(s, &mut history, &pending, *emit, residency)?);
+        out.push(step(s, &mut history, &pending, *emit, residency, |s, first, n| s.decode(first, n))?);
         pending = append.clone();
     }
     Ok(out)
@@ -417,41 +413,52 @@ pub fn replay_speculative(
     agree: usize,
     max_steps: usize,
 ) -> Result<(Vec<StepRun>, crate::model::spec_generate::SpecStats)> {
-    let steps = &r.steps[..r.steps.len().min(max_steps)];
+    let steps = fits(s, r, max_steps, 2)?;
     if plain.len() != steps.len() {
         bail!("agent: {} plain steps for a replay of {}", plain.len(), steps.len());
     }
-    let total = r.prompt.len() + steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
-    if total + 2 * s.m() > s.context() {
-        bail!("agent: the trajectory reaches {total} tokens, the GPU session holds {} (less two passes)", s.context());
-    }
     s.reset()?;
-    let (mut pending, mut out) = (r.prompt.clone(), Vec::new());
+    let (mut history, mut pending, mut out) = (Vec::new(), r.prompt.clone(), Vec::new());
     let mut all = crate::model::spec_generate::SpecStats::default();
     for ((emit, append), truth) in steps.iter().zip(plain) {
-        let t0 = Instant::now();
-        let first = s.append(&pending)?;
-        let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let t1 = Instant::now();
-        let (emitted, stats) = s.decode_speculative(first, *emit, &truth.emitted, agree)?;
-        let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
-        all.rounds += stats.rounds;
-        all.drafted += stats.drafted;
-        all.accepted += stats.accepted;
-        out.push(StepRun { emitted, prefill_tokens: pending.len(), new_tokens: pending.len(), ttft_ms, decode_ms });
+        let decode = |s: &mut GpuSession, first, n| {
+            let (emitted, st) = s.decode_speculative(first, n, &truth.emitted, agree)?;
+            all.rounds += st.rounds;
+            all.drafted += st.drafted;
+            all.accepted += st.accepted;
+            Ok(emitted)
+        };
+        out.push(step(s, &mut history, &pending, *emit, Residency::Resident, decode)?);
         pending = append.clone();
     }
     Ok((out, all))
 }
 
+/// The steps of `r` a replay runs (at most `max_steps`), refused unless the trajectory fits the
+/// session with `passes` M-row passes to spare (a pass's padding, a flush).
+fn fits<'r>(s: &GpuSession, r: &'r Replay, max_steps: usize, passes: usize) -> Result<&'r [(usize, Vec<u32>)]> {
+    let steps = &r.steps[..r.steps.len().min(max_steps)];
+    let total = r.prompt.len() + steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
+    if total + passes * s.m() > s.context() {
+        bail!(
+            "agent: a trajectory reaches {total} tokens, the GPU session holds {} (less {passes} pass(es) of {})",
+            s.context(),
+            s.m()
+        );
+    }
+    Ok(steps)
+}
+
 /// One step of a replay: `pending` appended (stateless: the session emptied and the whole history
-/// appended), `emit` tokens emitted; the history grows by both.
+/// appended), `emit` tokens emitted by `decode` (`GpuSession::decode` or its speculative form); the
+/// history grows by both.
 fn step(
     s: &mut GpuSession,
     history: &mut Vec<u32>,
     pending: &[u32],
     emit: usize,
     residency: Residency,
+    decode: impl FnOnce(&mut GpuSession, u32, usize) -> Result<Vec<u32>>,
 ) -> Result<StepRun> {
     let t0 = Instant::now();
     let new_tokens = pending.len();
@@ -464,7 +471,7 @@ fn step(
     };
     let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
-    let emitted = s.decode(first, emit)?;
+    let emitted = decode(s, first, emit)?;
     let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
     history.extend_from_slice(&emitted);
     Ok(StepRun { emitted, prefill_tokens, new_tokens, ttft_ms, decode_ms })
@@ -476,11 +483,7 @@ fn step(
 /// a time). Each must emit what it emits replayed alone. Per trajectory, its steps.
 pub fn replay_interleaved(s: &mut GpuSession, rs: &[Replay], max_steps: usize) -> Result<Vec<Vec<StepRun>>> {
     for r in rs {
-        let steps = &r.steps[..r.steps.len().min(max_steps)];
-        let total = r.prompt.len() + steps.iter().map(|(e, a)| e + a.len()).sum::<usize>();
-        if total + s.m() > s.context() {
-            bail!("agent: a trajectory reaches {total} tokens, the GPU session holds {} (less a pass)", s.context());
-        }
+        fits(s, r, max_steps, 1)?;
     }
     s.reset()?;
     let mut history: Vec<Vec<u32>> = rs.iter().map(|_| Vec::new()).collect();
@@ -489,12 +492,12 @@ pub fn replay_interleaved(s: &mut GpuSession, rs: &[Replay], max_steps: usize) -
     let rounds = rs.iter().map(|r| r.steps.len().min(max_steps)).max().unwrap_or(0);
     for k in 0..rounds {
         for (i, r) in rs.iter().enumerate() {
-            let Some((emit, append)) = r.steps.get(k).filter(|_| k < max_steps) else { continue };
+            let Some((emit, append)) = r.steps.get(k) else { continue };
             // the GPU is empty here (the last step's session parked, or nothing ran yet)
             if k > 0 {
                 s.restore_from(i)?;
             }
-            let run = step(s, &mut history[i], &pending[i], *emit, Residency::Resident)?;
+            let run = step(s, &mut history[i], &pending[i], *emit, Residency::Resident, |s, f, n| s.decode(f, n))?;
             out[i].push(run);
             pending[i] = append.clone();
             s.park_as(i)?;

@@ -127,21 +127,7 @@ pub fn run(a: &Args) -> Result<()> {
         s.forget_state = true;
         let r = replay(&mut s, &rs[0], Residency::Resident, a.max_steps, false);
         s.forget_state = false;
-        let caught = match r {
-            Ok(steps) => {
-                compare("(control) forgotten hand-offs", &[(chosen[0].name.clone(), steps)], "", &by_path[0][..1]) > 0
-            }
-            Err(e) => {
-                println!("(control) forgotten hand-offs: the run failed ({e}): the control proves nothing");
-                false
-            }
-        };
-        if caught {
-            println!("negative control caught: a hand-off that forgets the state changes the tokens");
-        } else {
-            bad += 1;
-            println!("negative control NOT caught: the tokens did not change with the state forgotten");
-        }
+        bad += control("a hand-off that forgets the state", r, &chosen[0].name, &by_path[0]);
     }
     if a.park {
         s.mega = false;
@@ -155,19 +141,7 @@ pub fn run(a: &Args) -> Result<()> {
             s.restore_skips = "recurrent_state.";
             let r = replay(&mut s, &rs[0], Residency::Resident, a.max_steps, true);
             s.restore_skips = "";
-            let steps = r?;
-            if compare(
-                "(control) restores without the GDN states",
-                &[(chosen[0].name.clone(), steps)],
-                "",
-                &by_path[0][..1],
-            ) > 0
-            {
-                println!("negative control caught: a restore without the GDN states changes the tokens");
-            } else {
-                bad += 1;
-                println!("negative control NOT caught: the tokens did not change without the GDN states");
-            }
+            bad += control("a restore without the GDN states", r, &chosen[0].name, &by_path[0]);
         }
     }
     if a.interleaved {
@@ -435,6 +409,26 @@ fn line(what: &str, runs: &Runs, m: &Moves) -> String {
     )
 }
 
+/// A negative control's run (trajectory `name`, wrong on purpose) against the correct run's first
+/// trajectory: caught when its tokens differ (a run that failed proves nothing). Returns the failed
+/// checks (0 or 1).
+fn control(what: &str, r: Result<Vec<StepRun>>, name: &str, want: &Runs) -> usize {
+    let caught = match r {
+        Ok(steps) => compare(&format!("(control) {what}"), &[(name.to_string(), steps)], "", &want[..1]) > 0,
+        Err(e) => {
+            println!("(control) {what}: the run failed ({e}): the control proves nothing");
+            false
+        }
+    };
+    if caught {
+        println!("negative control caught: {what} changes the tokens");
+        0
+    } else {
+        println!("negative control NOT caught: the tokens did not change with {what}");
+        1
+    }
+}
+
 /// Prints the first step whose tokens differ; returns the number of differing steps.
 fn compare(what: &str, got: &[(String, Vec<StepRun>)], against: &str, want: &[(String, Vec<StepRun>)]) -> usize {
     let mut differing = 0;
@@ -461,9 +455,19 @@ fn compare(what: &str, got: &[(String, Vec<StepRun>)], against: &str, want: &[(S
     differing
 }
 
+/// With `--out`: the run's steps.csv and time chart, and its command.txt (the command line, the git
+/// sha, the GPU) in `out`/`name`.
 fn records(a: &Args, name: &str, runs: &Runs) -> Result<()> {
-    match &a.out {
-        Some(out) => write_out(&out.join(name), runs, &format!("{name}, GPU")),
-        None => Ok(()),
-    }
+    let Some(out) = &a.out else { return Ok(()) };
+    let dir = out.join(name);
+    write_out(&dir, runs, &format!("{name}, GPU"))?;
+    let (sha, dirty) = crate::experiment::record::git_state();
+    let gpu = crate::exec::gpu::device::gpu().map_or_else(|| "no GPU".to_string(), |(n, d)| format!("{n}, driver {d}"));
+    let text = format!(
+        "{}\ngit sha {sha}{}\n{gpu}\n",
+        std::env::args().collect::<Vec<_>>().join(" "),
+        if dirty { " (dirty)" } else { "" }
+    );
+    let path = dir.join("command.txt");
+    std::fs::write(&path, text).map_err(|e| Error::new(format!("{}: {e}", path.display())))
 }
