@@ -15,6 +15,9 @@
 #define GRAPH_STAMPS 0     // discrete kernels stamp every unit (%globaltimer, as the megakernel's timeline) into
                            // DevCtx::stamps: the graph's per-word times inside the captured step
 #endif
+#ifndef PREFILL
+#define PREFILL 0          // a prefill program's kernels (issue 28; the host prepends it with M_ROWS: prefill.cuh)
+#endif
 #ifndef M_ROWS
 #define M_ROWS 1           // the program's M (rows of a verification step); the host prepends it to the source
                            // for M > 1 programs, so M = 1 programs compile exactly as before (no row loop)
@@ -329,7 +332,8 @@ __device__ __forceinline__ bool mrow_x_in_smem(const Word& w) {
 // `mrow_gemv` decides the same for the shared memory it sizes). Every other word runs its rows one after
 // another (for_rows).
 __device__ __forceinline__ bool mrow_gemv(const DevCtx& c, const Word& w) {
-  if (M_ROWS == 1) return false;
+  // (a prefill program's M of up to 128 rows never fits: its GEMVs are the host's GEMM, prefill.cuh)
+  if (M_ROWS == 1 || PREFILL) return false;
   switch (w.opcode) {
     case OP_GEMV_NORM:
     case OP_GEMV_RESIDUAL:
@@ -381,7 +385,8 @@ template <typename F> __device__ __forceinline__ void for_rows(const DevCtx& c, 
   const bool whole = w.opcode == OP_END_STEP || mrow_word(c, w);
   const bool split = !whole && (w.flags & FLAG_ROW_UNITS);
   const unsigned per = split ? w.units / w.m_rows : 1u;
-  const unsigned m0 = split ? u / per : 0u, m1 = whole ? 1u : split ? m0 + 1 : w.m_rows;
+  // (FLAG_LAST_ROW, a prefill program's head: the last row alone, on its view)
+  const unsigned m0 = split ? u / per : (w.flags & FLAG_LAST_ROW) ? w.m_rows - 1u : 0u, m1 = whole ? 1u : split ? m0 + 1 : w.m_rows;
   for (unsigned m = m0; m < m1; ++m) {
     // (a row loop's barrier, also before row 0: the unit before, of the same word, may still read its
     // input; a row unit's is the caller's, after the previous unit)

@@ -21,9 +21,12 @@ pub enum GpuCmd {
         /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
         #[arg(long = "define")]
         defines: Vec<String>,
-        /// Compile as an M-row program (verification steps of M rows, 1-8) compiles.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+        /// Compile as an M-row program (verification steps of M rows, 1-8; with --prefill 1-128) compiles.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=128))]
         m: u32,
+        /// Compile as a prefill program of M rows compiles (PREFILL; issue 28).
+        #[arg(long)]
+        prefill: bool,
         /// Compile as a program with a head mask compiles (MK_HEAD_MASK; issue 30).
         #[arg(long)]
         head_mask: bool,
@@ -149,6 +152,34 @@ pub enum GpuCmd {
         /// The M-row programs' GEMV unit rows (a multiple of 8 from 8 to 256; default: the compiler's).
         #[arg(long)]
         unit_rows: Option<u32>,
+        /// Where compiled kernels (cubin/) and generated checkpoints are kept.
+        #[arg(long, default_value = "cache")]
+        cache: PathBuf,
+        /// CUDA tunables NAME=VALUE (src/exec/gpu/defines.rs lists them; repeatable).
+        #[arg(long = "define")]
+        defines: Vec<String>,
+    },
+    /// A prompt through a prefill program on the graph path (issue 28: M rows a step, the fp8 GEMVs as
+    /// the tensor-core GEMM, the chunked GDN): checked against the interpreter (--check) and the decode
+    /// path (--against-decode) within the envelope, timed in tokens per second.
+    Prefill {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// Rows a step (1-128; 64 and 128 keep the GDN chunks anchored at the prompt's start).
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=128))]
+        m: u32,
+        /// Prompt lengths T, comma separated, each a multiple of M.
+        #[arg(long, value_delimiter = ',', default_value = "128")]
+        tokens: Vec<u32>,
+        /// Timed prefills per T (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        reps: u32,
+        /// Check against the interpreter's prefill (tiny or small: the CPU runs the whole program).
+        #[arg(long)]
+        check: bool,
+        /// Also feed the prompt through the one-row program a token a step and compare.
+        #[arg(long)]
+        against_decode: bool,
         /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,

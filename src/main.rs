@@ -162,6 +162,24 @@ fn run(cli: Cli) -> Result<()> {
             mk::verify::mask::run(&dir, steps as usize, reps as usize, &cache, &Defines::parse(&defines)?)?
         }
         Cmd::Gpu { cmd: GpuCmd::Agent(a) } => mk::verify::agent::run(&a.args()?)?,
+        Cmd::Gpu { cmd: GpuCmd::Prefill { dir, m, tokens, reps, check, against_decode, cache, defines } } => {
+            let defines = Defines::parse(&defines)?;
+            let args = mk::verify::prefill::Args {
+                dir: &dir,
+                m,
+                tokens: &tokens,
+                reps: reps as usize,
+                check,
+                against_decode,
+                cache: &cache,
+                defines: &defines,
+            };
+            let rows = mk::verify::prefill::run(&args)?;
+            let bad = rows.iter().filter_map(|r| r.vs_cpu.as_ref()).any(|d| !d.within(mk::verify::prefill::TOLERANCE));
+            if bad {
+                mk::bail!("gpu prefill: the GPU prefill is past the envelope of the interpreter's");
+            }
+        }
         Cmd::Gpu { cmd: GpuCmd::Rows { dir, m, tokens, reps, at, unit_rows, cache, defines } } => {
             mk::verify::rows::run(
                 &dir,
@@ -180,10 +198,16 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Gpu { cmd: GpuCmd::Sample { dir, steps, cache, defines } } => {
             mk::verify::gpu::sample(&dir, steps, &cache, &Defines::parse(&defines)?)?
         }
-        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin, defines, m, head_mask, mtp } } => {
+        Cmd::Gpu { cmd: GpuCmd::Compile { arch, resources, cubin, defines, m, prefill, head_mask, mtp } } => {
             let t = std::time::Instant::now();
-            let host: Vec<&str> =
-                [(mtp, "MK_MTP"), (head_mask, "MK_HEAD_MASK")].iter().filter(|f| f.0).map(|f| f.1).collect();
+            if m > 8 && !prefill {
+                mk::bail!("gpu compile: --m {m} (1-8; up to 128 with --prefill)");
+            }
+            let host: Vec<&str> = [(mtp, "MK_MTP"), (head_mask, "MK_HEAD_MASK"), (prefill, "PREFILL")]
+                .iter()
+                .filter(|f| f.0)
+                .map(|f| f.1)
+                .collect();
             let (bin, log) =
                 mk::exec::gpu::compile_check(&arch, resources, cubin.is_some(), &Defines::parse(&defines)?, m, &host)?;
             let n = bin.len();

@@ -2,7 +2,8 @@
 //! preset: every op against the CPU and the op check's negative control, graph against megakernel bit
 //! for bit over many steps (one and many steps a launch, the device-side stop), M-row steps against
 //! one-row steps (with rollback), speculation with the MTP drafter against plain decoding, the sampler
-//! against the CPU's, prefill's GEMM and chunked GDN against the CPU (issue 28), the head's mask
+//! against the CPU's, prefill's GEMM and chunked GDN against the CPU and a prefill program on the graph path against the
+//! interpreter (issue 28), the head's mask
 //! against the scatter method (issue 30), the agent replay on both paths (issue 29). Without a GPU each test says it skipped
 //! and passes.
 //! (On the GPU machine: `cargo test --no-run` here, carry the `gpu-*` test binary, run it there.)
@@ -107,6 +108,35 @@ fn the_prefill_gemm_matches_the_cpu_and_a_broken_one_is_caught() {
         let e = run("tiny", &[59], 1, &cache(), &broken, k).unwrap_err().to_string();
         assert!(e.contains("the GEMM is wrong"), "{k:?}: {e}");
     }
+}
+
+#[test]
+fn a_prefill_program_on_the_graph_path_matches_the_interpreter_and_a_broken_one_is_caught() {
+    if !gpu_or_skip("the GPU prefill") {
+        return;
+    }
+    // tiny, M = 64: T = 64 (one step) and 192 (three: the state handed from step to step), against the
+    // interpreter's prefill within the envelope (logits, every state, the next token); the negative
+    // control drops the decay inside the chunks and must leave it
+    use mk::verify::prefill::{run, Args, TOLERANCE};
+    let (ok, broken) = (Defines::default(), Defines::parse(&["MK_BREAK_GDN".to_string()]).unwrap());
+    let dir = cache();
+    let args = |tokens, defines| Args {
+        dir: common::tiny(),
+        m: 64,
+        tokens,
+        reps: 1,
+        check: true,
+        against_decode: true,
+        cache: &dir,
+        defines,
+    };
+    for r in run(&args(&[64, 192], &ok)).unwrap() {
+        let d = r.vs_cpu.unwrap();
+        assert!(d.within(TOLERANCE), "T = {}: {d:?}", r.t);
+    }
+    let r = run(&args(&[192], &broken)).unwrap();
+    assert!(!r[0].vs_cpu.as_ref().unwrap().within(TOLERANCE), "the broken chunked rule passed: {:?}", r[0].vs_cpu);
 }
 
 #[test]

@@ -12,6 +12,7 @@ __device__ __forceinline__ unsigned short conv_out4(const float* tp, unsigned sh
 // positions pos - n .. pos - 1 (the commit), then row m's output from the committed ring and rows < m
 // (a window of three in registers), the ring left as committed, row m's input kept (ST1 [M][channels])
 // for the next step's commit. conv_out4 for every output: the bits of one-row steps.
+#if !PREFILL
 __device__ void gdn_conv_rows(const DevCtx& c, const Word& w, unsigned u) {
   const unsigned* ctrl = B<unsigned>(c, w.ops[SLOT_IN1]);
   const unsigned pos = ctrl[0], n = ctrl[CTRL_COMMIT];
@@ -57,7 +58,38 @@ __device__ void gdn_conv_rows(const DevCtx& c, const Word& w, unsigned u) {
     }
   }
 }
+#else
+__device__ void gdn_conv_rows(const DevCtx&, const Word&, unsigned) { __trap(); }
+#endif
+// The prefill form (PREFILL: a prefill program keeps every row, nothing deferred): row m's input goes to
+// ring slot (pos + m) % 4 and its output is conv_out4 of the window before it, rows in order: the bits
+// and the ring of M one-row steps. The three older values are read first, then the window slides in
+// registers.
+__device__ void gdn_conv_prefill(const DevCtx& c, const Word& w, unsigned u) {
+  const unsigned pos = B<unsigned>(c, w.ops[SLOT_IN1])[0];
+  const float* t = B<float>(c, w.ops[SLOT_W0]);
+  unsigned short* ring = B<unsigned short>(c, w.ops[SLOT_ST0]);
+  const unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
+  for (unsigned ch = r0 + threadIdx.x; ch < r1; ch += THREADS) {
+    unsigned short* r = ring + 4 * ch;
+    unsigned short x1 = r[(pos + 1) % 4], x2 = r[(pos + 2) % 4], x3 = r[(pos + 3) % 4];
+    const float* tp = t + 4 * ch;
+    const float taps[4] = {tp[0], tp[1], tp[2], tp[3]};
+    for (unsigned m = 0; m < w.m_rows; ++m) {
+      const unsigned short x = B<unsigned short>(row_view(c, m), w.ops[SLOT_IN0])[ch];
+      B<unsigned short>(row_view(c, m), w.ops[SLOT_OUT0])[ch] = conv_out4(taps, x1, x2, x3, x);
+      r[(pos + m) % 4] = x;
+      x1 = x2;
+      x2 = x3;
+      x3 = x;
+    }
+  }
+}
 __device__ void op_gdn_conv(const DevCtx& c, const Word& w, unsigned u, char*, bool) {
+  if (PREFILL) {
+    gdn_conv_prefill(c, w, u);
+    return;
+  }
   if (M_ROWS > 1) {
     gdn_conv_rows(c, w, u);
     return;

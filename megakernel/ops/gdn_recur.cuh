@@ -176,6 +176,7 @@ __device__ __forceinline__ void gdn_gated_out(const DevCtx& c, const Word& w, un
   const float wn[4] = {nw[2 * lane], nw[2 * lane + 1], nw[64 + 2 * lane], nw[65 + 2 * lane]};
   gated_head(c, cw, zw, wn, (unsigned*)(B<unsigned short>(r, w.ops[SLOT_OUT0]) + j * d));
 }
+#if !PREFILL
 __device__ void gdn_recur_rows(const DevCtx& c, const Word& w, unsigned j, char* smem) {
   const unsigned d = 128, hk = w.arg0, hv = w.rows, qk = j / (hv / hk), key_dim = hk * d, t = threadIdx.x;
   // (n <= M as the host sets it; clamped so that a corrupt control block cannot stage past the shared
@@ -238,6 +239,10 @@ __device__ void gdn_recur_rows(const DevCtx& c, const Word& w, unsigned j, char*
   const unsigned wi = t >> 5;
   if (wi < M_ROWS) gdn_gated_out(c, w, j, row_view(c, wi), (const unsigned*)(st + (n + wi) * GDN_STAGE));
 }
+#else
+// (a prefill program's recurrence is GdnChunk's: the validator refuses GdnRecur there)
+__device__ void gdn_recur_rows(const DevCtx&, const Word&, unsigned, char*) { __trap(); }
+#endif
 
 __device__ void op_gdn_recur(const DevCtx& c, const Word& w, unsigned u, char* smem, bool) {
   if (M_ROWS > 1) {

@@ -220,7 +220,8 @@ impl<'a> Builder<'a> {
         let row_units = w.row_units();
         let stage_units = (stage_rows as u32).div_ceil(unit_rows).max(row_units);
         let k_parts = match self.t.units {
-            _ if op == Opcode::GemvGateUp || op == Opcode::MtpFc || groups < 2 => 1,
+            // (a prefill program's GEMVs are whole: the GPU's GEMM picks its own split, prefill.rs)
+            _ if op == Opcode::GemvGateUp || op == Opcode::MtpFc || groups < 2 || self.t.prefill => 1,
             UnitPolicy::Balanced => split_parts(row_units, stage_units - row_units, groups, slots),
             UnitPolicy::Fixed => {
                 let want = SPLIT_BELOW_UNITS_PER_SM * self.t.sms;

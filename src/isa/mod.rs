@@ -490,7 +490,7 @@ pub fn cuda_header() -> String {
         s += &format!("#define SLOT_{} {i}\n", n.to_uppercase());
     }
     s += &format!(
-        "#define OPERAND_NONE {NONE}u\n#define NO_COUNTER {NO_COUNTER}u\n#define FLAG_PARTIAL {FLAG_PARTIAL}u\n#define FLAG_ROW_UNITS {FLAG_ROW_UNITS}u\n"
+        "#define OPERAND_NONE {NONE}u\n#define NO_COUNTER {NO_COUNTER}u\n#define FLAG_PARTIAL {FLAG_PARTIAL}u\n#define FLAG_ROW_UNITS {FLAG_ROW_UNITS}u\n#define FLAG_LAST_ROW {FLAG_LAST_ROW}u\n"
     );
     s +=
         "struct Word {\n  unsigned short opcode, layer;\n  unsigned char m_rows, flags;\n  unsigned short unit_rows;\n";

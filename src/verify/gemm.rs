@@ -68,15 +68,8 @@ pub struct GemmRow {
     pub max_rel_err: f64,
 }
 
-/// The k-tiles a split and the splits of a T x N x K GEMM on `sms` SMs: enough blocks for two waves'
-/// worth of the machine when the (row, token) tiles alone give fewer, at least 4 k-tiles a split.
-pub fn splits(t: usize, n: usize, k: usize, sms: usize, tokens: usize) -> (usize, usize) {
-    let tiles = n.div_ceil(ROWS) * t.div_ceil(tokens);
-    let kt = k / 128;
-    let want = (2 * sms).div_ceil(tiles).clamp(1, (kt / 4).max(1));
-    let kps = kt.div_ceil(want);
-    (kps, kt.div_ceil(kps))
-}
+/// The GEMM's split-K shape (one rule for the probe and the prefill's launches).
+pub use crate::exec::gpu::prefill::splits;
 
 fn ptr(s: &CudaSlice<u8>, stream: &std::sync::Arc<cudarc::driver::CudaStream>) -> u64 {
     s.device_ptr(stream).0

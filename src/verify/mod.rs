@@ -12,6 +12,7 @@ pub mod golden;
 pub mod gpu;
 pub mod mask;
 pub mod opcheck;
+pub mod prefill;
 pub mod rows;
 pub mod spec;
 pub mod trace;

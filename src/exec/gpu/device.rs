@@ -17,7 +17,7 @@ use crate::bail;
 use crate::error::{Context, Error, Result};
 
 /// The CUDA sources, in include order (one translation unit for NVRTC).
-const SOURCES: [(&str, &str); 27] = [
+const SOURCES: [(&str, &str); 28] = [
     ("common.cuh", include_str!("../../../megakernel/common.cuh")),
     ("gemv.cuh", include_str!("../../../megakernel/gemv.cuh")),
     ("ring.cuh", include_str!("../../../megakernel/ring.cuh")),
@@ -41,6 +41,7 @@ const SOURCES: [(&str, &str); 27] = [
     ("ops/gdn_step.cuh", include_str!("../../../megakernel/ops/gdn_step.cuh")),
     ("ops/mtp_fc.cuh", include_str!("../../../megakernel/ops/mtp_fc.cuh")),
     ("ops/gdn_chunk.cuh", include_str!("../../../megakernel/ops/gdn_chunk.cuh")),
+    ("prefill.cuh", include_str!("../../../megakernel/prefill.cuh")),
     ("discrete.cu", include_str!("../../../megakernel/discrete.cu")),
     ("megakernel.cu", include_str!("../../../megakernel/megakernel.cu")),
     ("sample.cu", include_str!("../../../megakernel/sample.cu")),

@@ -44,7 +44,8 @@ pub fn check_smem(name: &str, per_sm: u32, per_block: u32) -> Result<()> {
 /// down_proj read theirs as they are), None for a word that runs its rows one after another.
 pub fn mrow_gemv(p: &Program, w: &Word) -> Option<bool> {
     let m = p.target.m_rows;
-    if m <= 1 {
+    // (a prefill program's GEMVs are the GEMM's or run their rows one after another: prefill.rs)
+    if m <= 1 || p.target.prefill {
         return None;
     }
     let fp8 = || w.op(slot::W0).is_some_and(|b| p.buffers[b].elem_bytes == 1);
@@ -191,6 +192,9 @@ impl GpuExec {
 
     /// One launch of words first..first + n (one stage, one opcode: see `launch_groups`).
     pub(super) fn launch_words(&self, first: usize, n: usize) -> Result<()> {
+        if let Some(r) = self.launch_prefill(first, n) {
+            return r;
+        }
         let words = &self.prog.words[first..first + n];
         let w = &words[0];
         let units: u32 = words.iter().map(|w| w.units).sum();

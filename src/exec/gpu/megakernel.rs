@@ -107,6 +107,11 @@ impl GpuExec {
         timeline: bool,
         words: u32,
     ) -> Result<Vec<u32>> {
+        if self.prog.target.prefill {
+            crate::bail!(
+                "megakernel: a prefill program runs on the graph path only (its megakernel form is not built)"
+            );
+        }
         if timeline && n_steps != 1 {
             crate::bail!("megakernel: the timeline records one step per launch");
         }

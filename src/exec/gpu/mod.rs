@@ -17,6 +17,7 @@ pub mod launch;
 pub mod layout;
 pub mod masked;
 pub mod megakernel;
+pub mod prefill;
 pub mod reads;
 mod rows;
 pub mod sampler;
@@ -86,6 +87,8 @@ pub struct GpuExec {
     pinned_ev: Vec<cudarc::driver::CudaEvent>,
     /// A program with a head mask: the mask's pinned host copy (`step_overlapped`), allocated at startup.
     mask_pinned: Option<cudarc::driver::PinnedHostSlice<u8>>,
+    /// A prefill program: its scratch and kernels (`prefill::Scratch`), allocated at startup.
+    prefill: Option<prefill::Scratch>,
 }
 
 impl GpuExec {
@@ -107,10 +110,6 @@ impl GpuExec {
             optin,
         )?;
         crate::isa::validate::validate(prog)?;
-        if prog.target.prefill {
-            // (issue 28: the GEMM, the chunked GDN and causal attention kernels are probes so far)
-            crate::bail!("gpu: prefill programs run on the CPU interpreter only (no GPU path yet)");
-        }
         let m_rows = prog.target.m_rows as usize;
         if let Some(b) = prog.buffers.iter().find(|b| b.kind.per_row() && b.rows != m_rows as u64) {
             crate::bail!("gpu: buffer {} has {} rows, the program's M is {m_rows}", b.name, b.rows);
@@ -141,8 +140,11 @@ impl GpuExec {
         let mtp =
             has(&|w| w.opcode == Opcode::MtpFc || w.opcode == Opcode::LmHead && w.op(crate::isa::slot::IN1).is_some());
         let mask = has(&|w| w.opcode == Opcode::LmHead && w.op(crate::isa::slot::IN2).is_some());
+        // A prefill program (issue 28) compiles its row loop for up to 128 rows without the M-row GEMVs
+        // (PREFILL: prefill.cuh, prefill.rs).
         let src = format!(
-            "{}{}{}",
+            "{}{}{}{}",
+            if prog.target.prefill { "#define PREFILL 1\n" } else { "" },
             if mtp { "#define MK_MTP 1\n" } else { "" },
             if mask { "#define MK_HEAD_MASK 1\n" } else { "" },
             rows_source(m_rows as u32)
@@ -184,7 +186,12 @@ impl GpuExec {
             Some(b) => Some(cu(unsafe { gpu.ctx.alloc_pinned::<u8>(layout.places[b].bytes) }, "cuMemHostAlloc")?),
             None => None,
         };
+        let prefill = match prog.target.prefill {
+            true => Some(prefill::Scratch::new(prog, &module, &stream, gpu.sms, defines.get("GDNC_DV") as usize)?),
+            false => None,
+        };
         Ok(GpuExec {
+            prefill,
             prog: prog.clone(),
             cache: cache.to_path_buf(),
             defines: defines.clone(),

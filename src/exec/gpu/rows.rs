@@ -14,6 +14,9 @@ impl GpuExec {
     /// row m of `logits()`). The position moves on by M. Greedy only (the sampler takes one row).
     pub fn step_rows(&mut self, tokens: &[u32], mega: bool) -> Result<Vec<u32>> {
         let m = self.prog.target.m_rows as usize;
+        if self.prog.target.prefill {
+            crate::bail!("gpu: a prefill program steps with prefill_rows (every row kept, nothing to roll back)");
+        }
         if tokens.len() != m {
             crate::bail!("gpu: {} tokens for a step of M = {m} rows", tokens.len());
         }
@@ -114,7 +117,7 @@ impl GpuExec {
         Ok((t, self.read_timeline()?))
     }
 
-    fn step_rows_unchecked(&mut self, tokens: &[u32], mega: bool, timeline: bool) -> Result<Vec<u32>> {
+    pub(super) fn step_rows_unchecked(&mut self, tokens: &[u32], mega: bool, timeline: bool) -> Result<Vec<u32>> {
         let m = tokens.len();
         // row m: position pos + m, token m; row 0 also the commit count of the last step's rows
         let mut ctrl = Vec::with_capacity(m * CTRL_LEN);

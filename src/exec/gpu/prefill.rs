@@ -1,0 +1,349 @@
+//! Prefill programs on the graph path (issue 28 item 6, its first form): M rows of a prompt a step (M up
+//! to 128), the fp8 GEMV words as the tensor-core GEMM over the arena's chunk layout (the weights read
+//! once for 64 rows), the bf16 GEMV words and the chunked GDN as their own kernels, every other word
+//! its discrete kernel over the rows (megakernel/prefill.cuh says which and how they round).
+//!
+//! Owns: the prefill's scratch (allocated with the program, at startup), the launches that replace a
+//! word, the split-K shape of a GEMM (`splits`), `prefill_rows`. Refuses: a prefill step on the
+//! megakernel (not built), a token count other than M, a program that is not a prefill program.
+
+use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+
+use super::abi::THREADS;
+use super::{cu, GpuExec};
+use crate::error::{Error, Result};
+use crate::isa::access::GDN_HEAD_DIM;
+use crate::isa::{slot, Opcode, Program, Word};
+
+/// The GEMM's block (megakernel/gemm.cuh k_gemm_fp8): weight rows and tokens a block, its shared memory
+/// (three stages of the weights' 8 warp tiles and the tokens' k-tile at 272 bytes a token).
+pub const GEMM_ROWS: usize = 128;
+pub const GEMM_TOKENS: usize = 64;
+pub const GEMM_SMEM: u32 = 3 * (8 * 2048 + 64 * 272);
+/// The chunked GDN's chunk (gdn_chunk.cuh GC); its scan's state columns a block are the GDNC_DV define.
+const GC: usize = 64;
+
+/// The k-tiles a split and the splits of a T x N x K GEMM on `sms` SMs: enough blocks for two waves'
+/// worth of the machine when the (row, token) tiles alone give fewer, at least 4 k-tiles a split.
+pub fn splits(t: usize, n: usize, k: usize, sms: usize, tokens: usize) -> (usize, usize) {
+    let tiles = n.div_ceil(GEMM_ROWS) * t.div_ceil(tokens);
+    let kt = k / 128;
+    let want = (2 * sms).div_ceil(tiles).clamp(1, (kt / 4).max(1));
+    let kps = kt.div_ceil(want);
+    (kps, kt.div_ceil(kps))
+}
+
+/// How the graph path runs a prefill program's word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// An fp8 GEMV word: inputs prepared, the GEMM (and its split-K reduce), the epilogue.
+    Gemm,
+    /// A bf16 GemvNorm (GDN's a and b): inputs prepared, a warp an output.
+    Bf16,
+    /// GdnChunk: inputs, the chunked rule's prep and scan, the gated outputs.
+    Chunk,
+    /// Its discrete kernel, rows by `for_rows`.
+    Word,
+}
+
+/// The form of word `w` of prefill program `p`.
+pub fn form(p: &Program, w: &Word) -> Form {
+    let wbytes = |s: usize| w.op(s).map(|b| p.buffers[b].elem_bytes);
+    match w.opcode {
+        Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual if wbytes(slot::W0) == Some(1) => Form::Gemm,
+        Opcode::GemvNorm if wbytes(slot::W0) == Some(2) => Form::Bf16,
+        Opcode::GdnChunk => Form::Chunk,
+        _ => Form::Word,
+    }
+}
+
+/// The prefill's scratch and kernels: X the prepared inputs [M][K], the GEMM's totals (gate's and up's)
+/// and split partials, the chunked GDN's inputs, prep scratch and outputs. Device pointers taken once.
+pub struct Scratch {
+    _bufs: Vec<CudaSlice<u8>>,
+    x: u64,
+    y: [u64; 2],
+    parts: u64,
+    gdn: [u64; 10],
+    /// The scan's state columns a block (GDNC_DV, as the module was compiled).
+    dv: usize,
+    f: Kernels,
+}
+
+struct Kernels {
+    x: CudaFunction,
+    out: CudaFunction,
+    bf16: CudaFunction,
+    gdn_in: CudaFunction,
+    gdn_out: CudaFunction,
+    gemm: CudaFunction,
+    reduce: CudaFunction,
+    prep: CudaFunction,
+    scan: CudaFunction,
+}
+
+/// The chunked GDN's prep and scan shared memory (gdn_chunk.cuh; src/verify/gdn_chunk.rs sizes the same).
+fn prep_smem() -> u32 {
+    ((2 * GC * (GDN_HEAD_DIM + 4) + GC * (GC + 4) + 2 * GC) * 4) as u32
+}
+fn scan_smem(dv: usize) -> u32 {
+    ((GDN_HEAD_DIM * dv + 2 * GC * (GDN_HEAD_DIM + 4) + GC * (GC + 4) + GC * dv + 2 * GC) * 4) as u32
+}
+
+impl Scratch {
+    /// The scratch a prefill program needs, sized from its words (the widest input, output and GEMM
+    /// split), allocated now (startup) on `stream`.
+    pub fn new(
+        p: &Program,
+        module: &std::sync::Arc<CudaModule>,
+        stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+        sms: u32,
+        dv: usize,
+    ) -> Result<Scratch> {
+        let m = p.target.m_rows as usize;
+        let (mut kmax, mut nmax, mut parts) = (0usize, 0usize, 0usize);
+        let (mut hk, mut hv) = (0usize, 0usize);
+        for w in &p.words {
+            let k = w.op(slot::IN0).map_or(0, |b| p.buffers[b].cols as usize);
+            match form(p, w) {
+                Form::Gemm => {
+                    let n = w.rows as usize;
+                    let (_, s) = splits(m, n, k, sms as usize, GEMM_TOKENS);
+                    (kmax, nmax) = (kmax.max(k), nmax.max(n));
+                    if s > 1 {
+                        parts = parts.max(s * m * n);
+                    }
+                }
+                Form::Bf16 => kmax = kmax.max(k),
+                Form::Chunk => (hk, hv) = (hk.max(w.arg0 as usize), hv.max(w.rows as usize)),
+                Form::Word => {}
+            }
+        }
+        let d = GDN_HEAD_DIM;
+        let chunks = m.div_ceil(GC);
+        // q, k [M][hk][d]; v [M][hv][d]; g, beta [M][hv]; cum, attn, nv, kcd per (head, chunk); out
+        let gdn = [m * hk * d, m * hk * d, m * hv * d, m * hv, m * hv, hv * chunks * GC, hv * chunks * GC * GC];
+        let gdn = [
+            gdn[0],
+            gdn[1],
+            gdn[2],
+            gdn[3],
+            gdn[4],
+            gdn[5],
+            gdn[6],
+            hv * chunks * GC * d,
+            hv * chunks * GC * d,
+            m * hv * d,
+        ];
+        let mut bufs = Vec::new();
+        let mut alloc = |bytes: usize| -> Result<u64> {
+            let b = cu(stream.alloc_zeros::<u8>(bytes.max(16)), "cuMemAlloc (prefill scratch)")?;
+            let p = b.device_ptr(stream).0;
+            bufs.push(b);
+            Ok(p)
+        };
+        let x = alloc(2 * m * kmax)?;
+        let y = [alloc(4 * m * nmax)?, alloc(4 * m * nmax)?];
+        let parts = alloc(4 * parts)?;
+        let mut g = [0u64; 10];
+        for (i, n) in gdn.iter().enumerate() {
+            g[i] = alloc(4 * n)?;
+        }
+        let load = |name: &str, smem: u32| -> Result<CudaFunction> {
+            let f = cu(module.load_function(name), &format!("cuModuleGetFunction ({name})"))?;
+            if smem > 48 * 1024 {
+                use cudarc::driver::sys::CUfunction_attribute as F;
+                cu(
+                    f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32),
+                    "cuFuncSetAttribute",
+                )?;
+            }
+            Ok(f)
+        };
+        let f = Kernels {
+            x: load("k_pf_x", 0)?,
+            out: load("k_pf_out", 0)?,
+            bf16: load("k_pf_gemv_bf16", 0)?,
+            gdn_in: load("k_pf_gdn_in", 0)?,
+            gdn_out: load("k_pf_gdn_out", 0)?,
+            gemm: load("k_gemm_fp8", GEMM_SMEM)?,
+            reduce: load("k_gemm_reduce", 0)?,
+            prep: load("k_gdn_chunk_prep", prep_smem())?,
+            scan: load("k_gdn_chunk_scan", scan_smem(dv))?,
+        };
+        Ok(Scratch { _bufs: bufs, x, y, parts, gdn: g, dv, f })
+    }
+}
+
+fn grid(x: u32, y: u32, z: u32, threads: u32, smem: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (x, y, z), block_dim: (threads, 1, 1), shared_mem_bytes: smem }
+}
+
+impl GpuExec {
+    /// Words first..first + n of a prefill program, where their form is not the discrete kernel's:
+    /// None for a group the caller launches as usual.
+    pub(super) fn launch_prefill(&self, first: usize, n: usize) -> Option<Result<()>> {
+        let s = self.prefill.as_ref()?;
+        let w = &self.prog.words[first];
+        if form(&self.prog, w) == Form::Word {
+            return None;
+        }
+        Some((first..first + n).try_for_each(|i| {
+            self.launch_prefill_word(s, i)
+                .map_err(|e| Error::new(format!("prefill word {i} ({:?}): {e}", self.prog.words[i].opcode)))
+        }))
+    }
+
+    fn launch_prefill_word(&self, s: &Scratch, wi: usize) -> Result<()> {
+        let p = &self.prog;
+        let w = &p.words[wi];
+        let m = p.target.m_rows;
+        let stream = &self.gpu.stream;
+        let prog = self.base + self.layout.prog as u64;
+        let (wi32, ctx) = (wi as u32, self.ctx);
+        let k = w.op(slot::IN0).map_or(0, |b| p.buffers[b].cols) as u32;
+        let place = |sl: usize| -> Result<crate::exec::gpu::arena::Place> {
+            w.op(sl).map(|b| self.layout.places[b]).ok_or_else(|| Error::new(format!("no operand in slot {sl}")))
+        };
+        // SAFETY (every launch below): the kernels' parameters are as prefill.cuh / gemm.cuh /
+        // gdn_chunk.cuh declare them, in order; the program, context and arena outlive the launch; the
+        // scratch pointers are `Scratch`'s, sized in `Scratch::new` for this program's M and widest word.
+        let prep_x = |norm: usize| -> Result<()> {
+            let mut b = stream.launch_builder(&s.f.x);
+            let ns = norm as u32;
+            b.arg(&prog).arg(&wi32).arg(&ctx).arg(&ns).arg(&s.x);
+            cu(unsafe { b.launch(grid(m, 1, 1, THREADS, k.div_ceil(8) * 16 + 64)) }.map(|_| ()), "launch k_pf_x")
+        };
+        match form(p, w) {
+            Form::Gemm => {
+                let norm = if w.opcode == Opcode::GemvGateUp { slot::W2 } else { slot::W1 };
+                prep_x(norm)?;
+                let n = w.rows;
+                let (kps, sp) = splits(m as usize, n as usize, k as usize, self.gpu.sms as usize, GEMM_TOKENS);
+                let weights: &[usize] =
+                    if w.opcode == Opcode::GemvGateUp { &[slot::W0, slot::W1] } else { &[slot::W0] };
+                for (i, &ws) in weights.iter().enumerate() {
+                    let pl = place(ws)?;
+                    let (wp, sc) = (self.base + pl.off as u64, self.base + pl.scale_off.unwrap_or(pl.off) as u64);
+                    let out = if sp > 1 { s.parts } else { s.y[i] };
+                    let kps32 = kps as u32;
+                    let mut b = stream.launch_builder(&s.f.gemm);
+                    b.arg(&wp).arg(&sc).arg(&s.x).arg(&out).arg(&m).arg(&n).arg(&k).arg(&kps32);
+                    let cfg = grid(
+                        n.div_ceil(GEMM_ROWS as u32),
+                        m.div_ceil(GEMM_TOKENS as u32),
+                        sp as u32,
+                        THREADS,
+                        GEMM_SMEM,
+                    );
+                    cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch k_gemm_fp8")?;
+                    if sp > 1 {
+                        let (count, sp32) = (m as u64 * n as u64, sp as u32);
+                        let mut b = stream.launch_builder(&s.f.reduce);
+                        b.arg(&s.parts).arg(&s.y[i]).arg(&count).arg(&sp32);
+                        let blocks = (count as u32).div_ceil(THREADS).min(4 * self.gpu.sms);
+                        cu(unsafe { b.launch(grid(blocks, 1, 1, THREADS, 0)) }.map(|_| ()), "launch k_gemm_reduce")?;
+                    }
+                }
+                let mut b = stream.launch_builder(&s.f.out);
+                b.arg(&prog).arg(&wi32).arg(&ctx).arg(&s.y[0]).arg(&s.y[1]);
+                cu(unsafe { b.launch(grid(n.div_ceil(THREADS), m, 1, THREADS, 0)) }.map(|_| ()), "launch k_pf_out")
+            }
+            Form::Bf16 => {
+                prep_x(slot::W1)?;
+                let mut b = stream.launch_builder(&s.f.bf16);
+                b.arg(&prog).arg(&wi32).arg(&ctx).arg(&s.x);
+                cu(
+                    unsafe { b.launch(grid(w.rows.div_ceil(THREADS / 32), m, 1, THREADS, 0)) }.map(|_| ()),
+                    "launch k_pf_gemv_bf16",
+                )
+            }
+            Form::Chunk => {
+                let [q, kk, v, g, beta, cum, attn, nv, kcd, o] = s.gdn;
+                let (hk, hv) = (w.arg0, w.rows);
+                let mut b = stream.launch_builder(&s.f.gdn_in);
+                b.arg(&prog).arg(&wi32).arg(&ctx).arg(&q).arg(&kk).arg(&v).arg(&g).arg(&beta);
+                cu(unsafe { b.launch(grid(m, hv, 1, 128, 0)) }.map(|_| ()), "launch k_pf_gdn_in")?;
+                let chunks = m.div_ceil(GC as u32);
+                let mut b = stream.launch_builder(&s.f.prep);
+                b.arg(&q).arg(&kk).arg(&v).arg(&g).arg(&beta).arg(&m).arg(&hk).arg(&hv);
+                b.arg(&cum).arg(&attn).arg(&nv).arg(&kcd);
+                cu(
+                    unsafe { b.launch(grid(chunks, hv, 1, THREADS, prep_smem())) }.map(|_| ()),
+                    "launch k_gdn_chunk_prep",
+                )?;
+                let st = self.base + place(slot::ST0)?.off as u64;
+                let mut b = stream.launch_builder(&s.f.scan);
+                b.arg(&q).arg(&kk).arg(&cum).arg(&attn).arg(&nv).arg(&kcd).arg(&m).arg(&hk).arg(&hv);
+                b.arg(&st).arg(&o);
+                let cfg = grid(hv, (GDN_HEAD_DIM / s.dv) as u32, 1, THREADS, scan_smem(s.dv));
+                cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch k_gdn_chunk_scan")?;
+                let mut b = stream.launch_builder(&s.f.gdn_out);
+                b.arg(&prog).arg(&wi32).arg(&ctx).arg(&o);
+                cu(unsafe { b.launch(grid(m, 1, 1, THREADS, 0)) }.map(|_| ()), "launch k_pf_gdn_out")
+            }
+            Form::Word => crate::bail!("not a prefill form"),
+        }
+    }
+
+    /// One step of a prefill program on the graph path: token m at position pos + m for every row m,
+    /// every row kept (the GDN states and KV caches move on by M); returns the greedy next token after
+    /// the last row (the last row's logits are the last row of `logits()`).
+    pub fn prefill_rows(&mut self, tokens: &[u32]) -> Result<u32> {
+        let m = self.prog.target.m_rows as usize;
+        if !self.prog.target.prefill {
+            crate::bail!("gpu: prefill_rows takes a prefill program (this one is a decode or verification step)");
+        }
+        if tokens.len() != m {
+            crate::bail!("gpu: {} tokens for a prefill step of M = {m} rows", tokens.len());
+        }
+        for &t in tokens {
+            self.check_token(t)?;
+        }
+        self.room(m, "rows")?;
+        if self.sampling {
+            crate::bail!("gpu: a prefill step is greedy (its head runs the last row's argmax)");
+        }
+        let r = self.step_rows_unchecked(tokens, false, false);
+        let t = self.advance(r, m)?;
+        Ok(t[m - 1])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 27B's prefill program: every fp8 GEMV word runs as the GEMM (whole: the compiler splits no
+    /// prefill GEMV, so no reduce word follows one), GDN's a and b as the bf16 kernel, the chunked rule
+    /// as its three launches, and nothing else is replaced.
+    #[test]
+    fn every_fp8_gemv_of_a_prefill_program_is_a_whole_gemm() {
+        let cfg = crate::model::config::ModelConfig::preset("qwen3.5-27b").unwrap();
+        let mut t = crate::compiler::h200(64);
+        t.prefill = true;
+        t.max_context = 256;
+        let p = crate::compiler::compile(&cfg, "prefill", &t).unwrap();
+        let count = |f: Form| p.words.iter().filter(|w| form(&p, w) == f).count();
+        // GDN layers: qkv, z, out_proj; attention layers: q, k, v, o_proj; every layer: gate/up, down
+        assert_eq!(count(Form::Gemm), 48 * 3 + 16 * 4 + 64 * 2);
+        assert_eq!(count(Form::Bf16), 48 * 2);
+        assert_eq!(count(Form::Chunk), 48);
+        assert!(p
+            .words
+            .iter()
+            .all(|w| w.k_parts <= 1 && !matches!(w.opcode, Opcode::ReduceStore | Opcode::ReduceResidual)));
+        // the lm_head (bf16) stays its own word: the last row only
+        let head = p.words.iter().find(|w| w.opcode == Opcode::LmHead).unwrap();
+        assert_eq!(form(&p, head), Form::Word);
+        assert_ne!(head.flags & crate::isa::FLAG_LAST_ROW, 0);
+    }
+
+    #[test]
+    fn small_gemms_split_k_and_large_ones_do_not() {
+        // T = 64 rows of o_proj (5,120 x 6,144): 40 row tiles, split to fill two waves of 132 SMs
+        let (kps, sp) = splits(64, 5120, 6144, 132, GEMM_TOKENS);
+        assert!(sp > 1 && kps * sp >= 6144 / 128 && kps >= 4, "{kps} {sp}");
+        assert_eq!(splits(4096, 17408, 5120, 132, GEMM_TOKENS).1, 1);
+    }
+}
