@@ -1,18 +1,17 @@
-//! The device arena: ONE allocation at startup holding every buffer of the program (weights in
-//! checkpoint byte order with fp8 scales as f32, small vectors as f32, activations, scratch, state),
-//! the buffer tables the kernels index by id, the RoPE table, the program, and the control words of the
-//! megakernel, the timeline, the sampler, the device-side stop and the GEMV tickets. Weights arrive as
-//! named host buffers (`isa::weights::Weights`, implemented by the model side in `model::upload`): this
-//! module never reads a checkpoint.
+//! The device arena: ONE allocation at startup holding every buffer of the program but its weights
+//! (activations, scratch, state; the weights are `weights::DeviceWeights`', maybe shared with another
+//! program of the model), the buffer tables the kernels index by id (weights' addresses included), the
+//! RoPE table, the program, and the control words of the megakernel, the timeline, the sampler, the
+//! device-side stop and the GEMV tickets. This module never reads a checkpoint.
 //!
-//! Owns: the layout, the upload, byte access to the arena. Refuses: allocating after startup.
+//! Owns: the layout, byte access to the arena. Refuses: allocating after startup.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use super::abi::{DevCtx, SB_WORDS};
 use super::{cu, GpuExec};
 use crate::error::Result;
-use crate::isa::weights::{HostWeight, Weights};
+use crate::isa::weights::Weights;
 use crate::isa::{BufKind, Program};
 use crate::model::numerics::{bf16_to_f32, f32_to_bf16};
 
@@ -28,6 +27,10 @@ pub struct Place {
     /// 3 fp8 with other scales (the `wbytes` table the kernels read; the kernels treat 1 and 3 alike
     /// since the tensor-core GEMV, which scales each tile's fp32 sum).
     pub elem_bytes: u8,
+    /// The absolute device address of the buffer and of its scales (0: none): a weight's lies in the
+    /// weights' allocation (`weights::DeviceWeights`, maybe another program's), the rest in the arena.
+    pub addr: u64,
+    pub scale_addr: u64,
 }
 
 /// Offsets of everything in the arena.
@@ -78,6 +81,7 @@ pub fn build(
     stream: &std::sync::Arc<CudaStream>,
     prog: &Program,
     w: &dyn Weights,
+    dw: &super::weights::DeviceWeights,
     stamps: bool,
 ) -> Result<(CudaSlice<u8>, u64, Layout, DevCtx)> {
     let dims = w.dims();
@@ -87,37 +91,15 @@ pub fn build(
         at = (at + n).div_ceil(ALIGN) * ALIGN;
         o
     };
-    let mut host = Vec::new(); // (buffer, its host weight) for the upload below
     let mut places = Vec::new();
-    for (i, b) in prog.buffers.iter().enumerate() {
+    for b in prog.buffers.iter() {
         let p = if b.kind == BufKind::Weight {
-            let hw = w.weight(&b.name)?;
-            let p = match &hw {
-                HostWeight::Fp8 { bytes, scales } => {
-                    let off = take(bytes.len());
-                    let scale_off = Some(take(scales.len() * 4));
-                    // scales that are bf16 values below 2^8 (every real release, and mk synth): code 1;
-                    // others 3 (recorded; the kernels read both alike)
-                    let bf16_ok = scales.iter().all(|x| crate::model::numerics::bf(*x) == *x && x.abs() < 256.0);
-                    Place { off, bytes: bytes.len(), scale_off, elem_bytes: if bf16_ok { 1 } else { 3 } }
-                }
-                HostWeight::Bf16(bytes) => {
-                    Place { off: take(bytes.len()), bytes: bytes.len(), scale_off: None, elem_bytes: 2 }
-                }
-                HostWeight::F32(v) => {
-                    Place { off: take(v.len() * 4), bytes: v.len() * 4, scale_off: None, elem_bytes: 4 }
-                }
-            };
-            let want =
-                b.elems() as usize * if p.elem_bytes == 1 || p.elem_bytes == 3 { 1 } else { p.elem_bytes as usize };
-            if p.bytes != want {
-                crate::bail!("gpu: weight {} has {} bytes, the program's buffer needs {want}", b.name, p.bytes);
-            }
-            host.push((i, hw));
-            p
+            // (in the weights' allocation: `off` unused, `addr` absolute)
+            dw.place(&b.name)
+                .ok_or_else(|| crate::error::Error::new(format!("gpu: weight {} was not uploaded", b.name)))?
         } else {
             let bytes = b.elems() as usize * b.elem_bytes as usize;
-            Place { off: take(bytes), bytes, scale_off: None, elem_bytes: b.elem_bytes as u8 }
+            Place { off: take(bytes), bytes, scale_off: None, elem_bytes: b.elem_bytes as u8, addr: 0, scale_addr: 0 }
         };
         places.push(p);
     }
@@ -160,22 +142,15 @@ pub fn build(
         let mut v = arena.slice_mut(off..off + bytes.len());
         cu(stream.memcpy_htod(bytes, &mut v), "cuMemcpyHtoD")
     };
-    for (i, hw) in &host {
-        let p = layout.places[*i];
-        match hw {
-            HostWeight::Fp8 { bytes, scales } => {
-                // the GEMV's chunk layout (layout.rs), one weight at a time on the host
-                let b = &prog.buffers[*i];
-                put(p.off, &super::layout::to_chunks(bytes, b.rows as usize, b.cols as usize)?)?;
-                put(p.scale_off.unwrap_or(p.off), &lef32(scales))?;
-            }
-            HostWeight::Bf16(bytes) => put(p.off, bytes)?,
-            HostWeight::F32(v) => put(p.off, &lef32(v))?,
+    let mut layout = layout;
+    for (p, b) in layout.places.iter_mut().zip(&prog.buffers) {
+        if b.kind != BufKind::Weight {
+            p.addr = base + p.off as u64;
         }
     }
-    let at: Vec<u64> = layout.places.iter().map(|p| base + p.off as u64).collect();
+    let at: Vec<u64> = layout.places.iter().map(|p| p.addr).collect();
     put(t_bufs, &le64(row_views(prog, &at)))?;
-    put(t_scales, &le64(layout.places.iter().map(|p| p.scale_off.map_or(0, |o| base + o as u64))))?;
+    put(t_scales, &le64(layout.places.iter().map(|p| p.scale_addr)))?;
     put(t_rows, &le32(prog.buffers.iter().map(|b| b.rows as u32)))?;
     put(t_cols, &le32(prog.buffers.iter().map(|b| b.cols as u32)))?;
     put(t_wbytes, &layout.places.iter().map(|p| p.elem_bytes).collect::<Vec<u8>>())?;
@@ -253,6 +228,12 @@ impl GpuExec {
     }
 
     fn read_bytes(&self, buf: usize, from: usize, to: usize) -> Result<Vec<u8>> {
+        if self.prog.buffers[buf].kind == BufKind::Weight {
+            crate::bail!(
+                "gpu: buffer {} is a weight (in the weights' allocation, not read back)",
+                self.prog.buffers[buf].name
+            );
+        }
         let p = self.layout.places[buf];
         self.get(p.off + from, p.off + to, "cuMemcpyDtoH")
     }

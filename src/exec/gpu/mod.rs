@@ -22,6 +22,7 @@ pub mod reads;
 mod rows;
 pub mod sampler;
 pub mod spec;
+mod weights;
 
 use std::collections::HashMap;
 
@@ -89,6 +90,8 @@ pub struct GpuExec {
     mask_pinned: Option<cudarc::driver::PinnedHostSlice<u8>>,
     /// A prefill program: its scratch and kernels (`prefill::Scratch`), allocated at startup.
     prefill: Option<prefill::Scratch>,
+    /// The weights (`weights::DeviceWeights`: its own upload and any copy it shares).
+    weights: weights::DeviceWeights,
 }
 
 impl GpuExec {
@@ -98,6 +101,35 @@ impl GpuExec {
         gpu: Gpu,
         prog: &Program,
         weights: &dyn Weights,
+        cache: &std::path::Path,
+        defines: &Defines,
+    ) -> Result<GpuExec> {
+        Self::build(gpu, prog, weights, None, cache, defines)
+    }
+
+    /// As `new`, but the weights `other` holds (another program of the same model: same names, bytes
+    /// and storage) are read from its copy, not uploaded again; any others are uploaded.
+    pub fn new_sharing(
+        gpu: Gpu,
+        prog: &Program,
+        weights: &dyn Weights,
+        other: &GpuExec,
+        cache: &std::path::Path,
+        defines: &Defines,
+    ) -> Result<GpuExec> {
+        Self::build(gpu, prog, weights, Some(&other.weights), cache, defines)
+    }
+
+    /// Bytes of weights this program uploaded itself (the rest it reads from another's copy).
+    pub fn own_weight_bytes(&self) -> usize {
+        self.weights.own_bytes
+    }
+
+    fn build(
+        gpu: Gpu,
+        prog: &Program,
+        weights: &dyn Weights,
+        shared: Option<&weights::DeviceWeights>,
         cache: &std::path::Path,
         defines: &Defines,
     ) -> Result<GpuExec> {
@@ -132,7 +164,8 @@ impl GpuExec {
         }
         let mega_smem = launch::mega_smem_bytes(prog)?;
         let stream = gpu.stream.clone();
-        let (arena, base, layout, ctx) = arena::build(&stream, prog, weights, defines.get("GRAPH_STAMPS") != 0)?;
+        let dw = weights::DeviceWeights::build(&stream, prog, weights, shared)?;
+        let (arena, base, layout, ctx) = arena::build(&stream, prog, weights, &dw, defines.get("GRAPH_STAMPS") != 0)?;
         // An MTP drafter's program (MtpFc) compiles the megakernel's dispatch with its case (MK_MTP: left
         // out of every other program's, where it would move ptxas's allocation; ops/mtp_fc.cuh).
         // A program with a head mask (issue 30) compiles the lm_head's mask (MK_HEAD_MASK), likewise.
@@ -191,6 +224,7 @@ impl GpuExec {
             false => None,
         };
         Ok(GpuExec {
+            weights: dw,
             prefill,
             prog: prog.clone(),
             cache: cache.to_path_buf(),

@@ -224,7 +224,7 @@ impl GpuExec {
                     if w.opcode == Opcode::GemvGateUp { &[slot::W0, slot::W1] } else { &[slot::W0] };
                 for (i, &ws) in weights.iter().enumerate() {
                     let pl = place(ws)?;
-                    let (wp, sc) = (self.base + pl.off as u64, self.base + pl.scale_off.unwrap_or(pl.off) as u64);
+                    let (wp, sc) = (pl.addr, pl.scale_addr);
                     let out = if sp > 1 { s.parts } else { s.y[i] };
                     let kps32 = kps as u32;
                     let mut b = stream.launch_builder(&s.f.gemm);
@@ -272,7 +272,7 @@ impl GpuExec {
                     unsafe { b.launch(grid(chunks, hv, 1, THREADS, prep_smem())) }.map(|_| ()),
                     "launch k_gdn_chunk_prep",
                 )?;
-                let st = self.base + place(slot::ST0)?.off as u64;
+                let st = place(slot::ST0)?.addr;
                 let mut b = stream.launch_builder(&s.f.scan);
                 b.arg(&q).arg(&kk).arg(&cum).arg(&attn).arg(&nv).arg(&kcd).arg(&m).arg(&hk).arg(&hv);
                 b.arg(&st).arg(&o);

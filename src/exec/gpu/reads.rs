@@ -42,11 +42,11 @@ impl GpuExec {
                 cu(self.events[j].0.record(&stream), "cuEventRecord")?;
                 for b in weight_stream(&self.prog.words[wi]) {
                     let p = &self.layout.places[b];
-                    let (ptr, n16) = (self.base + p.off as u64, (p.bytes / 16) as u64);
+                    let (ptr, n16) = (p.addr, (p.bytes / 16) as u64);
                     let mut l = stream.launch_builder(&f);
                     l.arg(&ptr).arg(&n16).arg(&sink);
                     // SAFETY: (const uint4*, unsigned long long, unsigned*) as k_read_bw declares: n16
-                    // 16-byte words inside the arena's place of buffer b; sink a word of the logits.
+                    // 16-byte words inside the place of weight b; sink a word of the logits.
                     cu(unsafe { l.launch(cfg) }.map(|_| ()), "launch k_read_bw")?;
                 }
                 cu(self.events[j].1.record(&stream), "cuEventRecord")?;
