@@ -308,6 +308,10 @@ pub struct AgentCmd {
     /// separated, each below M: of a round's M - 1 drafts, the first so many the plain continuation).
     #[arg(long, value_delimiter = ',')]
     pub speculate_agree: Vec<usize>,
+    /// Appends' whole multiples of this many rows through a prefill program (issue 28: the GEMM and
+    /// the chunked GDN on the graph path; 0: appends by M-row passes only).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=128))]
+    pub prefill: u32,
     /// Write each run's steps.csv and time chart into this folder.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -333,6 +337,7 @@ impl AgentCmd {
             park: self.park,
             interleaved: self.interleaved,
             speculate_agree: self.speculate_agree,
+            prefill: self.prefill,
             out: self.out,
             cache: self.cache,
             defines: mk::exec::gpu::Defines::parse(&self.defines)?,

@@ -179,6 +179,7 @@ fn the_gpu_replay_refuses_bad_arguments_before_it_needs_a_gpu() {
         park: false,
         interleaved: false,
         speculate_agree: Vec::new(),
+        prefill: 0,
         out: None,
         cache: root.join("cache"),
         defines: mk::exec::gpu::Defines::default(),

@@ -173,6 +173,27 @@ fn the_gpu_agent_replay_emits_the_same_tokens_on_both_paths_resident_or_not() {
         park: true,
         interleaved: true,
         speculate_agree: vec![0, 3, 7],
+        prefill: 0,
+        out: None,
+        cache: cache(),
+        defines: Defines::default(),
+    })
+    .unwrap();
+    // appends through a prefill program of 64 rows (issue 28): graph = megakernel (both append through
+    // the graph's prefill), the stateless run reported, not required equal (its chunks anchor at 0)
+    mk::verify::agent::run(&mk::verify::agent::Args {
+        dir: common::tiny().to_path_buf(),
+        trajectories: root.join("experiments/agent/trajectories.json"),
+        only: vec!["t01".to_string(), "t02".to_string()],
+        max_steps: 3,
+        m: 8,
+        stateless: true,
+        control: true,
+        grammar: false,
+        park: true,
+        interleaved: false,
+        speculate_agree: vec![3],
+        prefill: 64,
         out: None,
         cache: cache(),
         defines: Defines::default(),

@@ -8,7 +8,11 @@
 //! - decoding runs one-row steps of the plain program (graph replays one in flight ahead, or the
 //!   megakernel's N steps in one launch);
 //! - the state moves between the two by device copies (`GpuExec::take_state`: the GDN states and the KV
-//!   rows below the position).
+//!   rows below the position);
+//! - with a prefill program (`set_prefill`, issue 28: M rows a step on the graph path, the GEMM and the
+//!   chunked GDN), an append's whole multiples of its M go through it first, the rest as above. Its
+//!   chunks are anchored at the append's start, so a resident session's bits then depend on where its
+//!   appends began: a stateless session (one append from 0) rounds differently (an envelope, not bits).
 //!
 //! An M-row step's rows are one-row steps bit for bit (`mk gpu rows`), so the tokens do not depend on how
 //! the history was cut into passes: a resident session and a stateless one (the whole history re-run
@@ -43,6 +47,8 @@ pub struct Moves {
     pub flush_ms: f64,
     /// M-row passes run for appends (the flushes not counted) and one-row steps run for short appends.
     pub passes: usize,
+    /// Prefill steps run for appends (with a prefill program) and the tokens they took.
+    pub prefill_steps: usize,
     pub short_steps: usize,
     /// Parks and restores (`park`, `restore`): per restore the position, the park's ms and its own ms.
     pub parked: Vec<(usize, f64, f64)>,
@@ -57,8 +63,12 @@ pub struct GpuSession {
     pub one: GpuExec,
     /// The megakernel (else the graph).
     pub mega: bool,
-    /// The one-row program holds the state now (else the M-row program).
+    /// The prefill program (appends' whole multiples of its M), if any (`set_prefill`).
+    prefill: Option<GpuExec>,
+    /// The one-row program holds the state now (else the M-row program, or the prefill program when
+    /// `in_prefill`).
     in_one: bool,
+    in_prefill: bool,
     pub moves: Moves,
     /// Park slots (a session each while it is off the GPU): pinned host memory for the state at the max
     /// context (allocated by the slot's first park, host memory only) and, while a state is parked,
@@ -91,7 +101,9 @@ impl GpuSession {
             rows,
             one,
             mega,
+            prefill: None,
             in_one: false,
+            in_prefill: false,
             moves: Moves::default(),
             slots: Vec::new(),
             restore_skips: "",
@@ -99,6 +111,23 @@ impl GpuSession {
         };
         s.reset()?;
         Ok(s)
+    }
+
+    /// Appends' whole multiples of the prefill program's M through it (None: appends by M-row passes
+    /// only). A prefill program of the same context; the session is reset.
+    pub fn set_prefill(&mut self, p: Option<GpuExec>) -> Result<()> {
+        if let Some(t) = p.as_ref().map(|p| &p.program().target) {
+            if !t.prefill || t.max_context as usize != self.context() {
+                bail!("agent: a session's prefill program must be a prefill program of {} positions", self.context());
+            }
+        }
+        self.prefill = p;
+        self.reset()
+    }
+
+    /// The prefill program's M (0: none).
+    pub fn prefill_rows(&self) -> usize {
+        self.prefill.as_ref().map_or(0, |p| p.program().target.m_rows as usize)
     }
 
     /// Parks the session: its state into pinned host memory (one copy), the GPU's programs emptied;
@@ -158,8 +187,12 @@ impl GpuSession {
     pub fn reset(&mut self) -> Result<()> {
         self.rows.reset()?;
         self.one.reset()?;
+        if let Some(p) = self.prefill.as_mut() {
+            p.reset()?;
+        }
         self.one.set_stop(None)?;
         self.in_one = false;
+        self.in_prefill = false;
         Ok(())
     }
 
@@ -169,6 +202,9 @@ impl GpuSession {
 
     /// The position the next token is written at.
     pub fn pos(&self) -> usize {
+        if let (true, Some(p)) = (self.in_prefill, self.prefill.as_ref()) {
+            return p.next_pos();
+        }
         if self.in_one {
             self.one.next_pos()
         } else {
@@ -184,6 +220,9 @@ impl GpuSession {
     fn to_one(&mut self) -> Result<()> {
         if self.in_one {
             return Ok(());
+        }
+        if self.in_prefill {
+            return self.from_prefill(true);
         }
         if self.rows.pending_commit() > 0 {
             let t = Instant::now();
@@ -206,6 +245,9 @@ impl GpuSession {
 
     /// The state into the M-row program (nothing pending on the one-row side).
     fn to_rows(&mut self) -> Result<()> {
+        if self.in_prefill {
+            return self.from_prefill(false);
+        }
         if !self.in_one {
             return Ok(());
         }
@@ -215,6 +257,49 @@ impl GpuSession {
         self.moves.handoffs += 1;
         self.moves.handoff_ms += t.elapsed().as_secs_f64() * 1e3;
         self.in_one = false;
+        Ok(())
+    }
+
+    /// The state from the prefill program into the one-row program (`one`) or the M-row one.
+    fn from_prefill(&mut self, one: bool) -> Result<()> {
+        let Some(p) = self.prefill.as_ref() else {
+            bail!("agent: no prefill program holds the state");
+        };
+        let t = Instant::now();
+        let dst = if one { &mut self.one } else { &mut self.rows };
+        if one && self.forget_state {
+            dst.seek(p.next_pos())?;
+        } else {
+            self.moves.bytes += dst.take_state(p)?;
+        }
+        dst.sync()?;
+        self.moves.handoffs += 1;
+        self.moves.handoff_ms += t.elapsed().as_secs_f64() * 1e3;
+        (self.in_prefill, self.in_one) = (false, one);
+        Ok(())
+    }
+
+    /// The state into the prefill program (the M-row program's pending rows flushed first).
+    fn to_prefill(&mut self) -> Result<()> {
+        if self.in_prefill {
+            return Ok(());
+        }
+        if !self.in_one && self.rows.pending_commit() > 0 {
+            let t = Instant::now();
+            self.rows.flush_rows(self.mega)?;
+            self.moves.flushes += 1;
+            self.moves.flush_ms += t.elapsed().as_secs_f64() * 1e3;
+        }
+        let Some(p) = self.prefill.as_mut() else {
+            bail!("agent: no prefill program");
+        };
+        let t = Instant::now();
+        let src = if self.in_one { &self.one } else { &self.rows };
+        self.moves.bytes += p.take_state(src)?;
+        p.sync()?;
+        self.moves.handoffs += 1;
+        self.moves.handoff_ms += t.elapsed().as_secs_f64() * 1e3;
+        (self.in_prefill, self.in_one) = (true, false);
         Ok(())
     }
 
@@ -241,6 +326,23 @@ impl GpuSession {
                 self.context()
             );
         }
+        // the whole multiples of the prefill program's M through it, then the rest as below
+        let mp = self.prefill_rows();
+        let bulk = if mp > 0 { tokens.len() / mp * mp } else { 0 };
+        let mut next = 0;
+        if bulk > 0 {
+            self.to_prefill()?;
+            for s in tokens[..bulk].chunks(mp) {
+                if let Some(p) = self.prefill.as_mut() {
+                    next = p.prefill_rows(s)?;
+                }
+                self.moves.prefill_steps += 1;
+            }
+        }
+        let tokens = &tokens[bulk..];
+        if tokens.is_empty() {
+            return Ok(next);
+        }
         if tokens.len() < ROWS_FROM {
             self.to_one()?;
             for &t in &tokens[..tokens.len() - 1] {
@@ -250,7 +352,6 @@ impl GpuSession {
             return self.step_one(last);
         }
         self.to_rows()?;
-        let mut next = 0;
         for pass in tokens.chunks(m) {
             let mut row = pass.to_vec();
             row.resize(m, 0);

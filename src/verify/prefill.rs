@@ -158,7 +158,7 @@ pub fn run(a: &Args) -> Result<Vec<PrefillRow>> {
         let mut t = crate::compiler::h200(1);
         t.max_context = ctx;
         let p1 = crate::compiler::compile(&ck.config, "checkpoint", &t)?;
-        Some(GpuExec::new(Gpu::open()?, &p1, &up, a.cache, a.defines)?)
+        Some(GpuExec::new_sharing(Gpu::open()?, &p1, &up, &d, a.cache, a.defines)?)
     } else {
         None
     };
