@@ -35,6 +35,7 @@
 #define NO_COUNTER 4294967295u
 #define FLAG_PARTIAL 1u
 #define FLAG_ROW_UNITS 2u
+#define FLAG_LAST_ROW 4u
 struct Word {
   unsigned short opcode, layer;
   unsigned char m_rows, flags;
