@@ -414,10 +414,13 @@ impl GpuExec {
     /// Elements [at, at + elems) of buffer `name`: (device address, bytes, bytes an element), checked.
     fn span(&self, name: &str, at: usize, elems: usize) -> Result<(u64, usize, usize)> {
         let b = self.buffer_named(name)?;
+        if self.prog.buffers[b].kind == BufKind::Weight {
+            crate::bail!("gpu copy: {name} is a weight (read-only, in the weights' allocation)");
+        }
         let p = self.layout.places[b];
         check_range(&self.prog, b, at, elems, p.bytes)?;
         let eb = p.elem_bytes as usize;
-        Ok((self.base + (p.off + at * eb) as u64, elems * eb, eb))
+        Ok((p.addr + (at * eb) as u64, elems * eb, eb))
     }
 
     /// Copies the span `from` (`span`, of this arena or another) to buffer `name` from element `at`.

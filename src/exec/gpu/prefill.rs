@@ -161,7 +161,8 @@ impl Scratch {
             Ok(f)
         };
         let f = Kernels {
-            x: load("k_pf_x", 0)?,
+            // (a row of the widest input and the block sums: past 48 KiB for K > ~24K)
+            x: load("k_pf_x", (kmax.div_ceil(8) * 16 + 64) as u32)?,
             out: load("k_pf_out", 0)?,
             bf16: load("k_pf_gemv_bf16", 0)?,
             gdn_in: load("k_pf_gdn_in", 0)?,
