@@ -91,6 +91,8 @@ struct Shared<'a> {
     ck: &'a Checkpoint,
     graph: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
     mega: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
+    /// The graph path's prefill program (workload.prefill), sharing the graph's weights.
+    prefill: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
 }
 
 fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn Engine + 'a>> {
@@ -105,7 +107,11 @@ fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn
             None => bail!("path reference-fast: its weights were not built"),
         },
         (PathName::Interpreter, _, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed, e.debug)?),
-        (PathName::Graph, Some(d), _) => Box::new(paths::GpuEngine::new(d, false, e.debug)?),
+        (PathName::Graph, Some(d), _) => {
+            let mut g = paths::GpuEngine::new(d, false, e.debug)?;
+            g.prefill = s.prefill;
+            Box::new(g)
+        }
         (PathName::Megakernel, _, Some(d)) => Box::new(paths::GpuEngine::new(d, true, e.debug)?),
         _ => bail!("path {} is not available", p.label()),
     })
@@ -284,6 +290,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     // Each GPU path gets its own upload and state (they step in lockstep in the diff pass); every value
     // of the checkpoint is scanned first.
     let mut gpu_paths = Vec::new();
+    let mut gpu_prefill: Option<std::cell::RefCell<crate::exec::gpu::GpuExec>> = None;
     let upload = runnable.iter().any(|p| p.is_gpu()).then(|| crate::model::upload::Upload::scanned(ck));
     if upload.is_some() {
         rec.ceiling_gbps = crate::exec::gpu::device::read_ceiling_gbps(&opts.cache_root)?;
@@ -324,6 +331,21 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                 prog.words.len()
             ));
         }
+        if *p == PathName::Graph && e.workload.prefill && !e.workload.seek {
+            // the prompt's prefill on the graph path: a prefill program sharing the graph's weights
+            let mut t = prog.target.clone();
+            (t.m_rows, t.prefill, t.head_mask) = (paths::PREFILL_ROWS, true, false);
+            let pp = crate::compiler::compile(&ck.config, "prefill", &t)?;
+            let gpu = crate::exec::gpu::Gpu::open()?;
+            gpu_prefill = Some(std::cell::RefCell::new(crate::exec::gpu::GpuExec::new_sharing(
+                gpu,
+                &pp,
+                upload,
+                &d,
+                &opts.cache_root,
+                &defines,
+            )?));
+        }
         gpu_paths.push((*p, std::cell::RefCell::new(d)));
     }
     let dev = |want: PathName| gpu_paths.iter().find(|(p, _)| *p == want).map(|(_, d)| d);
@@ -343,6 +365,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         ck,
         graph: dev(PathName::Graph),
         mega: dev(PathName::Megakernel),
+        prefill: gpu_prefill.as_ref(),
     };
     res.save(&rec)?;
     let gpu_setup = match upload.as_ref() {

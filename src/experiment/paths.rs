@@ -172,16 +172,49 @@ pub struct GpuEngine<'a> {
     d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>,
     mega: bool,
     debug: bool,
+    /// The graph path's prefill program (workload.prefill; sharing the weights of `d`), if any.
+    pub prefill: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
 }
 
 impl<'a> GpuEngine<'a> {
     pub fn new(d: &'a std::cell::RefCell<crate::exec::gpu::GpuExec>, mega: bool, debug: bool) -> Result<GpuEngine<'a>> {
         d.borrow_mut().reset()?;
-        Ok(GpuEngine { d, mega, debug })
+        Ok(GpuEngine { d, mega, debug, prefill: None })
     }
 }
 
+/// Rows of a step of the prefill programs `mk run` uses (two GDN chunks' worth would be 128; 64 keeps
+/// the steps anchored at the chunks of a prompt from position 0).
+pub const PREFILL_ROWS: u32 = 64;
+
 impl Engine for GpuEngine<'_> {
+    fn prefill(&mut self, tokens: &[u32]) -> Option<Result<(u32, &'static str)>> {
+        let p = self.prefill?;
+        let how =
+            "prefill steps of 64 rows on the graph path (the GEMM, the chunked GDN), the remainder as decode steps";
+        let run = || -> Result<(u32, &'static str)> {
+            let (mut p, mut d) = (p.borrow_mut(), self.d.borrow_mut());
+            let m = p.program().target.m_rows as usize;
+            let bulk = tokens.len() / m * m;
+            p.reset()?;
+            let mut next = 0;
+            for s in tokens[..bulk].chunks(m) {
+                next = p.prefill_rows(s)?;
+            }
+            if bulk < tokens.len() {
+                d.reset()?;
+                if bulk > 0 {
+                    d.take_state(&p)?;
+                }
+                for &t in &tokens[bulk..] {
+                    next = d.step(t, false, |_, _| Ok(()))?;
+                }
+            }
+            Ok((next, how))
+        };
+        Some(run())
+    }
+
     fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
         let mut d = self.d.borrow_mut();
         let mut outputs = Vec::new();
@@ -256,6 +289,7 @@ fn one_more_step_fits(d: &crate::exec::gpu::GpuExec) -> Option<bool> {
 pub struct InterpEngine<'a> {
     it: Interp<'a>,
     prog: &'a Program,
+    ck: &'a Checkpoint,
     /// Run units in a random dependency-respecting order (seeded), in every pass, the diffs too.
     order: Option<u64>,
     /// Capture every word's output (needs program order; then the order is not shuffled).
@@ -269,11 +303,21 @@ impl<'a> InterpEngine<'a> {
         shuffle_seed: Option<u64>,
         debug: bool,
     ) -> Result<InterpEngine<'a>> {
-        Ok(InterpEngine { it: Interp::new(prog, ck)?, prog, order: shuffle_seed, debug })
+        Ok(InterpEngine { it: Interp::new(prog, ck)?, prog, ck, order: shuffle_seed, debug })
     }
 }
 
 impl Engine for InterpEngine<'_> {
+    fn prefill(&mut self, tokens: &[u32]) -> Option<Result<(u32, &'static str)>> {
+        let how =
+            "prefill programs of 64 rows (the interpreter, exec::interp::prefill; the remainder one of its length)";
+        let ctx = self.prog.target.max_context;
+        Some(
+            crate::exec::interp::prefill::prefill(self.ck, tokens, PREFILL_ROWS, ctx, Order::Program)
+                .map(|p| (p.next, how)),
+        )
+    }
+
     fn step(&mut self, token: u32, capture: bool) -> Result<(u32, Option<StepCapture>)> {
         // Per-word captures need program order (a word's output is complete when the next starts);
         // otherwise a shuffle seed shuffles every step, the compared ones included.

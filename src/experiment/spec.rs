@@ -80,9 +80,10 @@ pub struct Workload {
     /// cache below it is left zero), not by computing it; GPU paths only, no diffs.
     #[serde(default)]
     pub seek: bool,
-    /// Time to first token by one prefill of the prompt on the paths that prefill (the CPU reference
-    /// today: issue 28), each repetition from the empty state; the others (and false) take the prompt
-    /// as decode steps.
+    /// Time to first token by one prefill of the prompt on the paths that prefill (issue 28: the CPU
+    /// reference, the interpreter's prefill programs, the graph path's prefill program of 64 rows a
+    /// step), each repetition from the empty state; the others (the megakernel; and false) take the
+    /// prompt as decode steps.
     #[serde(default)]
     pub prefill: bool,
 }
