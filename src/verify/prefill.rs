@@ -72,13 +72,15 @@ impl Distance {
     }
 }
 
-/// The largest |a - b| over the largest |b| (0 for two empty or all-zero vectors).
+/// The largest |a - b| over the largest |b| (0 for two empty or all-zero vectors; infinite for different
+/// lengths or a value that is not finite).
 fn rel(a: &[f32], b: &[f32]) -> f64 {
     let m = b.iter().fold(0f64, |m, x| m.max(x.abs() as f64));
-    let d = a.iter().zip(b).fold(0f64, |d, (x, y)| d.max((*x as f64 - *y as f64).abs()));
-    if a.len() != b.len() || d.is_nan() {
+    // (a non-finite value anywhere is infinitely far: f64::max would drop a NaN)
+    if a.len() != b.len() || a.iter().chain(b).any(|x| !x.is_finite()) {
         return f64::INFINITY;
     }
+    let d = a.iter().zip(b).fold(0f64, |d, (x, y)| d.max((*x as f64 - *y as f64).abs()));
     if m == 0.0 {
         d
     } else {
@@ -240,4 +242,35 @@ pub fn run(a: &Args) -> Result<Vec<PrefillRow>> {
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn st(v: &[f32]) -> Vec<(String, Vec<f32>)> {
+        vec![("recurrent_state.0".to_string(), v.to_vec())]
+    }
+
+    /// The check's arithmetic: distances relative to the reference's largest magnitude, the next token
+    /// accepted as a near-tie only within the bound, and a state past the bound rejected.
+    #[test]
+    fn the_prefill_check_accepts_rounding_and_rejects_what_the_bound_excludes() {
+        let want = [1.0f32, 4.0, 3.99, -2.0];
+        let got = [1.001f32, 4.0, 3.99, -2.0];
+        // the same best token, a small difference: within
+        let d = distance((1, &got, &st(&[1.0, 2.0])), &want, &st(&[1.0, 2.0]), 1);
+        assert!(d.within(TOLERANCE) && d.logits < 1e-3, "{d:?}");
+        // another best token that is a near-tie of the reference's (0.01 of 4.0 apart): accepted
+        let d = distance((2, &got, &st(&[1.0, 2.0])), &want, &st(&[1.0, 2.0]), 1);
+        assert!(d.next_ok && d.within(TOLERANCE), "{d:?}");
+        // a next token far from the reference's best: rejected
+        let d = distance((3, &got, &st(&[1.0, 2.0])), &want, &st(&[1.0, 2.0]), 1);
+        assert!(!d.next_ok && !d.within(TOLERANCE), "{d:?}");
+        // a state off by 10 % of its largest magnitude: rejected, and named
+        let d = distance((1, &got, &st(&[1.0, 2.2])), &want, &st(&[1.0, 2.0]), 1);
+        assert!(!d.within(TOLERANCE) && d.worst == "recurrent_state.0" && (d.state - 0.1).abs() < 1e-6, "{d:?}");
+        // a NaN anywhere is infinitely far
+        assert_eq!(rel(&[f32::NAN], &[1.0]), f64::INFINITY);
+    }
 }
