@@ -181,17 +181,18 @@ fn grid(x: u32, y: u32, z: u32, threads: u32, smem: u32) -> LaunchConfig {
 }
 
 impl GpuExec {
-    /// Words first..first + n of a prefill program, where their form is not the discrete kernel's:
-    /// None for a group the caller launches as usual.
+    /// Words first..first + n of a prefill program, where any of their forms is not the discrete
+    /// kernel's: None for a group the caller launches as usual.
     pub(super) fn launch_prefill(&self, first: usize, n: usize) -> Option<Result<()>> {
         let s = self.prefill.as_ref()?;
-        let w = &self.prog.words[first];
-        if form(&self.prog, w) == Form::Word {
+        let forms: Vec<Form> = (first..first + n).map(|i| form(&self.prog, &self.prog.words[i])).collect();
+        if forms.iter().all(|f| *f == Form::Word) {
             return None;
         }
-        Some((first..first + n).try_for_each(|i| {
-            self.launch_prefill_word(s, i)
-                .map_err(|e| Error::new(format!("prefill word {i} ({:?}): {e}", self.prog.words[i].opcode)))
+        // word by word: a replaced word by its launches, any other by its discrete kernel alone
+        Some((first..first + n).zip(forms).try_for_each(|(i, f)| {
+            let r = if f == Form::Word { self.launch_words(i, 1) } else { self.launch_prefill_word(s, i) };
+            r.map_err(|e| Error::new(format!("prefill word {i} ({:?}): {e}", self.prog.words[i].opcode)))
         }))
     }
 
