@@ -7,6 +7,7 @@
 
 pub mod composed;
 pub mod gpu;
+mod gpu_replay;
 pub mod pool;
 pub mod replay;
 pub mod step;

@@ -107,8 +107,7 @@ impl GpuExec {
         Self::build(gpu, prog, weights, None, cache, defines)
     }
 
-    /// As `new`, but the weights `other` holds (another program of the same model: same names, bytes
-    /// and storage) are read from its copy, not uploaded again; any others are uploaded.
+    /// As `new`, but reading the weights `other` holds (same name, bytes, storage) from its copy.
     pub fn new_sharing(
         gpu: Gpu,
         prog: &Program,
@@ -118,11 +117,6 @@ impl GpuExec {
         defines: &Defines,
     ) -> Result<GpuExec> {
         Self::build(gpu, prog, weights, Some(&other.weights), cache, defines)
-    }
-
-    /// Bytes of weights this program uploaded itself (the rest it reads from another's copy).
-    pub fn own_weight_bytes(&self) -> usize {
-        self.weights.own_bytes
     }
 
     fn build(
