@@ -60,6 +60,14 @@ fn bad_specs_get_one_line_errors() {
     Experiment::parse(&spec("(k: 3)")).unwrap();
     assert!(err(&spec("(k: 8)")).contains("speculation.k = 8"));
     assert!(err(&spec("(k: 2, agree: [3])")).contains("speculation.agree 3"));
+    // the agent workload: steps, the GPU session's rows, its prefill program, residencies once each
+    let agent = |s: &str| OK.replacen('(', &format!("(agent: Some({s}), "), 1);
+    Experiment::parse(&agent("(max_steps: 2, only: [\"t01\"], residency: [Stateless])")).unwrap();
+    assert!(err(&agent("(max_steps: 0)")).contains("agent.max_steps is 0"));
+    assert!(err(&agent("(max_steps: 1, rows: 9)")).contains("agent.rows = 9"));
+    assert!(err(&agent("(max_steps: 1, prefill_rows: 32)")).contains("agent.prefill_rows = 32"));
+    assert!(err(&agent("(max_steps: 1, residency: [Resident, Resident])")).contains("twice"));
+    assert!(err(&agent("(max_steps: 1, turbo: 1)")).contains("Unexpected field named `turbo`"));
 }
 
 fn opts(tag: &str) -> RunOptions {
@@ -291,4 +299,39 @@ fn a_prefill_workload_times_the_references_prefill() {
     }
     let notes = rec["notes"].as_array().unwrap();
     assert!(notes.iter().any(|n| n.as_str().unwrap().contains("the prompt's prefill chose token")), "{notes:?}");
+}
+
+/// The agent workload (issue 29 item 7): the replay's table, steps and chart per path and residency, a
+/// record entry each; a trajectory that is not in the file is refused before anything runs.
+#[test]
+fn an_agent_workload_replays_and_writes_its_table_and_chart() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/agent/trajectories.json");
+    let text = r#"(name: "ag", model: Preset(name: "tiny", seed: 0), paths: [Reference],
+        workload: (prompt: Ids([5, 6]), decode_steps: 1), warmup: 0, repetitions: 1,
+        agent: Some((trajectories: "FILE", only: ["t01"], max_steps: 1, residency: [Resident])))"#
+        .replace("FILE", &file.display().to_string());
+    let mut e = Experiment::parse(&text).unwrap();
+    e.model = ModelSpec::Checkpoint { path: common::tiny().display().to_string() };
+    let mut bad = e.clone();
+    bad.agent.as_mut().unwrap().only = vec!["t99".into()];
+    let m = run(&bad, &opts("agent_bad")).unwrap_err().to_string();
+    assert!(m.contains("no trajectory t99"), "{m}");
+    assert!(!common::scratch().join("agent_bad").exists(), "refused before a results folder");
+    let dir = run(&e, &opts("agent")).unwrap();
+    let rec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("record.json")).unwrap()).unwrap();
+    let runs = rec["agent"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let r = &runs[0];
+    assert_eq!(
+        (r["path"].as_str(), r["residency"].as_str(), r["steps"].as_u64()),
+        (Some("reference"), Some("resident"), Some(1))
+    );
+    assert!(r["prefill_tokens"].as_u64().unwrap() > 1000 && r["emitted"].as_u64().unwrap() > 0, "{r}");
+    let tables = std::fs::read_to_string(dir.join("agent/tables.txt")).unwrap();
+    assert!(tables.starts_with("t01 (resident, reference):") && tables.contains("ttft ms"), "{tables}");
+    let csv = std::fs::read_to_string(dir.join("agent/reference_resident/steps.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    assert!(dir.join("agent/reference_resident/time.png").is_file());
+    assert!(summary(&dir).unwrap().contains("agent (resident, reference): 1 trajectories, 1 steps"));
 }

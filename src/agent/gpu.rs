@@ -111,6 +111,55 @@ impl GpuSession {
         Ok(s)
     }
 
+    /// A session of `ctx` positions (rounded up to 256) of the model `cfg`: its M-row and one-row
+    /// programs (and with `prefill` > 0 a prefill program of that many rows) compiled here, every one
+    /// sharing the weights of `share` when given (one copy of the 27 GB; else uploaded once from `up`).
+    /// `head_mask`: programs compiled with a head mask (the grammar's).
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        cfg: &crate::model::config::ModelConfig,
+        up: &dyn crate::isa::weights::Weights,
+        share: Option<&GpuExec>,
+        (m, prefill): (u32, u32),
+        ctx: usize,
+        head_mask: bool,
+        cache: &std::path::Path,
+        defines: &crate::exec::gpu::Defines,
+    ) -> Result<GpuSession> {
+        use crate::exec::gpu::Gpu;
+        let target = |m: u32| {
+            let mut t = crate::compiler::h200(m);
+            t.max_context = ctx.div_ceil(256) as u32 * 256;
+            t.head_mask = head_mask;
+            t
+        };
+        let pm = crate::compiler::compile(cfg, "checkpoint", &target(m))?;
+        let p1 = crate::compiler::compile(cfg, "checkpoint", &target(1))?;
+        let rows = match share {
+            Some(other) => GpuExec::new_sharing(Gpu::open()?, &pm, up, other, cache, defines)?,
+            None => GpuExec::new(Gpu::open()?, &pm, up, cache, defines)?,
+        };
+        let one = GpuExec::new_sharing(Gpu::open()?, &p1, up, &rows, cache, defines)?;
+        let mut s = GpuSession::new(rows, one, false)?;
+        if prefill > 0 {
+            let mut t = target(prefill);
+            (t.prefill, t.head_mask) = (true, false);
+            let pp = crate::compiler::compile(cfg, "checkpoint", &t)?;
+            s.set_prefill(Some(GpuExec::new_sharing(Gpu::open()?, &pp, up, &s.one, cache, defines)?))?;
+        }
+        Ok(s)
+    }
+
+    /// One short append and two decoded tokens: the CUDA graphs the replays launch are captured here, not
+    /// inside the first timed step. Leaves the session mid-sequence (every replay resets first); returns
+    /// the last token.
+    pub fn warm(&mut self, prompt: &[u32]) -> Result<u32> {
+        self.reset()?;
+        let first = self.append(&prompt[..prompt.len().min(16)])?;
+        let last = *self.decode_open(first, 2)?.last().unwrap_or(&first);
+        Ok(last)
+    }
+
     /// Appends' whole multiples of the prefill program's M through it (None: appends by M-row passes
     /// only). A prefill program of the same context; the session is reset.
     pub fn set_prefill(&mut self, p: Option<GpuExec>) -> Result<()> {

@@ -9,6 +9,7 @@
 //! step timed; a context c is measured on the steps [c, c + decode_steps); (4) charts.
 //! Refuses: running a path this machine cannot run (it is recorded as skipped, with the reason).
 
+mod agent;
 pub mod chart;
 pub mod diff;
 mod kernels;
@@ -217,6 +218,10 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         ModelSpec::Checkpoint { .. } => "checkpoint".into(),
     };
     let prog = compile(&cfg, &name, &target)?;
+    // the agent workload's trajectories read and rendered before anything runs (a bad name fails here)
+    if let Some(a) = &e.agent {
+        agent::load(a)?;
+    }
     let (sha, dirty) = record::git_state();
     let started = record::utc_stamp(std::time::SystemTime::now());
     let device = gpu.as_ref().map(|g| g.0.replace(' ', "-")).unwrap_or_else(|| "cpu".into());
@@ -251,6 +256,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         kernels: Vec::new(),
         shapes: Vec::new(),
         speculation: Vec::new(),
+        agent: Vec::new(),
         notes: Vec::new(),
     };
     let mut runnable = Vec::new();
@@ -396,6 +402,7 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         passes::diff_pass(&ctx, &mut rec, &mut res)
             .and_then(|(seq, ok)| passes::spec_pass(&ctx, &seq, &mut rec, &mut res).map(|_| (seq, ok)))
             .and_then(|(seq, ok)| passes::timing_pass(&ctx, &seq, &ok, &mut rec, &mut res))
+            .and_then(|_| agent::agent_pass(&ctx, &mut rec, &mut res))
     };
     if let Err(err) = outcome {
         let interrupted = INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
@@ -487,6 +494,12 @@ pub fn summary(dir: &Path) -> Result<String> {
                 Some(i) => format!("DIFFER from the greedy tokens at token {i}"),
             }
         );
+    }
+    for r in &rec.agent {
+        s += &format!("  {}\n", agent::line(r));
+    }
+    if !rec.agent.is_empty() {
+        s += &format!("  agent tables and charts: {}\n", dir.join("agent").display());
     }
     // Per GEMV weight shape (shapes: true): the graph's words beside a read of the same bytes.
     for r in &rec.shapes {

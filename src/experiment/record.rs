@@ -90,7 +90,33 @@ pub struct Record {
     /// GPU paths the run has.
     #[serde(default)]
     pub speculation: Vec<SpecRun>,
+    /// The agent replay (the experiment's `agent`): one entry per path and residency.
+    #[serde(default)]
+    pub agent: Vec<AgentRun>,
     pub notes: Vec<String>,
+}
+
+/// One path's replay of the agent trajectories at one residency: the sums over its steps (wall time of
+/// the process, ms); the steps themselves are in `agent/<path>_<residency>/steps.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRun {
+    pub path: String,
+    pub residency: String,
+    pub trajectories: usize,
+    pub steps: usize,
+    /// Tokens prefilled (the appended ones and any re-run) and emitted.
+    pub prefill_tokens: usize,
+    pub emitted: usize,
+    /// Summed time to first token (prefill) and decode.
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    /// The steps whose emitted tokens differ from those of the run they are checked against (`against`;
+    /// none for the first run of the pass).
+    pub against: Option<String>,
+    pub differing_steps: usize,
+    /// Whether those must be identical (bit-exact paths and residencies) or are reported (other summation
+    /// orders: the CPU reference against a GPU path; prefill chunks anchored elsewhere).
+    pub must_match: bool,
 }
 
 /// One acceptance count of the speculation pass.

@@ -109,6 +109,59 @@ impl Speculation {
     }
 }
 
+/// How an agent replay's session lives between steps (`agent::replay::Residency`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AgentResidency {
+    /// One session kept between steps: a step appends only its new tokens.
+    Resident,
+    /// Every step re-prefills the whole history from an empty state.
+    Stateless,
+}
+
+/// The agent workload (issue 29 item 7): the fixed-count replay of agent trajectories on the run's paths
+/// that replay (the CPU reference; the graph and the megakernel through one GPU session), a table per
+/// trajectory (per step: tokens prefilled, TTFT, decode ms a token, total) and a chart of where each
+/// trajectory's time went (prefill, re-prefill, decode).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentWorkload {
+    /// The trajectories (`mk agent-trajectories --out`), relative to the working directory.
+    #[serde(default = "trajectories")]
+    pub trajectories: String,
+    /// Only these trajectories (empty: all).
+    #[serde(default)]
+    pub only: Vec<String>,
+    /// At most this many steps of each trajectory.
+    pub max_steps: u32,
+    /// The residencies to replay (empty: both, resident first).
+    #[serde(default)]
+    pub residency: Vec<AgentResidency>,
+    /// The GPU session's M-row program (appends by passes of M rows; 2-8).
+    #[serde(default = "eight")]
+    pub rows: u32,
+    /// The GPU session's prefill program's rows (appends' whole multiples of it; 0: none, 64 or 128).
+    #[serde(default)]
+    pub prefill_rows: u32,
+}
+
+impl AgentWorkload {
+    /// The residencies to replay.
+    pub fn residencies(&self) -> Vec<AgentResidency> {
+        if self.residency.is_empty() {
+            vec![AgentResidency::Resident, AgentResidency::Stateless]
+        } else {
+            self.residency.clone()
+        }
+    }
+}
+
+fn trajectories() -> String {
+    "experiments/agent/trajectories.json".into()
+}
+fn eight() -> u32 {
+    8
+}
+
 /// A comparison of two paths. Without a tolerance the comparison is of bits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -177,6 +230,9 @@ pub struct Experiment {
     /// continuation; the emitted tokens must be the run's greedy tokens (issue 27, items 6-7).
     #[serde(default)]
     pub speculation: Option<Speculation>,
+    /// The agent workload, replayed after the diff and timing passes (issue 29 item 7).
+    #[serde(default)]
+    pub agent: Option<AgentWorkload>,
     /// For the interpreter: run units in a random dependency-respecting order with this seed.
     #[serde(default)]
     pub shuffle_seed: Option<u64>,
@@ -302,6 +358,29 @@ impl Experiment {
             }
             if self.workload.seek {
                 bail!("experiment: speculation needs the run's greedy tokens: no workload.seek");
+            }
+        }
+        if let Some(a) = &self.agent {
+            if a.max_steps == 0 {
+                bail!("experiment: agent.max_steps is 0: nothing would be replayed");
+            }
+            if !(2..=8).contains(&a.rows) {
+                bail!("experiment: agent.rows = {} (the GPU session's M-row program has 2-8 rows)", a.rows);
+            }
+            if ![0, 64, 128].contains(&a.prefill_rows) {
+                bail!(
+                    "experiment: agent.prefill_rows = {} (0: none, or a prefill program of 64 or 128 rows)",
+                    a.prefill_rows
+                );
+            }
+            let mut r = a.residency.iter().map(|r| *r as u8).collect::<Vec<_>>();
+            r.sort();
+            r.dedup();
+            if r.len() != a.residency.len() {
+                bail!("experiment: agent.residency lists a residency twice");
+            }
+            if self.workload.seek {
+                bail!("experiment: the agent replay computes every context: no workload.seek");
             }
         }
         Ok(())

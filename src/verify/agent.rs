@@ -16,7 +16,7 @@ use crate::agent::replay::{table, write_out, Residency, StepRun};
 use crate::agent::trajectory as tr;
 use crate::bail;
 use crate::error::{Error, Result};
-use crate::exec::gpu::{Defines, Gpu, GpuExec};
+use crate::exec::gpu::Defines;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::upload::Upload;
 
@@ -79,25 +79,8 @@ pub fn run(a: &Args) -> Result<()> {
     let ctx = (rs.iter().map(reach).max().unwrap_or(1) + calls + 2 * a.m as usize + 16).div_ceil(256) * 256;
     let ck = Checkpoint::open(&a.dir)?;
     let up = Upload::new(&ck)?;
-    let target = |m: u32| {
-        let mut t = crate::compiler::h200(m);
-        t.max_context = ctx as u32;
-        t.head_mask = a.grammar;
-        t
-    };
-    let p1 = crate::compiler::compile(&ck.config, "checkpoint", &target(1))?;
-    let pm = crate::compiler::compile(&ck.config, "checkpoint", &target(a.m))?;
     let t0 = std::time::Instant::now();
-    let rows = GpuExec::new(Gpu::open()?, &pm, &up, &a.cache, &a.defines)?;
-    let one = GpuExec::new_sharing(Gpu::open()?, &p1, &up, &rows, &a.cache, &a.defines)?;
-    let mut s = GpuSession::new(rows, one, false)?;
-    if a.prefill > 0 {
-        let mut t = target(a.prefill);
-        t.prefill = true;
-        t.head_mask = false;
-        let pp = crate::compiler::compile(&ck.config, "checkpoint", &t)?;
-        s.set_prefill(Some(GpuExec::new_sharing(Gpu::open()?, &pp, &up, &s.one, &a.cache, &a.defines)?))?;
-    }
+    let mut s = GpuSession::open(&ck.config, &up, None, (a.m, a.prefill), ctx, a.grammar, &a.cache, &a.defines)?;
     let (free, total) = s.one.mem_info()?;
     println!(
         "gpu agent: {} trajectories (at most {} steps each), context {ctx}, M = {}; both programs loaded in {:.1} s, {:.1} of {:.1} GiB free",
@@ -336,9 +319,7 @@ fn composed(
 /// graphs (`step_overlapped`) are captured here, not in the first timed call (session 30's run3 timed
 /// that capture in its first variant).
 fn warm(s: &mut GpuSession, prompt: &[u32], tools: Option<&[crate::grammar::Tool]>) -> Result<()> {
-    s.reset()?;
-    let first = s.append(&prompt[..prompt.len().min(16)])?;
-    let last = *s.decode_open(first, 2)?.last().unwrap_or(&first);
+    let last = s.warm(prompt)?;
     if let Some(tools) = tools {
         use crate::grammar::decode::{Choose, Opts};
         use crate::grammar::{Choice, Format, ToolMatcher};
