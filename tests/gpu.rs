@@ -116,8 +116,9 @@ fn a_prefill_program_on_the_graph_path_matches_the_interpreter_and_a_broken_one_
         return;
     }
     // tiny, M = 64: T = 64 (one step) and 192 (three: the state handed from step to step), against the
-    // interpreter's prefill within the envelope (logits, every state, the next token); the negative
-    // control drops the decay inside the chunks and must leave it
+    // interpreter's prefill within the envelope (logits, every state, the last step's attention output
+    // of every row, the next token); the negative controls (the decay dropped inside the chunks; a
+    // causal mask one key too wide) must leave it
     use mk::verify::prefill::{run, Args, TOLERANCE};
     let (ok, broken) = (Defines::default(), Defines::parse(&["MK_BREAK_GDN".to_string()]).unwrap());
     let dir = cache();
@@ -137,6 +138,11 @@ fn a_prefill_program_on_the_graph_path_matches_the_interpreter_and_a_broken_one_
     }
     let r = run(&args(&[192], &broken)).unwrap();
     assert!(!r[0].vs_cpu.as_ref().unwrap().within(TOLERANCE), "the broken chunked rule passed: {:?}", r[0].vs_cpu);
+    // the causal attention's control: each row sees the next position's key (every row's output compared)
+    let broken = Defines::parse(&["MK_BREAK_ATTN".to_string()]).unwrap();
+    let r = run(&args(&[64], &broken)).unwrap();
+    let d = r[0].vs_cpu.as_ref().unwrap();
+    assert!(!d.within(TOLERANCE) && d.worst == "attn_out", "the broken causal mask passed: {d:?}");
 }
 
 #[test]

@@ -4,11 +4,13 @@
 //!
 //! The check (`--check`, tiny and small: the interpreter runs the same program) compares the GPU's
 //! prefill with the interpreter's (`exec::interp::prefill`, the CPU reference's prefill bit for bit):
-//! the last row's logits, the greedy next token and every state buffer (GDN states and conv rings, the
-//! KV caches below T), each as its largest difference over its largest magnitude. They round
+//! the last row's logits, the greedy next token, every state buffer (GDN states and conv rings, the
+//! KV caches below T) and the last step's attention output of every row (`attn_out`: where a causal
+//! mask that is wrong shows), each as its largest difference over its largest magnitude. They round
 //! differently (the GEMM's tile sums and split-K, CUDA's expf in the chunked rule against the CPU's
-//! order), so the bound is the envelope, `TOLERANCE`, not bits; the negative control (MK_BREAK_GDN:
-//! the decay dropped inside the chunks) must exceed it. `--against-decode` also feeds the prompt one
+//! order), so the bound is the envelope, `TOLERANCE`, not bits; the negative controls (MK_BREAK_GDN:
+//! the decay dropped inside the chunks; MK_BREAK_ATTN: each row sees the next position's key) must
+//! exceed it. `--against-decode` also feeds the prompt one
 //! token a step through the one-row program (the decode path) and reports the same distances (the
 //! chunked form against the recurrence: the oracle's own two paths differ this way too). The timing:
 //! T tokens from position 0, `reps` times, the median, in tokens per second.
@@ -173,7 +175,13 @@ pub fn run(a: &Args) -> Result<Vec<PrefillRow>> {
         let states = gpu_states(&d, t)?;
         let vs_cpu = if a.check {
             let want = interp::prefill::prefill(&ck, &toks, a.m, ctx, Order::Program)?;
-            Some(distance((next, &logits, &states), &want.logits, &want.states, want.next))
+            // also the last step's attention output of every row (the causal mask shows in rows < M - 1)
+            let mut got = states.clone();
+            for (name, v) in &want.outputs {
+                let b = p.buffer_id(name).ok_or_else(|| crate::error::Error::new(format!("no buffer {name}")))?;
+                got.push((name.clone(), d.read(b, v.len())?));
+            }
+            Some(distance((next, &logits, &got), &want.logits, &[want.states, want.outputs].concat(), want.next))
         } else {
             None
         };

@@ -24,7 +24,7 @@ pub struct Known {
 
 /// Every name an experiment may set. Speed only, never bits, except the negative controls (wrong
 /// results on purpose, for checks that must fail).
-pub const KNOWN: [Known; 12] = [
+pub const KNOWN: [Known; 13] = [
     Known {
         name: "GEMM_MIN_BLOCKS",
         default: 1,
@@ -112,6 +112,14 @@ pub const KNOWN: [Known; 12] = [
         max: 1,
         flag: true,
         what: "NEGATIVE CONTROL: the chunked GDN without its decay inside the chunks",
+    },
+    Known {
+        name: "MK_BREAK_ATTN",
+        default: 0,
+        min: 0,
+        max: 1,
+        flag: true,
+        what: "NEGATIVE CONTROL: prefill's causal attention lets each row see the next position's key",
     },
     Known {
         name: "MK_BREAK_MASK",

@@ -17,7 +17,7 @@ use crate::bail;
 use crate::error::{Context, Error, Result};
 
 /// The CUDA sources, in include order (one translation unit for NVRTC).
-const SOURCES: [(&str, &str); 28] = [
+const SOURCES: [(&str, &str); 29] = [
     ("common.cuh", include_str!("../../../megakernel/common.cuh")),
     ("gemv.cuh", include_str!("../../../megakernel/gemv.cuh")),
     ("ring.cuh", include_str!("../../../megakernel/ring.cuh")),
@@ -42,6 +42,7 @@ const SOURCES: [(&str, &str); 28] = [
     ("ops/mtp_fc.cuh", include_str!("../../../megakernel/ops/mtp_fc.cuh")),
     ("ops/gdn_chunk.cuh", include_str!("../../../megakernel/ops/gdn_chunk.cuh")),
     ("prefill.cuh", include_str!("../../../megakernel/prefill.cuh")),
+    ("attn_prefill.cuh", include_str!("../../../megakernel/attn_prefill.cuh")),
     ("discrete.cu", include_str!("../../../megakernel/discrete.cu")),
     ("megakernel.cu", include_str!("../../../megakernel/megakernel.cu")),
     ("sample.cu", include_str!("../../../megakernel/sample.cu")),

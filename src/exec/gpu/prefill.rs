@@ -22,6 +22,12 @@ pub const GEMM_TOKENS: usize = 64;
 pub const GEMM_SMEM: u32 = 3 * (8 * 2048 + 64 * 272);
 /// The chunked GDN's chunk (gdn_chunk.cuh GC); its scan's state columns a block are the GDNC_DV define.
 const GC: usize = 64;
+/// k_pf_attn's block (megakernel/attn_prefill.cuh): 8 warps, 16 query rows; its shared memory: the
+/// queries and each warp's K and V tiles of 16 keys (bf16 rows of 264), the warps' statistics, the rows'
+/// positions.
+const PFA_THREADS: u32 = 256;
+const PFA_ROWS: u32 = 16;
+const PFA_SMEM: u32 = 16 * 264 * 2 + 8 * 2 * 16 * 264 * 2 + 8 * 16 * 2 * 4 + 16 * 4;
 
 /// The k-tiles a split and the splits of a T x N x K GEMM on `sms` SMs: enough blocks for two waves'
 /// worth of the machine when the (row, token) tiles alone give fewer, at least 4 k-tiles a split.
@@ -42,6 +48,11 @@ pub enum Form {
     Bf16,
     /// GdnChunk: inputs, the chunked rule's prep and scan, the gated outputs.
     Chunk,
+    /// AttnScores: the layer's whole attention over the step's rows (causal, tensor cores; k_pf_attn),
+    /// written where its AttnReduceGate writes.
+    Attn,
+    /// AttnPv and AttnReduceGate: nothing (their layer's Attn did their work).
+    Skip,
     /// Its discrete kernel, rows by `for_rows`.
     Word,
 }
@@ -53,6 +64,8 @@ pub fn form(p: &Program, w: &Word) -> Form {
         Opcode::GemvNorm | Opcode::GemvGateUp | Opcode::GemvResidual if wbytes(slot::W0) == Some(1) => Form::Gemm,
         Opcode::GemvNorm if wbytes(slot::W0) == Some(2) => Form::Bf16,
         Opcode::GdnChunk => Form::Chunk,
+        Opcode::AttnScores => Form::Attn,
+        Opcode::AttnPv | Opcode::AttnReduceGate => Form::Skip,
         _ => Form::Word,
     }
 }
@@ -80,6 +93,7 @@ struct Kernels {
     reduce: CudaFunction,
     prep: CudaFunction,
     scan: CudaFunction,
+    attn: CudaFunction,
 }
 
 /// The chunked GDN's prep and scan shared memory (gdn_chunk.cuh; src/verify/gdn_chunk.rs sizes the same).
@@ -116,7 +130,7 @@ impl Scratch {
                 }
                 Form::Bf16 => kmax = kmax.max(k),
                 Form::Chunk => (hk, hv) = (hk.max(w.arg0 as usize), hv.max(w.rows as usize)),
-                Form::Word => {}
+                Form::Attn | Form::Skip | Form::Word => {}
             }
         }
         let d = GDN_HEAD_DIM;
@@ -171,6 +185,7 @@ impl Scratch {
             reduce: load("k_gemm_reduce", 0)?,
             prep: load("k_gdn_chunk_prep", prep_smem())?,
             scan: load("k_gdn_chunk_scan", scan_smem(dv))?,
+            attn: load("k_pf_attn", PFA_SMEM)?,
         };
         Ok(Scratch { _bufs: bufs, x, y, parts, gdn: g, dv, f })
     }
@@ -284,6 +299,26 @@ impl GpuExec {
                 b.arg(&prog).arg(&wi32).arg(&ctx).arg(&o);
                 cu(unsafe { b.launch(grid(m, 1, 1, THREADS, 0)) }.map(|_| ()), "launch k_pf_gdn_out")
             }
+            Form::Attn => {
+                // the layer's AttnPv (the V cache) and AttnReduceGate (the gate, the output): the next ones
+                let next = |op: Opcode| -> Result<u32> {
+                    p.words[wi..]
+                        .iter()
+                        .position(|x| x.opcode == op)
+                        .map(|i| (wi + i) as u32)
+                        .ok_or_else(|| Error::new(format!("AttnScores word {wi} has no {op:?} after it")))
+                };
+                let (wp, wo) = (next(Opcode::AttnPv)?, next(Opcode::AttnReduceGate)?);
+                let out = p.words[wo as usize]
+                    .op(slot::OUT0)
+                    .ok_or_else(|| Error::new(format!("AttnReduceGate word {wo} has no output")))?;
+                let heads = (p.buffers[out].cols / 256) as u32;
+                let mut b = stream.launch_builder(&s.f.attn);
+                b.arg(&prog).arg(&wi32).arg(&wp).arg(&wo).arg(&ctx).arg(&m);
+                let cfg = grid(heads, m.div_ceil(PFA_ROWS), 1, PFA_THREADS, PFA_SMEM);
+                cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch k_pf_attn")
+            }
+            Form::Skip => Ok(()),
             Form::Word => crate::bail!("not a prefill form"),
         }
     }
@@ -331,6 +366,8 @@ mod tests {
         assert_eq!(count(Form::Gemm), 48 * 3 + 16 * 4 + 64 * 2);
         assert_eq!(count(Form::Bf16), 48 * 2);
         assert_eq!(count(Form::Chunk), 48);
+        // attention: the scores word runs the whole layer, its PV and reduce words nothing
+        assert_eq!((count(Form::Attn), count(Form::Skip)), (16, 32));
         assert!(p
             .words
             .iter()
@@ -339,6 +376,21 @@ mod tests {
         let head = p.words.iter().find(|w| w.opcode == Opcode::LmHead).unwrap();
         assert_eq!(form(&p, head), Form::Word);
         assert_ne!(head.flags & crate::isa::FLAG_LAST_ROW, 0);
+    }
+
+    /// The host's k_pf_attn shape is the kernel's (attn_prefill.cuh's defines, the same expression).
+    #[test]
+    fn the_attention_kernels_shape_is_the_hosts() {
+        let src = include_str!("../../../megakernel/attn_prefill.cuh");
+        for d in ["#define PFA_WARPS 8\n", "#define PFA_ROWS 16\n", "#define PFA_KEYS 16\n", "#define PFA_STRIDE 264 "]
+        {
+            assert!(src.contains(d), "{d}");
+        }
+        assert!(src.contains(
+            "#define PFA_SMEM (PFA_Q_BYTES + PFA_WARPS * 2 * PFA_TILE_BYTES + PFA_WARPS * PFA_ROWS * 2 * 4 + PFA_ROWS * 4)"
+        ));
+        assert_eq!((PFA_THREADS, PFA_ROWS), (8 * 32, 16));
+        assert_eq!(PFA_SMEM, 16 * 264 * 2 + 8 * 2 * (16 * 264 * 2) + 8 * 16 * 2 * 4 + 16 * 4);
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct Prefilled {
     pub logits: Vec<f32>,
     pub next: u32,
     pub states: Vec<(String, Vec<f32>)>,
+    /// The last step's every row of the last attention layer's output (`attn_out`; none when the model
+    /// has no attention layer): what a prefill's causal attention gave each row, not only the last.
+    pub outputs: Vec<(String, Vec<f32>)>,
 }
 
 impl Prefilled {
@@ -39,6 +42,9 @@ pub fn program(ck: &Checkpoint, m: u32, max_context: u32) -> Result<Program> {
     compile(&ck.config, "prefill", &t)
 }
 
+/// The attention layers' output activation (every row of a step).
+pub const ATTN_OUT: &str = "attn_out";
+
 /// Feeds `tokens` from position 0 in steps of `rows` rows (the last step the remainder), each step one
 /// run of a prefill program in `order`.
 pub fn prefill(ck: &Checkpoint, tokens: &[u32], rows: u32, max_context: u32, order: Order) -> Result<Prefilled> {
@@ -53,6 +59,7 @@ pub fn prefill(ck: &Checkpoint, tokens: &[u32], rows: u32, max_context: u32, ord
     let part = if rem > 0 { Some(program(ck, rem as u32, max_context)?) } else { None };
     let mut states: Vec<(String, Vec<f32>)> = Vec::new();
     let (mut logits, mut next, mut pos) = (Vec::new(), 0, 0usize);
+    let mut outputs = Vec::new();
     let mut it_full: Option<Interp> = None;
     for chunk in tokens.chunks(rows as usize) {
         // a new interpreter takes the state the last step left; the full steps' own keeps its state
@@ -91,7 +98,9 @@ pub fn prefill(ck: &Checkpoint, tokens: &[u32], rows: u32, max_context: u32, ord
             .filter(|(_, b)| b.kind == BufKind::State)
             .map(|(i, b)| (b.name.clone(), it.bufs[i].clone()))
             .collect();
+        outputs =
+            prog.buffer_id(ATTN_OUT).map(|b| vec![(ATTN_OUT.to_string(), it.bufs[b].clone())]).unwrap_or_default();
         pos += chunk.len();
     }
-    Ok(Prefilled { logits, next, states })
+    Ok(Prefilled { logits, next, states, outputs })
 }
