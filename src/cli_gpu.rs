@@ -309,7 +309,8 @@ pub struct AgentCmd {
     #[arg(long, value_delimiter = ',')]
     pub speculate_agree: Vec<usize>,
     /// Appends' whole multiples of this many rows through a prefill program (issue 28: the GEMM and
-    /// the chunked GDN on the graph path; 0: appends by M-row passes only).
+    /// the chunked GDN on the graph path; 0: appends by M-row passes only), anchored at the session's
+    /// last multiple of it (the stateless run's tokens and states must equal the resident run's).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=128))]
     pub prefill: u32,
     /// Write each run's steps.csv and time chart into this folder.

@@ -185,8 +185,9 @@ fn the_gpu_agent_replay_emits_the_same_tokens_on_both_paths_resident_or_not() {
         defines: Defines::default(),
     })
     .unwrap();
-    // appends through a prefill program of 64 rows (issue 28): graph = megakernel (both append through
-    // the graph's prefill), the stateless run reported, not required equal (its chunks anchor at 0)
+    // appends through a prefill program of 64 rows (issue 28), anchored at the session's last multiple of
+    // 64: graph = megakernel = stateless = parked in tokens and final state bits, interleaved sessions as
+    // each alone (a park keeps the anchor), unanchored appends caught by the state's bits
     mk::verify::agent::run(&mk::verify::agent::Args {
         dir: common::tiny().to_path_buf(),
         trajectories: root.join("experiments/agent/trajectories.json"),
@@ -197,7 +198,7 @@ fn the_gpu_agent_replay_emits_the_same_tokens_on_both_paths_resident_or_not() {
         control: true,
         grammar: false,
         park: true,
-        interleaved: false,
+        interleaved: true,
         speculate_agree: vec![3],
         prefill: 64,
         out: None,

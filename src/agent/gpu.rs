@@ -10,16 +10,18 @@
 //! - the state moves between the two by device copies (`GpuExec::take_state`: the GDN states and the KV
 //!   rows below the position);
 //! - with a prefill program (`set_prefill`, issue 28: M rows a step on the graph path, the GEMM and the
-//!   chunked GDN), an append's whole multiples of its M go through it first, the rest as above. Its
-//!   chunks are anchored at the append's start, so a resident session's bits then depend on where its
-//!   appends began: a stateless session (one append from 0) rounds differently (an envelope, not bits).
+//!   chunked GDN), appends are anchored (`append`): the prefill program keeps the state at the session's
+//!   last whole multiple of its M, and an append re-runs the tokens since it with its own, the whole
+//!   chunks through the prefill program, the rest as above; so a session's bits do not depend on where
+//!   its appends began, and a stateless session (one append from 0) is the resident one bit for bit.
 //!
 //! An M-row step's rows are one-row steps bit for bit (`mk gpu rows`), so the tokens do not depend on how
 //! the history was cut into passes: a resident session and a stateless one (the whole history re-run
 //! every step) emit the same tokens, and so do the graph and the megakernel. `mk gpu agent` checks both,
 //! with a negative control (a hand-off that forgets the state).
 //!
-//! Owns: `GpuSession` (append, decode, the hand-offs and their clocks), `replay` on it. Refuses: programs
+//! Owns: `GpuSession` (append and its anchor, decode, the hand-offs and their clocks; park, restore and the
+//! state digest are `gpu_park`'s, the replays `gpu_replay`'s). Refuses: programs
 //! that are not an M-row and a one-row program of one context, an empty append, a count of 0, a
 //! trajectory past the context.
 
@@ -47,11 +49,16 @@ pub struct Moves {
     pub passes: usize,
     /// Prefill steps run for appends (with a prefill program) and the tokens they took.
     pub prefill_steps: usize,
+    /// Tokens an anchored append ran again (those since the checkpoint), besides its own.
+    pub rerun_tokens: usize,
     pub short_steps: usize,
     /// Parks and restores (`park`, `restore`): per restore the position, the park's ms and its own ms.
     pub parked: Vec<(usize, f64, f64)>,
     pub park_bytes: u64,
 }
+
+/// Pinned host memory (a park slot's, the digest's).
+pub(super) type Pinned = cudarc::driver::PinnedHostSlice<u8>;
 
 /// One session on one GPU path.
 pub struct GpuSession {
@@ -62,16 +69,29 @@ pub struct GpuSession {
     /// The megakernel (else the graph).
     pub mega: bool,
     /// The prefill program (appends' whole multiples of its M), if any (`set_prefill`).
-    prefill: Option<GpuExec>,
+    pub(super) prefill: Option<GpuExec>,
     /// The one-row program holds the state now (else the M-row program, or the prefill program when
     /// `in_prefill`).
-    in_one: bool,
-    in_prefill: bool,
+    pub(super) in_one: bool,
+    pub(super) in_prefill: bool,
     pub moves: Moves,
     /// Park slots (a session each while it is off the GPU): pinned host memory for the state at the max
     /// context (allocated by the slot's first park, host memory only) and, while a state is parked,
     /// its position and its entry in `Moves::parked`.
-    pub(super) slots: Vec<(Option<cudarc::driver::PinnedHostSlice<u8>>, Option<(usize, usize)>)>,
+    pub(super) slots: Vec<(Option<Pinned>, Option<(usize, usize)>)>,
+    /// Per park slot, the anchor's part: the prefill program's state at its checkpoint (pinned host
+    /// memory, with a prefill program) and, while parked, the session's tokens (`fed`).
+    pub(super) anchor_slots: Vec<(Option<Pinned>, Option<(Vec<u32>, Option<usize>)>)>,
+    /// Every token the session has fed the model since its reset, in order (the appends' and the decoded
+    /// ones): what an anchored append re-runs from the checkpoint.
+    pub(super) fed: Vec<u32>,
+    /// Pinned host memory for `state_digest` (allocated by its first call).
+    pub(super) digest_buf: Option<Pinned>,
+    /// NEGATIVE CONTROL: appends through the prefill program not anchored (its chunks start where each
+    /// append starts, from the state as it is: the state then depends on where the appends began).
+    /// Never for use.
+    #[doc(hidden)]
+    pub unanchored: bool,
     /// NEGATIVE CONTROL: restores leave the state buffers named with this prefix as they are (empty:
     /// none; `recurrent_state.`: the GDN states not restored). Never for use.
     #[doc(hidden)]
@@ -104,6 +124,10 @@ impl GpuSession {
             in_prefill: false,
             moves: Moves::default(),
             slots: Vec::new(),
+            anchor_slots: Vec::new(),
+            fed: Vec::new(),
+            digest_buf: None,
+            unanchored: false,
             restore_skips: "",
             forget_state: false,
         };
@@ -177,59 +201,6 @@ impl GpuSession {
         self.prefill.as_ref().map_or(0, |p| p.program().target.m_rows as usize)
     }
 
-    /// Parks the session: its state into pinned host memory (one copy), the GPU's programs emptied;
-    /// `restore` brings it back. Returns the bytes moved.
-    pub fn park(&mut self) -> Result<u64> {
-        self.park_as(0)
-    }
-
-    /// Restores the parked state (into the one-row program).
-    pub fn restore(&mut self) -> Result<()> {
-        self.restore_from(0)
-    }
-
-    /// `park` into slot `slot` (one per session taking turns on the GPU: `replay_interleaved`).
-    pub fn park_as(&mut self, slot: usize) -> Result<u64> {
-        if self.slots.len() <= slot {
-            self.slots.resize_with(slot + 1, || (None, None));
-        }
-        if self.slots[slot].1.is_some() {
-            bail!("agent: slot {slot} holds a parked state already (restore it first)");
-        }
-        self.to_one()?;
-        if self.slots[slot].0.is_none() {
-            self.slots[slot].0 = Some(self.one.park_buffer()?);
-        }
-        let Some(host) = self.slots[slot].0.as_mut() else {
-            bail!("agent: no park buffer");
-        };
-        let t = Instant::now();
-        let (pos, bytes) = self.one.park(host)?;
-        let ms = t.elapsed().as_secs_f64() * 1e3;
-        self.reset()?;
-        self.slots[slot].1 = Some((pos, self.moves.parked.len()));
-        self.moves.parked.push((pos, ms, 0.0));
-        self.moves.park_bytes += bytes;
-        Ok(bytes)
-    }
-
-    /// `restore` from slot `slot`.
-    pub fn restore_from(&mut self, slot: usize) -> Result<()> {
-        let Some((Some(host), pos)) = self.slots.get_mut(slot) else {
-            bail!("agent: slot {slot} has no parked state");
-        };
-        let Some((pos, entry)) = pos.take() else {
-            bail!("agent: slot {slot} has no parked state");
-        };
-        let t = Instant::now();
-        self.one.restore(host, pos, self.restore_skips)?;
-        self.in_one = true;
-        if let Some(e) = self.moves.parked.get_mut(entry) {
-            e.2 = t.elapsed().as_secs_f64() * 1e3;
-        }
-        Ok(())
-    }
-
     /// An empty session (position 0, every state zero, no stop token; parked states stay parked).
     pub fn reset(&mut self) -> Result<()> {
         self.rows.reset()?;
@@ -240,6 +211,7 @@ impl GpuSession {
         self.one.set_stop(None)?;
         self.in_one = false;
         self.in_prefill = false;
+        self.fed.clear();
         Ok(())
     }
 
@@ -264,7 +236,7 @@ impl GpuSession {
     }
 
     /// The state into the one-row program: the M-row program's pending rows flushed, then copied.
-    fn to_one(&mut self) -> Result<()> {
+    pub(super) fn to_one(&mut self) -> Result<()> {
         if self.in_one {
             return Ok(());
         }
@@ -361,7 +333,20 @@ impl GpuSession {
         }
     }
 
+    /// Appends through the prefill program are anchored (with one, and not the negative control).
+    pub(super) fn anchored(&self) -> bool {
+        self.prefill.is_some() && !self.unanchored
+    }
+
     /// Appends `tokens` to the session; returns the greedy token after the last of them.
+    ///
+    /// With a prefill program of M rows the append is anchored (issue 28 item 4, as the CPU's
+    /// `model::prefill::Session`): the prefill program keeps the state at the session's last checkpoint
+    /// (the last whole multiple of M its chunks reached, counted from position 0), and an append re-runs
+    /// every token since it (those decoded included) with the new ones, the whole chunks through the
+    /// prefill program (which then stands at the new checkpoint), the rest as below. So the state is the
+    /// one a single prefill over the whole history makes, bit for bit, however the history was cut
+    /// into appends and decoded tokens (the M-row passes and one-row steps being the same bits).
     pub fn append(&mut self, tokens: &[u32]) -> Result<u32> {
         let Some(&last) = tokens.last() else {
             bail!("agent: nothing to append (a step starts with the tokens it adds)");
@@ -378,18 +363,37 @@ impl GpuSession {
         }
         // the whole multiples of the prefill program's M through it, then the rest as below
         let mp = self.prefill_rows();
-        let bulk = if mp > 0 { tokens.len() / mp * mp } else { 0 };
+        if self.anchored() && self.fed.len() != self.pos() {
+            bail!("agent: internal: the session fed {} tokens and stands at position {}", self.fed.len(), self.pos());
+        }
+        let cp = match (self.anchored(), self.prefill.as_ref()) {
+            (true, Some(p)) => Some(p.next_pos()),
+            _ => None,
+        };
+        let (run, bulk) = plan(&self.fed, cp, tokens, mp)?;
+        self.moves.rerun_tokens += run.len() - tokens.len();
+        // (a failed append leaves the session to be reset: its tokens are counted as fed first)
+        self.fed.extend_from_slice(tokens);
         let mut next = 0;
         if bulk > 0 {
-            self.to_prefill()?;
-            for s in tokens[..bulk].chunks(mp) {
+            if self.anchored() {
+                // from the checkpoint the prefill program holds: the state elsewhere is dropped (the M-row
+                // program's pending rows with it: a hand-off into it seeks, which clears them anyway)
+                let at = self.rows.next_pos();
+                self.rows.seek(at)?;
+                (self.in_prefill, self.in_one) = (true, false);
+            } else {
+                self.to_prefill()?;
+            }
+            for s in run[..bulk].chunks(mp) {
                 if let Some(p) = self.prefill.as_mut() {
                     next = p.prefill_rows(s)?;
                 }
                 self.moves.prefill_steps += 1;
             }
         }
-        let tokens = &tokens[bulk..];
+        let run = if bulk > 0 { &run[bulk..] } else { tokens };
+        let tokens = run;
         if tokens.is_empty() {
             return Ok(next);
         }
@@ -476,7 +480,8 @@ impl GpuSession {
         let mut out = Vec::with_capacity(n);
         out.push(first);
         out.extend_from_slice(&rest);
-        // the last token into the session (the next append follows it)
+        // the rounds fed the first n - 1; the last token into the session (the next append follows it)
+        self.fed.extend_from_slice(&out[..n - 1]);
         let last = out[n - 1];
         self.feed(last)?;
         Ok((out, stats))
@@ -494,6 +499,8 @@ impl GpuSession {
         if next.len() != n {
             bail!("agent: {} of {n} decode steps ran (a stop token is set?)", next.len());
         }
+        self.fed.push(first);
+        self.fed.extend_from_slice(&next[..n - 1]);
         Ok(next)
     }
 
@@ -512,16 +519,93 @@ impl GpuSession {
         overlap: bool,
     ) -> Result<crate::grammar::decode::Out> {
         use crate::exec::gpu::spec::GpuTarget;
-        if rows {
+        let p0 = self.pos();
+        let out = if rows {
             self.to_rows()?;
             let mut t = GpuTarget { exec: &mut self.rows, mega: self.mega, overlap: false };
-            crate::grammar::decode::generate_steps(&mut t, prompt, m, o)
+            crate::grammar::decode::generate_steps(&mut t, prompt, m, o)?
         } else {
             self.to_one()?;
             let mut t = GpuTarget { exec: &mut self.one, mega: self.mega, overlap };
-            crate::grammar::decode::generate_steps(&mut t, prompt, m, o)
-        }
+            crate::grammar::decode::generate_steps(&mut t, prompt, m, o)?
+        };
+        // the tokens it fed: the prompt, then the emitted ones as far as the position moved
+        let n = self.pos().saturating_sub(p0);
+        self.fed.extend(prompt.iter().chain(&out.tokens).take(n));
+        Ok(out)
     }
 }
 
+/// An append's plan: the tokens its prefill part runs (anchored at checkpoint `cp`: every token `fed`
+/// since it, then the new ones; unanchored (`cp` None): the new ones) and how many of them, the whole
+/// multiples of the prefill program's `mp` rows (0: no prefill program), go through it.
+fn plan(fed: &[u32], cp: Option<usize>, tokens: &[u32], mp: usize) -> Result<(Vec<u32>, usize)> {
+    let run = match cp {
+        Some(cp) if cp > fed.len() || (mp > 0 && cp % mp != 0) => {
+            bail!(
+                "agent: internal: the checkpoint at {cp} is not a multiple of {mp} below the {} tokens fed",
+                fed.len()
+            )
+        }
+        Some(cp) => [&fed[cp..], tokens].concat(),
+        None => tokens.to_vec(),
+    };
+    let bulk = run.len().checked_div(mp).map_or(0, |q| q * mp);
+    Ok((run, bulk))
+}
+
 pub use super::gpu_replay::{replay, replay_interleaved, replay_speculative};
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+
+    /// Anchored appends cut the history into the prefill's chunks exactly where one append of the whole
+    /// history does (every chunk starting at a multiple of M from position 0, over the same tokens),
+    /// whatever the appends and decoded tokens between them; unanchored ones do not (the control).
+    #[test]
+    fn anchored_appends_chunk_the_history_as_one_append_does() {
+        let mp = 64;
+        let mut r = crate::model::synth::Rng::new(7);
+        let mut off_grid = 0;
+        for trial in 0..50 {
+            let (mut fed, mut cp, mut chunks, mut loose_chunks) = (Vec::new(), 0usize, Vec::new(), Vec::new());
+            let mut at_append: Vec<u32> = Vec::new();
+            let mut loose_pos = 0usize;
+            for _ in 0..(1 + r.next_u64() % 8) {
+                let tokens: Vec<u32> = (0..1 + r.next_u64() % 300).map(|_| r.next_u64() as u32 % 1000).collect();
+                let (run, bulk) = plan(&fed, Some(cp), &tokens, mp).unwrap();
+                for (i, c) in run[..bulk].chunks(mp).enumerate() {
+                    chunks.push((cp + i * mp, c.to_vec()));
+                }
+                cp += bulk;
+                // the control: chunks from where the append starts
+                let (lrun, lbulk) = plan(&fed, None, &tokens, mp).unwrap();
+                for (i, c) in lrun[..lbulk].chunks(mp).enumerate() {
+                    loose_chunks.push((loose_pos + i * mp, c.to_vec()));
+                }
+                fed.extend_from_slice(&tokens);
+                at_append = fed.clone();
+                // decoded tokens between appends (the next append re-runs them)
+                fed.extend((0..r.next_u64() % 40).map(|_| 7u32));
+                loose_pos = fed.len();
+            }
+            // one append of the history as it stood at the last append (a stateless step's)
+            let (all, bulk) = plan(&[], Some(0), &at_append, mp).unwrap();
+            assert!(plan(&fed, Some(fed.len() + 64), &[1], mp).is_err() && plan(&fed, Some(1), &[1], mp).is_err());
+            let want: Vec<(usize, Vec<u32>)> =
+                all[..bulk].chunks(mp).enumerate().map(|(i, c)| (i * mp, c.to_vec())).collect();
+            // (a chunk re-run later covers the same positions with the same tokens: the last one counts)
+            let mut got: Vec<(usize, Vec<u32>)> = Vec::new();
+            for c in chunks {
+                got.retain(|g| g.0 != c.0);
+                got.push(c);
+            }
+            got.sort();
+            assert_eq!(got, want, "trial {trial}");
+            assert_eq!(cp, at_append.len() / mp * mp, "trial {trial}");
+            off_grid += loose_chunks.iter().filter(|c| c.0 % mp != 0).count();
+        }
+        assert!(off_grid > 0, "the control (unanchored appends) must start chunks off the grid");
+    }
+}

@@ -119,8 +119,13 @@ fn step(
 /// Replays `rs` as sessions taking turns on the GPU, their steps interleaved round-robin (every
 /// trajectory's step 0, then every step 1, ..), each parked in its own slot of host memory between its
 /// steps (issue 29 item 4 on the GPU, with the GPU's session pool not built: one session on the GPU at
-/// a time). Each must emit what it emits replayed alone. Per trajectory, its steps.
-pub fn replay_interleaved(s: &mut GpuSession, rs: &[Replay], max_steps: usize) -> Result<Vec<Vec<StepRun>>> {
+/// a time). Each must emit what it emits replayed alone. Per trajectory, its steps and its final state's
+/// digest (`GpuSession::state_digest`, each restored in turn at the end).
+pub fn replay_interleaved(
+    s: &mut GpuSession,
+    rs: &[Replay],
+    max_steps: usize,
+) -> Result<(Vec<Vec<StepRun>>, Vec<String>)> {
     for r in rs {
         fits(s, r, max_steps, 1)?;
     }
@@ -142,9 +147,12 @@ pub fn replay_interleaved(s: &mut GpuSession, rs: &[Replay], max_steps: usize) -
             s.park_as(i)?;
         }
     }
-    // (the slots' states are dropped: the next replay starts empty)
-    for slot in &mut s.slots {
-        slot.1 = None;
+    // each session's final state, restored from its slot (which it leaves empty), then dropped
+    let mut digests = Vec::new();
+    for i in 0..rs.len() {
+        s.restore_from(i)?;
+        digests.push(s.state_digest()?);
+        s.reset()?;
     }
-    Ok(out)
+    Ok((out, digests))
 }

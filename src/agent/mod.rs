@@ -7,6 +7,7 @@
 
 pub mod composed;
 pub mod gpu;
+mod gpu_park;
 mod gpu_replay;
 pub mod pool;
 pub mod replay;

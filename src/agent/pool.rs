@@ -158,7 +158,7 @@ impl Pool {
         let upto = upto.max(len);
         self.reserve(id, from, upto)?;
         // gather
-        let table = self.slots[id.0].as_ref().unwrap().table.clone();
+        let table = self.slot(id)?.table.clone();
         let (layers, kv) = (self.layers, self.kv);
         for p in 0..len {
             let (pg, t) = (table[p / PAGE_TOKENS] as usize, p % PAGE_TOKENS);
@@ -171,7 +171,7 @@ impl Pool {
                 }
             }
         }
-        let parts = self.slots[id.0].as_ref().unwrap().parts.clone();
+        let parts = self.slot(id)?.parts.clone();
         self.work.put_parts(parts);
         let out = f(&mut self.work, w);
         let after = self.work.take_parts();
@@ -187,7 +187,7 @@ impl Pool {
             return out;
         }
         // scatter the positions the run wrote: from the checkpoint it resumed at on
-        let table = self.slots[id.0].as_ref().unwrap().table.clone();
+        let table = self.slot(id)?.table.clone();
         for p in from..end {
             let (pg, t) = (table[p / PAGE_TOKENS] as usize, p % PAGE_TOKENS);
             for l in 0..layers {
@@ -198,7 +198,7 @@ impl Pool {
                 }
             }
         }
-        self.slots[id.0].as_mut().unwrap().parts = after;
+        self.slot(id)?.parts = after;
         self.trim(id);
         out
     }
@@ -214,7 +214,7 @@ impl Pool {
         for &p in &table {
             self.refs[p as usize] += 1;
         }
-        let s = self.slots[child.0].as_mut().unwrap();
+        let s = self.slot(child)?;
         s.parts = parts;
         s.table = table;
         self.stats.forks += 1;
@@ -224,7 +224,7 @@ impl Pool {
     /// Parks `id`: its KV copied to the host, its pages given back; its GDN state kept.
     pub fn park(&mut self, id: SessionId) -> Result<()> {
         let len = self.resident_slot(id)?.parts.tokens.len();
-        let table = std::mem::take(&mut self.slots[id.0].as_mut().unwrap().table);
+        let table = std::mem::take(&mut self.slot(id)?.table);
         let mut host = Vec::with_capacity(len * self.layers * 2 * self.kv);
         for p in 0..len {
             let (pg, t) = (table[p / PAGE_TOKENS] as usize, p % PAGE_TOKENS);
@@ -238,7 +238,7 @@ impl Pool {
         for p in table {
             self.release(p);
         }
-        self.slots[id.0].as_mut().unwrap().parked = Some(host);
+        self.slot(id)?.parked = Some(host);
         self.stats.parks += 1;
         Ok(())
     }
@@ -257,8 +257,8 @@ impl Pool {
         if need > self.free.len() {
             bail!("session pool: restoring session {} needs {need} pages, {} are free", id.0, self.free.len());
         }
-        let table: Vec<u32> = (0..need).map(|_| self.take()).collect();
-        let host = self.slots[id.0].as_mut().unwrap().parked.take().unwrap();
+        let table: Vec<u32> = (0..need).map(|_| self.take()).collect::<Result<_>>()?;
+        let Some(host) = self.slot(id)?.parked.take() else { bail!("session pool: session {} is not parked", id.0) };
         let mut i = 0;
         for p in 0..len {
             let (pg, t) = (table[p / PAGE_TOKENS] as usize, p % PAGE_TOKENS);
@@ -270,7 +270,7 @@ impl Pool {
                 }
             }
         }
-        self.slots[id.0].as_mut().unwrap().table = table;
+        self.slot(id)?.table = table;
         self.stats.restores += 1;
         Ok(())
     }
@@ -305,10 +305,11 @@ impl Pool {
         Ok(s)
     }
 
-    fn take(&mut self) -> u32 {
-        let p = self.free.pop().expect("checked by the caller");
+    /// A free page (the callers count the free pages first: an empty list is a bug, reported).
+    fn take(&mut self) -> Result<u32> {
+        let Some(p) = self.free.pop() else { bail!("session pool: internal: no free page where one was counted") };
         self.refs[p as usize] = 1;
-        p
+        Ok(p)
     }
 
     fn release(&mut self, p: u32) {
@@ -322,7 +323,7 @@ impl Pool {
     /// Pages for positions [0, upto) in `id`'s table, and its pages from position `from` on its own
     /// (copied where shared): all or nothing.
     fn reserve(&mut self, id: SessionId, from: usize, upto: usize) -> Result<()> {
-        let table = self.slots[id.0].as_ref().unwrap().table.clone();
+        let table = self.slot(id)?.table.clone();
         let need = upto.div_ceil(PAGE_TOKENS);
         let shared: Vec<usize> = if self.cow {
             (from / PAGE_TOKENS..table.len().min(need)).filter(|&i| self.refs[table[i] as usize] > 1).collect()
@@ -335,7 +336,7 @@ impl Pool {
         }
         let mut table = table;
         for i in shared {
-            let (old, new) = (table[i], self.take());
+            let (old, new) = (table[i], self.take()?);
             let n = self.layers * 2 * PAGE_TOKENS * self.kv;
             let (o, d) = (self.page_at(old as usize, 0, 0, 0), self.page_at(new as usize, 0, 0, 0));
             self.data.copy_within(o..o + n, d);
@@ -344,16 +345,16 @@ impl Pool {
             self.stats.cow_copies += 1;
         }
         while table.len() < need {
-            let p = self.take();
+            let p = self.take()?;
             table.push(p);
         }
-        self.slots[id.0].as_mut().unwrap().table = table;
+        self.slot(id)?.table = table;
         Ok(())
     }
 
     /// Gives back the pages past `id`'s length (a reservation the run did not use).
     fn trim(&mut self, id: SessionId) {
-        let s = self.slots[id.0].as_mut().unwrap();
+        let Some(s) = self.slots.get_mut(id.0).and_then(|s| s.as_mut()) else { return };
         let keep = s.parts.tokens.len().div_ceil(PAGE_TOKENS);
         let extra: Vec<u32> = s.table.drain(keep.min(s.table.len())..).collect();
         for p in extra {

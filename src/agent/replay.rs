@@ -207,10 +207,11 @@ pub fn time_split(csv: &str) -> Result<Vec<(String, [f64; 3])>> {
         if out.last().map(|o| o.0.as_str()) != Some(f[0]) {
             out.push((f[0].to_string(), [0.0; 3]));
         }
-        let t = &mut out.last_mut().unwrap().1;
-        t[0] += ttft * share;
-        t[1] += ttft * (1.0 - share);
-        t[2] += dec;
+        if let Some((_, t)) = out.last_mut() {
+            t[0] += ttft * share;
+            t[1] += ttft * (1.0 - share);
+            t[2] += dec;
+        }
     }
     Ok(out)
 }

@@ -6,9 +6,9 @@
 //! `agent/tables.txt`, and a record entry each (`Record::agent`).
 //!
 //! Checks, on the emitted tokens, step by step: the megakernel against the graph, and a stateless run
-//! against the same path's resident one, must be identical (the GPU's stateless run only without a
-//! prefill program: its chunks anchor where each append starts); the GPU paths against the CPU reference
-//! are reported (other summation orders). A failed check fails the run after everything is written.
+//! against the same path's resident one, must be identical (with a prefill program too: the GPU
+//! session's appends are anchored); the GPU paths against the CPU reference are reported (other
+//! summation orders). A failed check fails the run after everything is written.
 //!
 //! Owns: the pass and its comparisons. Refuses: an unknown trajectory, a replay past the session's context.
 
@@ -63,13 +63,12 @@ pub(super) fn load(a: &super::spec::AgentWorkload) -> Result<(Vec<String>, Vec<t
 }
 
 /// The run a replay of `path` at `res` is checked against (among those done), and whether its tokens
-/// must equal it: the megakernel against the graph; a stateless run against its path's resident one (on
-/// the GPU with a prefill program: reported); a GPU path against the CPU reference (reported).
+/// must equal it: the megakernel against the graph; a stateless run against its path's resident one; a
+/// GPU path against the CPU reference (reported).
 pub(super) fn against(
     done: &[(PathName, AgentResidency)],
     path: PathName,
     res: AgentResidency,
-    prefill_rows: u32,
 ) -> Option<((PathName, AgentResidency), bool)> {
     let has = |k: (PathName, AgentResidency)| done.contains(&k).then_some(k);
     if path == PathName::Megakernel {
@@ -79,7 +78,7 @@ pub(super) fn against(
     }
     if res == AgentResidency::Stateless {
         if let Some(k) = has((path, AgentResidency::Resident)) {
-            return Some((k, !path.is_gpu() || prefill_rows == 0));
+            return Some((k, true));
         }
     }
     if path.is_gpu() {
@@ -155,8 +154,9 @@ pub(super) fn agent_pass(c: &RunCtx, rec: &mut Record, results: &mut Results) ->
             write_tables(&dir, &tables)?;
             cpu::write_out(&dir.join(format!("{}_{}", path.label(), label(res))), &runs, &how)?;
             let keys: Vec<_> = done.iter().map(|(k, _)| *k).collect();
-            let check = against(&keys, path, res, a.prefill_rows);
-            let differ = check.map_or(0, |(k, _)| differing(&runs, &done.iter().find(|(d, _)| *d == k).unwrap().1));
+            let check = against(&keys, path, res);
+            let differ =
+                check.and_then(|(k, _)| done.iter().find(|(d, _)| *d == k)).map_or(0, |(_, r)| differing(&runs, r));
             let all: Vec<&StepRun> = runs.iter().flat_map(|(_, v)| v).collect();
             let entry = AgentRun {
                 path: path.label().into(),
@@ -228,13 +228,12 @@ mod tests {
     #[test]
     fn each_run_is_checked_against_the_run_it_must_equal_or_is_reported_against() {
         let done = [(Reference, Resident), (Reference, Stateless), (Graph, Resident), (Graph, Stateless)];
-        assert_eq!(against(&done[..0], Reference, Resident, 0), None);
-        assert_eq!(against(&done[..1], Reference, Stateless, 0), Some(((Reference, Resident), true)));
-        assert_eq!(against(&done[..2], Graph, Resident, 0), Some(((Reference, Resident), false)));
-        assert_eq!(against(&done[..3], Graph, Stateless, 0), Some(((Graph, Resident), true)));
-        assert_eq!(against(&done[..3], Graph, Stateless, 64), Some(((Graph, Resident), false)));
-        assert_eq!(against(&done, Megakernel, Stateless, 64), Some(((Graph, Stateless), true)));
-        assert_eq!(against(&[(Megakernel, Resident)], Megakernel, Stateless, 0), Some(((Megakernel, Resident), true)));
+        assert_eq!(against(&done[..0], Reference, Resident), None);
+        assert_eq!(against(&done[..1], Reference, Stateless), Some(((Reference, Resident), true)));
+        assert_eq!(against(&done[..2], Graph, Resident), Some(((Reference, Resident), false)));
+        assert_eq!(against(&done[..3], Graph, Stateless), Some(((Graph, Resident), true)));
+        assert_eq!(against(&done, Megakernel, Stateless), Some(((Graph, Stateless), true)));
+        assert_eq!(against(&[(Megakernel, Resident)], Megakernel, Stateless), Some(((Megakernel, Resident), true)));
     }
 
     #[test]

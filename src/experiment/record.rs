@@ -115,7 +115,7 @@ pub struct AgentRun {
     pub against: Option<String>,
     pub differing_steps: usize,
     /// Whether those must be identical (bit-exact paths and residencies) or are reported (other summation
-    /// orders: the CPU reference against a GPU path; prefill chunks anchored elsewhere).
+    /// orders: the CPU reference against a GPU path).
     pub must_match: bool,
 }
 

@@ -42,8 +42,9 @@ pub struct Args {
     /// round's k = M - 1 drafts; the first so many the plain continuation): the plain run's tokens.
     pub speculate_agree: Vec<usize>,
     /// Appends' whole multiples of this many rows through a prefill program on the graph path (issue 28;
-    /// 0: none, appends by M-row passes). Its chunks anchor at each append's start, so the stateless
-    /// run's tokens are then compared as a count of differing steps, not required equal.
+    /// 0: none, appends by M-row passes). The appends are anchored (`GpuSession::append`): the stateless
+    /// run's tokens and final states must still equal the resident run's; with `control`, unanchored
+    /// appends must change the state's bits.
     pub prefill: u32,
     pub out: Option<PathBuf>,
     pub cache: PathBuf,
@@ -94,31 +95,27 @@ pub fn run(a: &Args) -> Result<()> {
     let tools = if a.grammar { Some(crate::grammar::parse_tools(&tools_of(&text)?)?) } else { None };
     let mut bad = 0;
     let mut summary = Vec::new();
-    let mut by_path: Vec<Runs> = Vec::new();
+    let (mut by_path, mut states): (Vec<Runs>, Vec<Vec<String>>) = (Vec::new(), Vec::new());
     for (path, mega) in [("graph", false), ("megakernel", true)] {
         s.mega = mega;
         warm(&mut s, &rs[0].prompt, tools.as_deref())?;
-        let (runs, moves) = replay_all(&mut s, &chosen, &rs, Residency::Resident, a.max_steps, path, false)?;
+        let (runs, moves, digests) = replay_all(&mut s, &chosen, &rs, Residency::Resident, a.max_steps, path, false)?;
         summary.push(line(&format!("{path}, resident"), &runs, &moves));
         records(a, path, &runs)?;
         by_path.push(runs);
+        states.push(digests);
     }
     bad += compare("the megakernel", &by_path[1], "the graph", &by_path[0]);
+    bad += compare_states("the megakernel", &states[1], "the graph", &states[0], &chosen);
     if a.stateless {
         s.mega = false;
-        let (runs, moves) = replay_all(&mut s, &chosen, &rs, Residency::Stateless, a.max_steps, "graph", false)?;
+        let (runs, moves, digests) =
+            replay_all(&mut s, &chosen, &rs, Residency::Stateless, a.max_steps, "graph", false)?;
         summary.push(line("graph, stateless", &runs, &moves));
         records(a, "graph_stateless", &runs)?;
-        let differ = compare("the stateless session", &runs, "the resident one", &by_path[0]);
-        if a.prefill > 0 {
-            // (prefill chunks anchored at other positions: rounding, not a failure; reported)
-            summary.push(format!(
-                "{:<22} {differ} step(s) emit other tokens than resident (prefill chunks anchored elsewhere)",
-                ""
-            ));
-        } else {
-            bad += differ;
-        }
+        // (with a prefill program too: the resident session's appends are anchored)
+        bad += compare("the stateless session", &runs, "the resident one", &by_path[0]);
+        bad += compare_states("the stateless session", &digests, "the resident one", &states[0], &chosen);
         let (r, s0) = (total_ms(&by_path[0]), total_ms(&runs));
         summary.push(format!("resident / stateless (graph): {:.3}x the time", r / s0));
     }
@@ -129,13 +126,33 @@ pub fn run(a: &Args) -> Result<()> {
         let r = replay(&mut s, &rs[0], Residency::Resident, a.max_steps, false);
         s.forget_state = false;
         bad += control("a hand-off that forgets the state", r, &chosen[0].name, &by_path[0]);
+        if a.prefill > 0 && rs[0].steps.len().min(a.max_steps) > 1 {
+            // NEGATIVE CONTROL: appends through the prefill program not anchored: the state must differ
+            s.unanchored = true;
+            let r = replay(&mut s, &rs[0], Residency::Resident, a.max_steps, false).and_then(|_| s.state_digest());
+            s.unanchored = false;
+            match r {
+                Ok(d) if d != states[0][0] => {
+                    println!("negative control caught: unanchored appends change the state's bits")
+                }
+                Ok(_) => {
+                    println!("negative control NOT caught: unanchored appends left the state's bits as anchored ones");
+                    bad += 1;
+                }
+                Err(e) => {
+                    println!("(control) unanchored appends: the run failed ({e}): the control proves nothing");
+                    bad += 1;
+                }
+            }
+        }
     }
     if a.park {
         s.mega = false;
-        let (runs, moves) =
+        let (runs, moves, digests) =
             replay_all(&mut s, &chosen, &rs, Residency::Resident, a.max_steps, "graph, parked between steps", true)?;
         summary.push(line("graph, parked", &runs, &moves));
         bad += compare("the parked session", &runs, "the resident one", &by_path[0]);
+        bad += compare_states("the parked session", &digests, "the resident one", &states[0], &chosen);
         park_table(&moves, &by_path[0]);
         if a.control && rs[0].steps.len().min(a.max_steps) > 1 {
             // NEGATIVE CONTROL: restores that leave the GDN states as the reset left them (zero)
@@ -148,24 +165,23 @@ pub fn run(a: &Args) -> Result<()> {
     if a.interleaved {
         s.mega = false;
         s.moves = Moves::default();
-        let runs: Runs = chosen
-            .iter()
-            .map(|t| t.name.clone())
-            .zip(crate::agent::gpu::replay_interleaved(&mut s, &rs, a.max_steps)?)
-            .collect();
+        let (steps, digests) = crate::agent::gpu::replay_interleaved(&mut s, &rs, a.max_steps)?;
+        let runs: Runs = chosen.iter().map(|t| t.name.clone()).zip(steps).collect();
         for (name, steps) in &runs {
             print!("{}", table(name, "resident, interleaved, graph", steps));
         }
         summary.push(line("graph, interleaved", &runs, &s.moves));
         bad += compare("the interleaved sessions", &runs, "each alone", &by_path[0]);
+        bad += compare_states("the interleaved sessions", &digests, "each alone", &states[0], &chosen);
     }
     for &agree in &a.speculate_agree {
         s.mega = false;
         s.moves = Moves::default();
-        let mut runs: Runs = Vec::new();
+        let (mut runs, mut digests): (Runs, Vec<String>) = (Vec::new(), Vec::new());
         let mut st = crate::model::spec_generate::SpecStats::default();
         for ((t, r), (_, plain)) in chosen.iter().zip(&rs).zip(&by_path[0]) {
             let (steps, x) = crate::agent::gpu::replay_speculative(&mut s, r, plain, agree, a.max_steps)?;
+            digests.push(s.state_digest()?);
             print!(
                 "{}",
                 table(&t.name, &format!("resident, graph, speculation: {agree} of {} agree", a.m - 1), &steps)
@@ -183,6 +199,13 @@ pub fn run(a: &Args) -> Result<()> {
             st.accepted as f64 / st.rounds.max(1) as f64 + 1.0
         ));
         bad += compare(&format!("speculation at {agree} agreeing"), &runs, "plain decoding", &by_path[0]);
+        bad += compare_states(
+            &format!("speculation at {agree} agreeing"),
+            &digests,
+            "plain decoding",
+            &states[0],
+            &chosen,
+        );
     }
     if let Some(tools) = &tools {
         bad += composed(&mut s, &chosen, &rs, tools, a.max_steps, &mut summary)?;
@@ -346,15 +369,26 @@ fn replay_all(
     max_steps: usize,
     path: &str,
     park: bool,
-) -> Result<(Runs, Moves)> {
+) -> Result<(Runs, Moves, Vec<String>)> {
     s.moves = Moves::default();
-    let mut runs = Vec::new();
+    let (mut runs, mut digests) = (Vec::new(), Vec::new());
     for (t, r) in chosen.iter().zip(rs) {
         let steps = replay(s, r, residency, max_steps, park)?;
         print!("{}", table(&t.name, &format!("{residency:?}, {path}").to_lowercase(), &steps));
         runs.push((t.name.clone(), steps));
+        digests.push(s.state_digest()?);
     }
-    Ok((runs, s.moves.clone()))
+    Ok((runs, s.moves.clone(), digests))
+}
+
+/// Trajectories whose final states (digests) differ between two runs, named; the count.
+fn compare_states(what: &str, got: &[String], against: &str, want: &[String], names: &[&tr::Trajectory]) -> usize {
+    let bad: Vec<&str> =
+        got.iter().zip(want).zip(names).filter(|((g, w), _)| g != w).map(|(_, t)| t.name.as_str()).collect();
+    if !bad.is_empty() || got.len() != want.len() {
+        println!("{what}: the final state DIFFERS from {against}'s in bits ({})", bad.join(", "));
+    }
+    bad.len() + usize::from(got.len() != want.len())
 }
 
 /// Each park and restore against re-prefilling the parked history at the resident run's prefill rate
@@ -393,7 +427,7 @@ fn line(what: &str, runs: &Runs, m: &Moves) -> String {
     let ps: f64 = all.iter().map(|s| s.ttft_ms).sum::<f64>() / 1e3;
     let ds: f64 = all.iter().map(|s| s.decode_ms).sum::<f64>() / 1e3;
     format!(
-        "{what:<22} {p:>9} {e:>9} {ps:>10.2} {:>9.0} {:>11.3} {:>9.2}\n{:<22} {} hand-offs ({:.2} GB, {:.1} ms), {} flushes ({:.1} ms), {} passes, {} prefill steps, {} short-append steps",
+        "{what:<22} {p:>9} {e:>9} {ps:>10.2} {:>9.0} {:>11.3} {:>9.2}\n{:<22} {} hand-offs ({:.2} GB, {:.1} ms), {} flushes ({:.1} ms), {} passes, {} prefill steps ({} tokens re-run), {} short-append steps",
         p as f64 / ps.max(1e-9),
         ds * 1e3 / e.max(1) as f64,
         ps + ds,
@@ -405,6 +439,7 @@ fn line(what: &str, runs: &Runs, m: &Moves) -> String {
         m.flush_ms,
         m.passes,
         m.prefill_steps,
+        m.rerun_tokens,
         m.short_steps
     )
 }
