@@ -180,6 +180,10 @@ pub enum GpuCmd {
         /// Also feed the prompt through the one-row program a token a step and compare.
         #[arg(long)]
         against_decode: bool,
+        /// Also one prefill of each T word by word with events: the time by kind of word (the GEMM per
+        /// opcode, the chunked GDN, the attention, every other word by its opcode).
+        #[arg(long)]
+        profile: bool,
         /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,

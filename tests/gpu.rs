@@ -129,6 +129,7 @@ fn a_prefill_program_on_the_graph_path_matches_the_interpreter_and_a_broken_one_
         reps: 1,
         check: true,
         against_decode: true,
+        profile: true,
         cache: &dir,
         defines,
     };

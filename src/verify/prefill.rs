@@ -40,6 +40,9 @@ pub struct Args<'a> {
     pub reps: usize,
     pub check: bool,
     pub against_decode: bool,
+    /// Also one prefill of each T launched word by word with events (`prefill_rows_timed`): where the
+    /// time goes, by kind of word.
+    pub profile: bool,
     pub cache: &'a Path,
     pub defines: &'a Defines,
 }
@@ -132,6 +135,34 @@ fn distance(
     Distance { logits: rel(got_logits, want_logits), state, worst, next, next_ok }
 }
 
+/// Where a prefill's time went (`--profile`): each word's summed ms over the steps, by kind (a replaced
+/// form by its name and opcode, any other word by its opcode), largest first, against the graph's
+/// measured median `graph_ms` for the same T.
+fn profile_table(p: &crate::isa::Program, per_word: &[f64], t: usize, graph_ms: f64) -> String {
+    use crate::exec::gpu::prefill::{form, Form};
+    let mut by: Vec<(String, usize, f64)> = Vec::new();
+    for (w, ms) in p.words.iter().zip(per_word) {
+        let kind = match form(p, w) {
+            Form::Word => format!("{:?}", w.opcode),
+            f => format!("{f:?} ({:?})", w.opcode),
+        };
+        match by.iter_mut().find(|b| b.0 == kind) {
+            Some(b) => (b.1, b.2) = (b.1 + 1, b.2 + ms),
+            None => by.push((kind, 1, *ms)),
+        }
+    }
+    by.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let total: f64 = per_word.iter().sum();
+    let mut o = format!(
+        "profile, T = {t}: {total:.2} ms launched word by word (the graph's replay: {graph_ms:.2} ms)\n  {:<34} {:>6} {:>10} {:>7}\n",
+        "kind", "words", "ms", "share"
+    );
+    for (kind, n, ms) in by {
+        o += &format!("  {kind:<34} {n:>6} {ms:>10.3} {:>6.1}%\n", 100.0 * ms / total.max(1e-12));
+    }
+    o
+}
+
 /// The GPU's prefill of `toks` in steps of M from position 0: the next token, the last row's logits.
 fn prefill(d: &mut GpuExec, toks: &[u32]) -> Result<(u32, Vec<f32>)> {
     let m = d.program().target.m_rows as usize;
@@ -209,6 +240,15 @@ pub fn run(a: &Args) -> Result<Vec<PrefillRow>> {
         }
         ms.sort_by(f64::total_cmp);
         let med = ms[ms.len() / 2];
+        if a.profile {
+            d.reset()?;
+            let mut per_word = vec![0f64; p.words.len()];
+            for s in toks.chunks(m) {
+                let (_, w) = d.prefill_rows_timed(s)?;
+                per_word.iter_mut().zip(w).for_each(|(a, b)| *a += b as f64);
+            }
+            print!("{}", profile_table(&p, &per_word, t, med));
+        }
         rows.push(PrefillRow { t, ms: med, tokens_per_s: t as f64 / med * 1e3, next, vs_cpu, vs_decode });
     }
     println!(
@@ -280,5 +320,23 @@ mod tests {
         assert!(!d.within(TOLERANCE) && d.worst == "recurrent_state.0" && (d.state - 0.1).abs() < 1e-6, "{d:?}");
         // a NaN anywhere is infinitely far
         assert_eq!(rel(&[f32::NAN], &[1.0]), f64::INFINITY);
+    }
+
+    /// The profile groups words by kind (replaced forms by form and opcode), largest first.
+    #[test]
+    fn the_profile_groups_words_by_kind_largest_first() {
+        let cfg = crate::model::config::ModelConfig::preset("tiny").unwrap();
+        let mut t = crate::compiler::h200(64);
+        (t.prefill, t.max_context) = (true, 256);
+        let p = crate::compiler::compile(&cfg, "prefill", &t).unwrap();
+        let per_word: Vec<f64> =
+            p.words.iter().map(|w| if w.opcode == crate::isa::Opcode::AttnScores { 5.0 } else { 0.01 }).collect();
+        let table = profile_table(&p, &per_word, 64, 1.0);
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert!(rows[0].trim_start().starts_with("Attn (AttnScores)"), "{table}");
+        assert!(table.contains("Skip (AttnPv)") && table.contains("Chunk (GdnChunk)"), "{table}");
+        let words: usize =
+            rows.iter().map(|r| r.split_whitespace().rev().nth(2).unwrap().parse::<usize>().unwrap()).sum();
+        assert_eq!(words, p.words.len(), "{table}");
     }
 }

@@ -327,6 +327,47 @@ impl GpuExec {
     /// every row kept (the GDN states and KV caches move on by M); returns the greedy next token after
     /// the last row (the last row's logits are the last row of `logits()`).
     pub fn prefill_rows(&mut self, tokens: &[u32]) -> Result<u32> {
+        let m = self.prefill_check(tokens)?;
+        let r = self.step_rows_unchecked(tokens, false, false);
+        let t = self.advance(r, m)?;
+        Ok(t[m - 1])
+    }
+
+    /// `prefill_rows` launched word by word, an event pair around each word's launches (a replaced
+    /// word: all of its kernels; a skipped one: none), in stream order: the next token and each word's
+    /// ms (`mk gpu prefill --profile`; eager launches, so the sum exceeds a graph replay's time by the
+    /// launch gaps).
+    pub fn prefill_rows_timed(&mut self, tokens: &[u32]) -> Result<(u32, Vec<f32>)> {
+        let m = self.prefill_check(tokens)?;
+        let r = self.prefill_timed_unchecked(tokens);
+        let (t, ms) = self.advance(r, m)?;
+        Ok((t[m - 1], ms))
+    }
+
+    fn prefill_timed_unchecked(&mut self, tokens: &[u32]) -> Result<(Vec<u32>, Vec<f32>)> {
+        use super::{CTRL_LEN, CTRL_POS, CTRL_TOKEN};
+        let m = tokens.len();
+        // row r: position pos + r, token r (a prefill keeps every row: nothing to commit)
+        let mut ctrl = vec![0f32; m * CTRL_LEN];
+        for (r, &t) in tokens.iter().enumerate() {
+            (ctrl[r * CTRL_LEN + CTRL_POS], ctrl[r * CTRL_LEN + CTRL_TOKEN]) = ((self.pos + r) as f32, t as f32);
+        }
+        self.write(self.ctrl, &ctrl)?;
+        let stream = self.gpu.stream.clone();
+        for i in 0..self.prog.words.len() {
+            cu(self.events[i].0.record(&stream), "cuEventRecord")?;
+            self.launch_word(i)?;
+            cu(self.events[i].1.record(&stream), "cuEventRecord")?;
+        }
+        self.sync()?;
+        let ms =
+            self.events.iter().map(|(a, b)| cu(a.elapsed_ms(b), "cuEventElapsedTime")).collect::<Result<Vec<f32>>>()?;
+        let c = self.read_u32(self.ctrl, 0, m * CTRL_LEN)?;
+        Ok(((0..m).map(|r| c[r * CTRL_LEN + CTRL_TOKEN]).collect(), ms))
+    }
+
+    /// A prefill step's checks (a prefill program, M tokens in the vocabulary, room, greedy): M.
+    fn prefill_check(&self, tokens: &[u32]) -> Result<usize> {
         let m = self.prog.target.m_rows as usize;
         if !self.prog.target.prefill {
             crate::bail!("gpu: prefill_rows takes a prefill program (this one is a decode or verification step)");
@@ -341,9 +382,7 @@ impl GpuExec {
         if self.sampling {
             crate::bail!("gpu: a prefill step is greedy (its head runs the last row's argmax)");
         }
-        let r = self.step_rows_unchecked(tokens, false, false);
-        let t = self.advance(r, m)?;
-        Ok(t[m - 1])
+        Ok(m)
     }
 }
 
