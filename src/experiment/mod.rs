@@ -317,9 +317,10 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         let d = crate::exec::gpu::GpuExec::new(gpu, &prog, upload, &opts.cache_root, &defines)?;
         rec.cuda_sources_hash = Some(record::fnv_hex(&[crate::exec::gpu::source().as_bytes()]));
         rec.notes.push(format!(
-            "GPU arena of the {} path: {:.3} GB, one allocation",
+            "GPU arena of the {} path: {:.3} GB, one allocation; its weights {:.3} GB, another",
             p.label(),
-            d.arena_bytes as f64 / 1e9
+            d.arena_bytes as f64 / 1e9,
+            d.own_weight_bytes() as f64 / 1e9
         ));
         let mut d = d;
         if let (PathName::Megakernel, Some(wi)) = (*p, e.drop_wait) {

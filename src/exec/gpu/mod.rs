@@ -107,6 +107,11 @@ impl GpuExec {
         Self::build(gpu, prog, weights, None, cache, defines)
     }
 
+    /// Bytes of weights this executor uploaded itself (0 when it shares another's).
+    pub fn own_weight_bytes(&self) -> usize {
+        self.weights.own_bytes
+    }
+
     /// As `new`, but reading the weights `other` holds (same name, bytes, storage) from its copy.
     pub fn new_sharing(
         gpu: Gpu,
