@@ -5,8 +5,9 @@
 //! (where each trajectory's time went: prefill, re-prefill, decode), every trajectory's table into
 //! `agent/tables.txt`, and a record entry each (`Record::agent`).
 //!
-//! Checks, on the emitted tokens, step by step: the megakernel against the graph, and a stateless run
-//! against the same path's resident one, must be identical (with a prefill program too: the GPU
+//! Checks, on the emitted tokens step by step (and between two GPU runs on each trajectory's final state
+//! bits too, `GpuSession::state_digest`): the megakernel against the graph, and a stateless run against
+//! the same path's resident one, must be identical (with a prefill program too: the GPU
 //! session's appends are anchored); the GPU paths against the CPU reference are reported (other
 //! summation orders). A failed check fails the run after everything is written.
 //!
@@ -130,7 +131,8 @@ pub(super) fn agent_pass(c: &RunCtx, rec: &mut Record, results: &mut Results) ->
         }
         _ => None,
     };
-    let mut done: Vec<((PathName, AgentResidency), Runs)> = Vec::new();
+    // per run: its key, its steps, and on a GPU path each trajectory's final state digest
+    let mut done: Vec<((PathName, AgentResidency), Runs, Vec<String>)> = Vec::new();
     let mut failed = Vec::new();
     let mut tables = String::new();
     for &path in &paths {
@@ -138,13 +140,15 @@ pub(super) fn agent_pass(c: &RunCtx, rec: &mut Record, results: &mut Results) ->
             super::check_interrupt()?;
             let how = format!("{}, {}", label(res), path.label());
             say(c.bar, format!("agent: {} trajectories, at most {} steps each ({how})", rs.len(), a.max_steps));
-            let mut runs: Runs = Vec::new();
+            let (mut runs, mut digests): (Runs, Vec<String>) = (Vec::new(), Vec::new());
             for (name, r) in names.iter().zip(&rs) {
                 let steps = match (path, session.as_mut()) {
                     (PathName::Reference, _) => cpu::replay(c.shared.w, r, residency(res), ctx)?.steps,
                     (_, Some(s)) => {
                         s.mega = path == PathName::Megakernel;
-                        crate::agent::gpu::replay(s, r, residency(res), usize::MAX, false)?
+                        let steps = crate::agent::gpu::replay(s, r, residency(res), usize::MAX, false)?;
+                        digests.push(s.state_digest()?);
+                        steps
                     }
                     (_, None) => bail!("agent: internal: no GPU session for the {} path", path.label()),
                 };
@@ -153,10 +157,18 @@ pub(super) fn agent_pass(c: &RunCtx, rec: &mut Record, results: &mut Results) ->
             }
             write_tables(&dir, &tables)?;
             cpu::write_out(&dir.join(format!("{}_{}", path.label(), label(res))), &runs, &how)?;
-            let keys: Vec<_> = done.iter().map(|(k, _)| *k).collect();
+            let keys: Vec<_> = done.iter().map(|(k, _, _)| *k).collect();
             let check = against(&keys, path, res);
-            let differ =
-                check.and_then(|(k, _)| done.iter().find(|(d, _)| *d == k)).map_or(0, |(_, r)| differing(&runs, r));
+            let base = check.and_then(|(k, _)| done.iter().find(|(d, _, _)| *d == k));
+            let differ = base.map_or(0, |(_, r, _)| differing(&runs, r));
+            // (final states: only between two GPU runs, both digested)
+            let states = base.map_or(0, |(_, _, d)| {
+                if d.len() == digests.len() {
+                    d.iter().zip(&digests).filter(|(a, b)| a != b).count()
+                } else {
+                    0
+                }
+            });
             let all: Vec<&StepRun> = runs.iter().flat_map(|(_, v)| v).collect();
             let entry = AgentRun {
                 path: path.label().into(),
@@ -169,8 +181,15 @@ pub(super) fn agent_pass(c: &RunCtx, rec: &mut Record, results: &mut Results) ->
                 decode_ms: all.iter().map(|s| s.decode_ms).sum(),
                 against: check.map(|((p, r), _)| format!("{}, {}", label(r), p.label())),
                 differing_steps: differ,
+                differing_states: states,
                 must_match: check.is_some_and(|(_, must)| must),
             };
+            if entry.must_match && states > 0 {
+                failed.push(format!(
+                    "{how}: {states} trajectory(ies) end in other state bits than {}",
+                    entry.against.clone().unwrap_or_default()
+                ));
+            }
             if entry.must_match && differ > 0 {
                 failed.push(format!(
                     "{how}: {differ} step(s) emit other tokens than {}",
@@ -180,7 +199,7 @@ pub(super) fn agent_pass(c: &RunCtx, rec: &mut Record, results: &mut Results) ->
             say(c.bar, line(&entry));
             rec.agent.push(entry);
             results.save(rec)?;
-            done.push(((path, res), runs));
+            done.push(((path, res), runs, digests));
         }
     }
     if !failed.is_empty() {
@@ -199,9 +218,10 @@ pub(super) fn line(r: &AgentRun) -> String {
     let check = match (&r.against, r.must_match) {
         (None, _) => String::new(),
         (Some(a), must) => format!(
-            "; {} of {} steps differ from {a} ({})",
+            "; {} of {} steps differ from {a}, {} final states ({})",
             r.differing_steps,
             r.steps,
+            r.differing_states,
             if must { "must be 0" } else { "reported" }
         ),
     };

@@ -114,6 +114,10 @@ pub struct AgentRun {
     /// none for the first run of the pass).
     pub against: Option<String>,
     pub differing_steps: usize,
+    /// The trajectories whose final state bits (digests of every state buffer) differ from that run's:
+    /// between two GPU runs only (0 otherwise; records before session 32's last commits have none).
+    #[serde(default)]
+    pub differing_states: usize,
     /// Whether those must be identical (bit-exact paths and residencies) or are reported (other summation
     /// orders: the CPU reference against a GPU path).
     pub must_match: bool,
