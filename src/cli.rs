@@ -206,8 +206,9 @@ pub enum Cmd {
         /// Seed of the sampling draws.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Speculative decoding with the MTP head: K drafts a round (1-7; greedy only; prints the
-        /// rounds' acceptance on stderr). Off when absent.
+        /// Speculative decoding with the MTP head: K drafts a round (1-7; prints the rounds' acceptance
+        /// on stderr). Greedy on the reference; on the GPU paths greedy, or sampled with the exact rule
+        /// (drafts drawn from the drafter, kept with probability min(1, p / q)). Off when absent.
         #[arg(long, value_name = "K")]
         speculate: Option<usize>,
         /// Where it runs: reference (the CPU), graph or megakernel (a GPU; sampling on the graph only).

@@ -386,7 +386,9 @@ fn run(cli: Cli) -> Result<()> {
                 None => forward::generate(&w, &prompt, steps, &params, seed)?,
                 Some(k) => {
                     if temperature != 0.0 {
-                        return Err(mk::error::Error::new("generate: --speculate is greedy only (--temperature 0)"));
+                        return Err(mk::error::Error::new(
+                            "generate: --speculate on the reference path is greedy only (--temperature 0; the GPU paths sample)",
+                        ));
                     }
                     let m = mk::model::mtp::MtpWeights::from_checkpoint(&ck)?;
                     let d = mk::model::spec_generate::Drafter::Mtp(&m);

@@ -347,3 +347,40 @@ fn speculation_switches_itself_off_and_keeps_the_greedy_tokens() {
     assert_eq!(stats.off_at, Some(3));
     assert_ne!(toks, greedy, "the negative control: a hand-over without the recurrent states");
 }
+
+/// Sampled speculation on programs (`exec::spec::speculate_sampled`, issue 27 item 4 on the executors:
+/// drafts drawn from the drafter's distribution, `accept_sampled`'s exact rule over the target's rows):
+/// with greedy warpers, and with top-k 1 at temperature 1 (every distribution on the argmax), it emits
+/// the plain greedy tokens; at temperature 1 its draws are a pure function of the seed (the same seed,
+/// the same tokens; another seed, others). The rule's distribution is `model::speculate`'s chi-square
+/// test (with its negative control).
+#[test]
+fn sampled_speculation_on_programs_is_greedy_at_top_k_one_and_seeded() {
+    use mk::exec::spec::{speculate_sampled, Sampled};
+    use mk::model::sample::SamplingParams;
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::from_checkpoint(&ck);
+    let cfg = ModelConfig::preset("tiny").unwrap();
+    let prompt: Vec<u32> = (0..5).map(|i| token(i, cfg.vocab)).collect();
+    let steps = 12;
+    let greedy = mk::model::forward::generate(&w, &prompt, steps, &SamplingParams::greedy(), 0).unwrap();
+    let (target, dt, own) = spec_programs(&cfg, 3);
+    let run = |params: SamplingParams, seed: u64| {
+        let (mut it, mut a, mut b) =
+            (Interp::new(&target, &ck).unwrap(), Interp::new(&dt, &ck).unwrap(), Interp::new(&own, &ck).unwrap());
+        let mut progs = mk::exec::interp::spec::MtpPrograms { from_target: &mut a, own: &mut b };
+        let mut s = Sampled::new(params, seed).unwrap();
+        speculate_sampled(&mut it, &mut progs, &prompt, steps, &mut s).unwrap()
+    };
+    let (toks, stats) = run(SamplingParams::greedy(), 0);
+    assert_eq!(toks, greedy, "greedy warpers: the greedy tokens");
+    assert!(stats.rounds > 0 && stats.drafts.len() == 3 * stats.rounds);
+    let top1 = SamplingParams { temperature: 1.0, top_k: 1, top_p: 1.0 };
+    assert_eq!(run(top1, 5).0, greedy, "top-k 1: every distribution on the argmax");
+    let t1 = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0 };
+    let (a, b, c) = (run(t1, 5).0, run(t1, 5).0, run(t1, 6).0);
+    assert_eq!(a, b, "the same seed, the same draws");
+    assert_ne!(a, c, "another seed, other draws");
+    assert_ne!(a, greedy, "temperature 1 samples");
+    assert_eq!(a.len(), steps);
+}

@@ -217,20 +217,23 @@ fn generation_on_both_gpu_paths_with_and_without_speculation_gives_the_same_toke
     // issue 27 item 7: `mk generate --path graph|megakernel [--speculate K]`, greedy
     use mk::exec::gpu::generate::{generate, Generation};
     let ck = mk::model::checkpoint::Checkpoint::open(common::tiny()).unwrap();
-    let run = |speculate, mega| {
-        let g = Generation {
-            prompt: &[1, 2, 3, 4, 5],
-            steps: 300,
-            params: mk::model::sample::SamplingParams::greedy(),
-            seed: 0,
-            speculate,
-            mega,
-        };
+    use mk::model::sample::SamplingParams;
+    let sampled = |params: SamplingParams, speculate, mega| {
+        let g = Generation { prompt: &[1, 2, 3, 4, 5], steps: 300, params, seed: 7, speculate, mega };
         generate(&ck, &g, &cache(), &Defines::default()).unwrap().0
     };
+    let run = |speculate, mega| sampled(SamplingParams::greedy(), speculate, mega);
     let plain = run(None, false);
     assert_eq!(plain.len(), 300);
     for (speculate, mega) in [(None, true), (Some(3), false), (Some(3), true), (Some(7), false)] {
         assert_eq!(run(speculate, mega), plain, "speculate {speculate:?}, megakernel {mega}");
     }
+    // sampled speculation (the exact rule, drafts drawn from the drafter): top-k 1 is greedy; at
+    // temperature 1 the same draws on both paths (the same logits' bits), and not the greedy tokens
+    let top1 = SamplingParams { temperature: 1.0, top_k: 1, top_p: 1.0 };
+    assert_eq!(sampled(top1, Some(3), false), plain, "sampled speculation at top-k 1");
+    let t1 = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0 };
+    let (g, m) = (sampled(t1, Some(3), false), sampled(t1, Some(3), true));
+    assert_eq!(g, m, "sampled speculation: graph = megakernel");
+    assert_ne!(g, plain, "temperature 1 samples");
 }

@@ -12,8 +12,9 @@
 
 use crate::bail;
 use crate::error::Result;
+use crate::model::sample::{distribution, sample, uniform_at, SamplingParams};
 use crate::model::spec_generate::SpecStats;
-use crate::model::speculate::accept_greedy;
+use crate::model::speculate::{accept_greedy, accept_sampled};
 
 /// The target: an M-row program's executor.
 pub trait Verifier {
@@ -30,6 +31,10 @@ pub trait Verifier {
     fn commit(&mut self, n: usize) -> Result<()>;
     /// Makes the committed state real now (`flush_rows`), for handing it on.
     fn flush(&mut self) -> Result<()>;
+    /// Row `row`'s logits of the last step (sampled speculation).
+    fn row_logits(&self, _row: usize) -> Result<Vec<f32>> {
+        bail!("speculation: this target does not give its logits (sampled speculation)")
+    }
 }
 
 /// The one-row program that decodes when speculation is off.
@@ -63,6 +68,36 @@ pub trait Drafter<V: Verifier> {
     /// left (`first`: that step was `from_target`'s); the drafted token. The first of a round's sees
     /// every KV row `from_target` wrote.
     fn chained(&mut self, pos: usize, tok: u32, first: bool) -> Result<u32>;
+    /// The logits of the last step of the `from_target` program (`own` false) or of the chained one
+    /// (sampled speculation).
+    fn logits_of(&self, _own: bool) -> Result<Vec<f32>> {
+        bail!("speculation: this drafter does not give its logits (sampled speculation)")
+    }
+}
+
+/// Sampled speculation (issue 27 item 4 on the executors): the warpers of the target and the drafter
+/// (one `SamplingParams`), and the draws: the n-th of a run `uniform_at(seed, n)`, taken in a fixed
+/// order (the prompt's token; per round the k drafts, then `accept_sampled`'s).
+pub struct Sampled {
+    pub params: SamplingParams,
+    pub seed: u64,
+    draws: u64,
+}
+
+impl Sampled {
+    pub fn new(params: SamplingParams, seed: u64) -> Result<Sampled> {
+        params.check()?;
+        Ok(Sampled { params, seed, draws: 0 })
+    }
+    fn uniform(&mut self) -> f32 {
+        self.draws += 1;
+        uniform_at(self.seed, self.draws - 1)
+    }
+    /// A token drawn from `logits` under the warpers, and the distribution it was drawn from.
+    fn draw(&mut self, logits: &[f32]) -> Result<(u32, Vec<f32>)> {
+        let u = self.uniform();
+        Ok((sample(logits, &self.params, u)?, distribution(logits, &self.params)?))
+    }
 }
 
 /// Controlled acceptance without a drafter (issue 27, item 6): a round's first `agree` drafts are the
@@ -130,7 +165,35 @@ pub fn speculate_switched<V: Verifier, D: Drafter<V>>(
     prompt: &[u32],
     steps: usize,
     agree: Option<&[u32]>,
+    switch: Option<Switch<V>>,
+) -> Result<(Vec<u32>, SpecStats)> {
+    rounds(it, d, prompt, steps, agree, switch, None)
+}
+
+/// `steps` tokens after `prompt` by sampled speculation: the prompt's next token drawn from the target's
+/// last prompt row, each draft drawn from the drafter's distribution q, each round's k + 1 rows' target
+/// distributions p, and `accept_sampled`'s exact rule (keep a draft with probability min(1, p / q), else
+/// draw from the normalised positive part of p - q; the bonus from p): the emitted tokens follow the
+/// target's sampling distribution. With greedy params it is greedy speculation.
+pub fn speculate_sampled<V: Verifier, D: Drafter<V>>(
+    it: &mut V,
+    d: &mut D,
+    prompt: &[u32],
+    steps: usize,
+    s: &mut Sampled,
+) -> Result<(Vec<u32>, SpecStats)> {
+    rounds(it, d, prompt, steps, None, None, Some(s))
+}
+
+/// The rounds of `speculate_switched` (greedy, `sampled` None) and `speculate_sampled`.
+fn rounds<V: Verifier, D: Drafter<V>>(
+    it: &mut V,
+    d: &mut D,
+    prompt: &[u32],
+    steps: usize,
+    agree: Option<&[u32]>,
     mut switch: Option<Switch<V>>,
+    mut sampled: Option<&mut Sampled>,
 ) -> Result<(Vec<u32>, SpecStats)> {
     let m = it.rows();
     let k = m.saturating_sub(1);
@@ -162,7 +225,10 @@ pub fn speculate_switched<V: Verifier, D: Drafter<V>>(
         }
         last_row = chunk.len() - 1;
         fed += chunk.len();
-        next = toks[chunk.len() - 1];
+        next = match sampled.as_mut() {
+            Some(s) => s.draw(&it.row_logits(last_row)?)?.0,
+            None => toks[chunk.len() - 1],
+        };
     }
     let mut out = vec![next];
     let mut stats = SpecStats::default();
@@ -185,19 +251,36 @@ pub fn speculate_switched<V: Verifier, D: Drafter<V>>(
         let t = *out.last().unwrap_or(&0);
         let pos = it.pos(); // t's position (not yet fed)
         let mut draft = Vec::with_capacity(k);
-        // (a forced draft replaces the drafted token, as input of the next draft step too)
+        // (a forced draft replaces the drafted token, as input of the next draft step too; sampled: a
+        // draft is drawn from the drafter's distribution, q keeps each)
         let forced = |i: usize, tok: u32| agree.map_or(tok, |tr| tr.get(out.len() + i).copied().unwrap_or(0));
+        let mut q: Vec<Vec<f32>> = Vec::new();
         let mut tok = forced(0, d.from_target(it, last_row, pos - 1, t)?);
+        if let Some(s) = sampled.as_mut() {
+            let (x, dist) = s.draw(&d.logits_of(false)?)?;
+            (tok, q) = (x, vec![dist]);
+        }
         draft.push(tok);
         for i in 1..k {
             tok = forced(i, d.chained(pos - 1 + i, tok, i == 1)?);
+            if let Some(s) = sampled.as_mut() {
+                let (x, dist) = s.draw(&d.logits_of(true)?)?;
+                tok = x;
+                q.push(dist);
+            }
             draft.push(tok);
         }
         stats.drafts.extend(&draft);
         let mut rows = vec![t];
         rows.extend(&draft);
         let target = it.verify(&rows)?;
-        let emitted = accept_greedy(&draft, &target)?;
+        let emitted = match sampled.as_mut() {
+            None => accept_greedy(&draft, &target)?,
+            Some(s) => {
+                let p = (0..=k).map(|r| distribution(&it.row_logits(r)?, &s.params)).collect::<Result<Vec<_>>>()?;
+                accept_sampled(&p, &q, &draft, || s.uniform())?
+            }
+        };
         let kept = emitted.len();
         // (a last round that emits past `steps` keeps only the rows through the second-last token of
         // the `steps`: the state is that of the tokens returned, the last of them not yet fed)

@@ -129,6 +129,32 @@ pub fn candidates(logits: &[f32], p: &SamplingParams) -> Vec<(u32, f32)> {
     kept
 }
 
+/// The distribution `sample` draws from, over the whole vocabulary: the kept ids' exponentials over
+/// their sum (the same operations in the same order as `sample`), zero elsewhere; greedy: all on the
+/// argmax. (Sampled speculation's p and q: `speculate::accept_sampled`.)
+pub fn distribution(logits: &[f32], p: &SamplingParams) -> Result<Vec<f32>> {
+    p.check()?;
+    if logits.is_empty() {
+        bail!("sampling: no logits");
+    }
+    let mut d = vec![0f32; logits.len()];
+    if p.temperature == 0.0 {
+        d[argmax(logits)] = 1.0;
+        return Ok(d);
+    }
+    let kept = candidates(logits, p);
+    let m = kept.iter().fold(f32::NEG_INFINITY, |a, c| a.max(c.1));
+    let e: Vec<f32> = kept.iter().map(|c| exp_mk(c.1 - m)).collect();
+    let mut z = 0f32;
+    for x in &e {
+        z += x; // ORDER: id order, as `sample`
+    }
+    for (c, x) in kept.iter().zip(&e) {
+        d[c.0 as usize] = x / z;
+    }
+    Ok(d)
+}
+
 /// The next token. `u` is one uniform draw in [0, 1) (the caller's seeded stream). Greedy when the
 /// temperature is 0. The draw inverts the cumulative distribution over the kept ids in id order.
 pub fn sample(logits: &[f32], p: &SamplingParams, u: f32) -> Result<u32> {
@@ -161,6 +187,22 @@ pub fn sample(logits: &[f32], p: &SamplingParams, u: f32) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `distribution` is what `sample` draws from: it sums to 1, greedy is all on the argmax, every
+    /// drawn id has a positive probability and an id outside top-k none.
+    #[test]
+    fn the_distribution_is_what_sample_draws_from() {
+        let logits = [0.5f32, 2.0, 1.0, 2.0, -1.0];
+        let g = distribution(&logits, &SamplingParams::greedy()).unwrap();
+        assert_eq!(g, [0.0, 1.0, 0.0, 0.0, 0.0]);
+        let p = SamplingParams { temperature: 0.7, top_k: 3, top_p: 1.0 };
+        let d = distribution(&logits, &p).unwrap();
+        assert!((d.iter().sum::<f32>() - 1.0).abs() < 1e-6 && d[4] == 0.0 && d[0] == 0.0, "{d:?}");
+        for i in 0..100 {
+            let t = sample(&logits, &p, i as f32 / 100.0).unwrap();
+            assert!(d[t as usize] > 0.0, "{t}");
+        }
+    }
 
     #[test]
     fn exp_mk_is_within_two_ulp_of_e_to_the_x() {

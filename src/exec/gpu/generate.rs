@@ -1,12 +1,14 @@
 //! `mk generate --path graph|megakernel`: generation on a GPU path (issue 27 item 7: the speculation
 //! setting on the GPU paths too). Plain decoding: the prompt one step a token, then the graph's pipelined
 //! replays (sampling on the GPU sampler, graph only) or the megakernel's N steps in one launch.
-//! Speculation: greedy, the target's M = k + 1 program and the MTP drafter's two programs on the same
-//! path (`exec::spec::speculate_mtp`), the tokens those of plain greedy decoding (checked by `mk gpu spec`
-//! over 1,000 tokens on every preset).
+//! Speculation: the target's M = k + 1 program and the MTP drafter's two programs on the same path;
+//! greedy (`exec::spec::speculate_mtp`: the tokens those of plain greedy decoding, checked by `mk gpu
+//! spec` over 1,000 tokens on every preset) or sampled (`exec::spec::speculate_sampled`: drafts drawn
+//! from the drafter's logits, the exact rule over the target's rows' logits, read back to the host; on
+//! either path).
 //!
-//! Owns: the programs' shapes for one generation. Refuses: sampling on the megakernel or with
-//! speculation, k outside 1..=7, a checkpoint without an MTP head for speculation.
+//! Owns: the programs' shapes for one generation. Refuses: plain sampling on the megakernel, k outside
+//! 1..=7, a checkpoint without an MTP head for speculation.
 
 use std::path::Path;
 
@@ -26,7 +28,7 @@ pub struct Generation<'a> {
     pub steps: usize,
     pub params: SamplingParams,
     pub seed: u64,
-    /// Drafts a round with the MTP head (greedy only); None: plain decoding.
+    /// Drafts a round with the MTP head (greedy or sampled as `params` say); None: plain decoding.
     pub speculate: Option<usize>,
     /// The megakernel (else the graph).
     pub mega: bool,
@@ -43,10 +45,8 @@ pub fn generate(
     if g.prompt.is_empty() || g.steps == 0 {
         bail!("generate: a prompt of at least one token and at least one step");
     }
-    if sampled && (g.mega || g.speculate.is_some()) {
-        bail!(
-            "generate: sampling runs on the graph path without speculation (the megakernel and speculation are greedy)"
-        );
+    if sampled && g.mega && g.speculate.is_none() {
+        bail!("generate: plain sampling runs on the graph path (the megakernel samples only with --speculate)");
     }
     g.params.check()?;
     let max = crate::model::config::MAX_POSITIONS;
@@ -95,12 +95,13 @@ pub fn generate(
         GpuExec::new(Gpu::open()?, &pb, &up, cache, defines)?,
         g.mega,
     )?;
-    let (out, stats) = crate::exec::spec::speculate_mtp(
-        &mut GpuTarget { exec: &mut d, mega: g.mega, overlap: false },
-        &mut dd,
-        g.prompt,
-        g.steps,
-        None,
-    )?;
+    let mut target = GpuTarget { exec: &mut d, mega: g.mega, overlap: false };
+    let (out, stats) = if g.params.temperature == 0.0 {
+        crate::exec::spec::speculate_mtp(&mut target, &mut dd, g.prompt, g.steps, None)?
+    } else {
+        // sampled speculation: the exact rule over the rows' logits read back (issue 27 item 4)
+        let mut s = crate::exec::spec::Sampled::new(g.params, g.seed)?;
+        crate::exec::spec::speculate_sampled(&mut target, &mut dd, g.prompt, g.steps, &mut s)?
+    };
     Ok((out, Some(stats)))
 }

@@ -41,6 +41,14 @@ impl Verifier for GpuTarget<'_> {
     fn flush(&mut self) -> Result<()> {
         self.exec.flush_rows(self.mega)
     }
+    fn row_logits(&self, row: usize) -> Result<Vec<f32>> {
+        let all = self.exec.logits()?;
+        let v = all.len() / self.rows().max(1);
+        match all.get(row * v..(row + 1) * v) {
+            Some(l) => Ok(l.to_vec()),
+            None => bail!("speculation: the target has no logits row {row}"),
+        }
+    }
 }
 
 /// The one-row program that decodes when speculation is off, on one path.
@@ -138,5 +146,12 @@ impl Drafter<GpuTarget<'_>> for GpuDrafter {
             self.own.copy_within("h_in", 0, "h", 0, hd)?;
         }
         Self::step(&mut self.own, self.mega, pos, tok)
+    }
+    fn logits_of(&self, own: bool) -> Result<Vec<f32>> {
+        if own {
+            self.own.logits()
+        } else {
+            self.from_target.logits()
+        }
     }
 }

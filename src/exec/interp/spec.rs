@@ -72,6 +72,14 @@ impl Verifier for Interp<'_> {
     fn flush(&mut self) -> Result<()> {
         self.flush_rows()
     }
+    fn row_logits(&self, row: usize) -> Result<Vec<f32>> {
+        let all = self.logits_rows();
+        let v = all.len() / self.prog.target.m_rows.max(1) as usize;
+        match all.get(row * v..(row + 1) * v) {
+            Some(l) => Ok(l.to_vec()),
+            None => bail!("speculation: the target has no logits row {row}"),
+        }
+    }
 }
 
 /// A one-row program's interpreter decodes when speculation is off: it takes every state buffer the
@@ -134,6 +142,9 @@ impl<'t> Drafter<Interp<'t>> for MtpPrograms<'_, '_> {
             }
         }
         draft_on(self.own, pos, tok, &h)
+    }
+    fn logits_of(&self, own: bool) -> Result<Vec<f32>> {
+        Ok(if own { self.own.logits() } else { self.from_target.logits() }.to_vec())
     }
 }
 
