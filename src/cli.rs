@@ -211,7 +211,8 @@ pub enum Cmd {
         /// (drafts drawn from the drafter, kept with probability min(1, p / q)). Off when absent.
         #[arg(long, value_name = "K")]
         speculate: Option<usize>,
-        /// Where it runs: reference (the CPU), graph or megakernel (a GPU; sampling on the graph only).
+        /// Where it runs: reference (the CPU), graph or megakernel (a GPU; plain sampling on the graph only,
+        /// sampled speculation on both).
         #[arg(long, default_value = "reference", value_parser = ["reference", "graph", "megakernel"])]
         path: String,
         /// Where compiled kernels (cubin/) are kept (GPU paths).

@@ -31,8 +31,8 @@ pub trait Verifier {
     fn commit(&mut self, n: usize) -> Result<()>;
     /// Makes the committed state real now (`flush_rows`), for handing it on.
     fn flush(&mut self) -> Result<()>;
-    /// Row `row`'s logits of the last step (sampled speculation).
-    fn row_logits(&self, _row: usize) -> Result<Vec<f32>> {
+    /// The last step's logits, every row, row after row (sampled speculation; one read a round).
+    fn logits_rows(&self) -> Result<Vec<f32>> {
         bail!("speculation: this target does not give its logits (sampled speculation)")
     }
 }
@@ -185,6 +185,15 @@ pub fn speculate_sampled<V: Verifier, D: Drafter<V>>(
     rounds(it, d, prompt, steps, None, None, Some(s))
 }
 
+/// Row `r` of `m` rows of logits.
+fn row(all: &[f32], m: usize, r: usize) -> Result<&[f32]> {
+    let v = all.len() / m.max(1);
+    match all.get(r * v..(r + 1) * v) {
+        Some(l) if v > 0 => Ok(l),
+        _ => bail!("speculation: no logits row {r} of {m} in {} values", all.len()),
+    }
+}
+
 /// The rounds of `speculate_switched` (greedy, `sampled` None) and `speculate_sampled`.
 fn rounds<V: Verifier, D: Drafter<V>>(
     it: &mut V,
@@ -225,10 +234,11 @@ fn rounds<V: Verifier, D: Drafter<V>>(
         }
         last_row = chunk.len() - 1;
         fed += chunk.len();
-        next = match sampled.as_mut() {
-            Some(s) => s.draw(&it.row_logits(last_row)?)?.0,
-            None => toks[chunk.len() - 1],
-        };
+        next = toks[chunk.len() - 1];
+    }
+    if let Some(s) = sampled.as_mut() {
+        // (sampled: the last prompt row's token drawn instead; no step ran since that row's)
+        next = s.draw(row(&it.logits_rows()?, m, last_row)?)?.0;
     }
     let mut out = vec![next];
     let mut stats = SpecStats::default();
@@ -277,7 +287,8 @@ fn rounds<V: Verifier, D: Drafter<V>>(
         let emitted = match sampled.as_mut() {
             None => accept_greedy(&draft, &target)?,
             Some(s) => {
-                let p = (0..=k).map(|r| distribution(&it.row_logits(r)?, &s.params)).collect::<Result<Vec<_>>>()?;
+                let all = it.logits_rows()?;
+                let p = (0..=k).map(|r| distribution(row(&all, m, r)?, &s.params)).collect::<Result<Vec<_>>>()?;
                 accept_sampled(&p, &q, &draft, || s.uniform())?
             }
         };
@@ -297,4 +308,91 @@ fn rounds<V: Verifier, D: Drafter<V>>(
     }
     out.truncate(steps);
     Ok((out, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Logits over a vocabulary of 12 that are a pure function of (the fed token's position, the token):
+    /// a model whose next-token distribution depends on its last token and position only.
+    fn logits(pos: usize, tok: u32) -> Vec<f32> {
+        (0..12u64)
+            .map(|i| (crate::model::sample::uniform_at(pos as u64 * 131 + tok as u64, i) * 4.0).round() / 2.0)
+            .collect()
+    }
+
+    /// A target over `logits`: a step's row r feeds tokens[r] at position pos + r; commit keeps n rows.
+    struct Target {
+        m: usize,
+        pos: usize,
+        last: Vec<f32>,
+    }
+    impl Verifier for Target {
+        fn rows(&self) -> usize {
+            self.m
+        }
+        fn context(&self) -> usize {
+            4096
+        }
+        fn pos(&self) -> usize {
+            self.pos
+        }
+        fn verify(&mut self, tokens: &[u32]) -> Result<Vec<u32>> {
+            self.last = tokens.iter().enumerate().flat_map(|(r, &t)| logits(self.pos + r, t)).collect();
+            Ok(self.last.chunks(12).map(|l| crate::model::ops::argmax(l) as u32).collect())
+        }
+        fn commit(&mut self, n: usize) -> Result<()> {
+            self.pos += n;
+            Ok(())
+        }
+        fn flush(&mut self) -> Result<()> {
+            Ok(())
+        }
+        fn logits_rows(&self) -> Result<Vec<f32>> {
+            Ok(self.last.clone())
+        }
+    }
+
+    /// A drafter over the same `logits` (its step at drafter position p feeds the token at p + 1), or
+    /// `shift` positions off (the NEGATIVE CONTROL: q is not the distribution the target's row has).
+    struct Draft {
+        shift: usize,
+        from_target: Vec<f32>,
+        own: Vec<f32>,
+    }
+    impl Drafter<Target> for Draft {
+        fn context(&self) -> usize {
+            4096
+        }
+        fn from_target(&mut self, _: &Target, _: usize, pos: usize, tok: u32) -> Result<u32> {
+            self.from_target = logits(pos + 1 + self.shift, tok);
+            Ok(crate::model::ops::argmax(&self.from_target) as u32)
+        }
+        fn chained(&mut self, pos: usize, tok: u32, _: bool) -> Result<u32> {
+            self.own = logits(pos + 1 + self.shift, tok);
+            Ok(crate::model::ops::argmax(&self.own) as u32)
+        }
+        fn logits_of(&self, own: bool) -> Result<Vec<f32>> {
+            Ok(if own { self.own.clone() } else { self.from_target.clone() })
+        }
+    }
+
+    /// Sampled speculation with a drafter whose q is the target's p for the same context: every draft is
+    /// kept (min(1, p / q) = 1), which holds only if each q is read from the step that drew its draft and
+    /// each p from the row of the same context; a drafter one position off (the control) loses drafts.
+    #[test]
+    fn a_drafter_that_is_the_target_has_every_sampled_draft_kept() {
+        let run = |shift: usize| {
+            let (mut t, mut d) =
+                (Target { m: 4, pos: 0, last: Vec::new() }, Draft { shift, from_target: vec![], own: vec![] });
+            let mut s = Sampled::new(SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0 }, 3).unwrap();
+            speculate_sampled(&mut t, &mut d, &[1, 2, 3, 4, 5], 200, &mut s).unwrap()
+        };
+        let (toks, st) = run(0);
+        assert_eq!(toks.len(), 200);
+        assert!(st.rounds > 10 && st.accepted == st.drafted, "{st}");
+        let (_, bad) = run(1);
+        assert!(bad.accepted < bad.drafted, "the control must lose drafts: {bad}");
+    }
 }
