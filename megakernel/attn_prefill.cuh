@@ -93,6 +93,19 @@ __device__ __forceinline__ void pfa_mask(float (&s)[2][4], const float (&acc)[2]
     }
 }
 
+// Tile kt's keys (and with V its values) loaded into the warp's tiles, then its masked scores: one
+// sweep's step, both passes' (the caller syncs the warp before the tiles are loaded again).
+__device__ __forceinline__ void pfa_tile(float (&s)[2][4], const unsigned short* Q, unsigned short* K, unsigned short* V, const unsigned short* kc, const unsigned short* vc, unsigned kvd, unsigned kvh, unsigned kt, unsigned n_keys, const unsigned* rowpos, unsigned lane) {
+  pfa_load(K, kc, kvd, kvh, kt * PFA_KEYS, n_keys, lane);
+  if (V) pfa_load(V, vc, kvd, kvh, kt * PFA_KEYS, n_keys, lane);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncwarp();
+  float acc[2][4];
+  pfa_scores(acc, Q, K, lane);
+  pfa_mask(s, acc, kt * PFA_KEYS, rowpos, lane);
+}
+
 // A (query head h = blockIdx.x, rows 16 blockIdx.y ..) block of a layer's attention over the prefill
 // step's m_rows rows: ws, wp, wo the layer's AttnScores (queries, q_norm, K cache, positions), AttnPv
 // (V cache) and AttnReduceGate (gate, output) words.
@@ -161,14 +174,9 @@ extern "C" __global__ void __launch_bounds__(PFA_WARPS * 32, 1) k_pf_attn(const 
   // hold a row's 16 scores a tile; ORDER: a lane's own in (j, e) order, then xor 1, xor 2).
   float mr[2] = {NEG, NEG}, lr[2] = {0.f, 0.f};
   for (unsigned kt = warp; kt < tiles; kt += PFA_WARPS) {
-    pfa_load(K, kc, kvd, kvh, kt * PFA_KEYS, n_keys, lane);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncwarp();
-    float acc[2][4], s[2][4];
-    pfa_scores(acc, Q, K, lane);
+    float s[2][4];
+    pfa_tile(s, Q, K, nullptr, kc, vc, kvd, kvh, kt, n_keys, rowpos, lane);
     __syncwarp();  // (the tile is read: the next load may overwrite it)
-    pfa_mask(s, acc, kt * PFA_KEYS, rowpos, lane);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float tm = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
@@ -218,14 +226,8 @@ extern "C" __global__ void __launch_bounds__(PFA_WARPS * 32, 1) k_pf_attn(const 
   const unsigned mi = lane >> 3, ri = lane & 7;
   const unsigned short* vb = V + (ri + 8 * (mi & 1)) * PFA_STRIDE + 8 * (mi >> 1);
   for (unsigned kt = warp; kt < tiles; kt += PFA_WARPS) {
-    pfa_load(K, kc, kvd, kvh, kt * PFA_KEYS, n_keys, lane);
-    pfa_load(V, vc, kvd, kvh, kt * PFA_KEYS, n_keys, lane);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncwarp();
-    float acc[2][4], s[2][4];
-    pfa_scores(acc, Q, K, lane);
-    pfa_mask(s, acc, kt * PFA_KEYS, rowpos, lane);
+    float s[2][4];
+    pfa_tile(s, Q, K, V, kc, vc, kvd, kvh, kt, n_keys, rowpos, lane);
     unsigned a[4];
 #pragma unroll
     for (int j = 0; j < 2; ++j)

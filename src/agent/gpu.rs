@@ -20,7 +20,7 @@
 //! every step) emit the same tokens, and so do the graph and the megakernel. `mk gpu agent` checks both,
 //! with a negative control (a hand-off that forgets the state).
 //!
-//! Owns: `GpuSession` (append and its anchor, decode, the hand-offs and their clocks; park, restore and the
+//! Owns: `GpuSession` (append and its anchor (the plan: `anchor`), decode, the hand-offs and their clocks; park, restore and the
 //! state digest are `gpu_park`'s, the replays `gpu_replay`'s). Refuses: programs
 //! that are not an M-row and a one-row program of one context, an empty append, a count of 0, a
 //! trajectory past the context.
@@ -370,7 +370,7 @@ impl GpuSession {
             (true, Some(p)) => Some(p.next_pos()),
             _ => None,
         };
-        let (run, bulk) = plan(&self.fed, cp, tokens, mp)?;
+        let (run, bulk) = super::anchor::plan(&self.fed, cp, tokens, mp)?;
         self.moves.rerun_tokens += run.len() - tokens.len();
         // (a failed append leaves the session to be reset: its tokens are counted as fed first)
         self.fed.extend_from_slice(tokens);
@@ -536,76 +536,4 @@ impl GpuSession {
     }
 }
 
-/// An append's plan: the tokens its prefill part runs (anchored at checkpoint `cp`: every token `fed`
-/// since it, then the new ones; unanchored (`cp` None): the new ones) and how many of them, the whole
-/// multiples of the prefill program's `mp` rows (0: no prefill program), go through it.
-fn plan(fed: &[u32], cp: Option<usize>, tokens: &[u32], mp: usize) -> Result<(Vec<u32>, usize)> {
-    let run = match cp {
-        Some(cp) if cp > fed.len() || (mp > 0 && cp % mp != 0) => {
-            bail!(
-                "agent: internal: the checkpoint at {cp} is not a multiple of {mp} below the {} tokens fed",
-                fed.len()
-            )
-        }
-        Some(cp) => [&fed[cp..], tokens].concat(),
-        None => tokens.to_vec(),
-    };
-    let bulk = run.len().checked_div(mp).map_or(0, |q| q * mp);
-    Ok((run, bulk))
-}
-
 pub use super::gpu_replay::{replay, replay_interleaved, replay_speculative};
-
-#[cfg(test)]
-mod tests {
-    use super::plan;
-
-    /// Anchored appends cut the history into the prefill's chunks exactly where one append of the whole
-    /// history does (every chunk starting at a multiple of M from position 0, over the same tokens),
-    /// whatever the appends and decoded tokens between them; unanchored ones do not (the control).
-    #[test]
-    fn anchored_appends_chunk_the_history_as_one_append_does() {
-        let mp = 64;
-        let mut r = crate::model::synth::Rng::new(7);
-        let mut off_grid = 0;
-        for trial in 0..50 {
-            let (mut fed, mut cp, mut chunks, mut loose_chunks) = (Vec::new(), 0usize, Vec::new(), Vec::new());
-            let mut at_append: Vec<u32> = Vec::new();
-            let mut loose_pos = 0usize;
-            for _ in 0..(1 + r.next_u64() % 8) {
-                let tokens: Vec<u32> = (0..1 + r.next_u64() % 300).map(|_| r.next_u64() as u32 % 1000).collect();
-                let (run, bulk) = plan(&fed, Some(cp), &tokens, mp).unwrap();
-                for (i, c) in run[..bulk].chunks(mp).enumerate() {
-                    chunks.push((cp + i * mp, c.to_vec()));
-                }
-                cp += bulk;
-                // the control: chunks from where the append starts
-                let (lrun, lbulk) = plan(&fed, None, &tokens, mp).unwrap();
-                for (i, c) in lrun[..lbulk].chunks(mp).enumerate() {
-                    loose_chunks.push((loose_pos + i * mp, c.to_vec()));
-                }
-                fed.extend_from_slice(&tokens);
-                at_append = fed.clone();
-                // decoded tokens between appends (the next append re-runs them)
-                fed.extend((0..r.next_u64() % 40).map(|_| 7u32));
-                loose_pos = fed.len();
-            }
-            // one append of the history as it stood at the last append (a stateless step's)
-            let (all, bulk) = plan(&[], Some(0), &at_append, mp).unwrap();
-            assert!(plan(&fed, Some(fed.len() + 64), &[1], mp).is_err() && plan(&fed, Some(1), &[1], mp).is_err());
-            let want: Vec<(usize, Vec<u32>)> =
-                all[..bulk].chunks(mp).enumerate().map(|(i, c)| (i * mp, c.to_vec())).collect();
-            // (a chunk re-run later covers the same positions with the same tokens: the last one counts)
-            let mut got: Vec<(usize, Vec<u32>)> = Vec::new();
-            for c in chunks {
-                got.retain(|g| g.0 != c.0);
-                got.push(c);
-            }
-            got.sort();
-            assert_eq!(got, want, "trial {trial}");
-            assert_eq!(cp, at_append.len() / mp * mp, "trial {trial}");
-            off_grid += loose_chunks.iter().filter(|c| c.0 % mp != 0).count();
-        }
-        assert!(off_grid > 0, "the control (unanchored appends) must start chunks off the grid");
-    }
-}

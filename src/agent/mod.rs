@@ -5,6 +5,7 @@
 //! session, appends as M-row passes) and the composed replay with tool calls under the grammar (`composed`,
 //! issue 30).
 
+mod anchor;
 pub mod composed;
 pub mod gpu;
 mod gpu_park;

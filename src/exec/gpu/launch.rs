@@ -186,6 +186,22 @@ fn is_gemv(op: Opcode) -> bool {
 }
 
 impl GpuExec {
+    /// The step's words launched one by one (the sampler before EndStep, untimed), an event pair around
+    /// each; each word's ms.
+    pub(super) fn timed_words(&mut self) -> Result<Vec<f32>> {
+        let stream = self.gpu.stream.clone();
+        for i in 0..self.prog.words.len() {
+            if self.prog.words[i].opcode == Opcode::EndStep {
+                self.launch_sample()?; // untimed, as in the graph: between the argmax and EndStep
+            }
+            cu(self.events[i].0.record(&stream), "cuEventRecord")?;
+            self.launch_word(i)?;
+            cu(self.events[i].1.record(&stream), "cuEventRecord")?;
+        }
+        self.sync()?;
+        self.events.iter().map(|(a, b)| cu(a.elapsed_ms(b), "cuEventElapsedTime")).collect()
+    }
+
     pub(super) fn launch_word(&self, i: usize) -> Result<()> {
         self.launch_words(i, 1)
     }

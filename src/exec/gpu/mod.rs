@@ -107,11 +107,6 @@ impl GpuExec {
         Self::build(gpu, prog, weights, None, cache, defines)
     }
 
-    /// Bytes of weights this executor uploaded itself (0 when it shares another's).
-    pub fn own_weight_bytes(&self) -> usize {
-        self.weights.own_bytes
-    }
-
     /// As `new`, but reading the weights `other` holds (same name, bytes, storage) from its copy.
     pub fn new_sharing(
         gpu: Gpu,
@@ -558,17 +553,7 @@ impl GpuExec {
 
     fn time_words_unchecked(&mut self, token: u32) -> Result<Vec<f32>> {
         self.write_token(token)?;
-        let stream = self.gpu.stream.clone();
-        for i in 0..self.prog.words.len() {
-            if self.prog.words[i].opcode == Opcode::EndStep {
-                self.launch_sample()?; // untimed, as in the graph: between the argmax and EndStep
-            }
-            cu(self.events[i].0.record(&stream), "cuEventRecord")?;
-            self.launch_word(i)?;
-            cu(self.events[i].1.record(&stream), "cuEventRecord")?;
-        }
-        self.sync()?;
-        self.events.iter().map(|(a, b)| cu(a.elapsed_ms(b), "cuEventElapsedTime")).collect()
+        self.timed_words()
     }
 
     /// Launches word `i` alone and waits for it (op-by-op checks: the caller owns the state).

@@ -345,25 +345,9 @@ impl GpuExec {
     }
 
     fn prefill_timed_unchecked(&mut self, tokens: &[u32]) -> Result<(Vec<u32>, Vec<f32>)> {
-        use super::{CTRL_LEN, CTRL_POS, CTRL_TOKEN};
-        let m = tokens.len();
-        // row r: position pos + r, token r (a prefill keeps every row: nothing to commit)
-        let mut ctrl = vec![0f32; m * CTRL_LEN];
-        for (r, &t) in tokens.iter().enumerate() {
-            (ctrl[r * CTRL_LEN + CTRL_POS], ctrl[r * CTRL_LEN + CTRL_TOKEN]) = ((self.pos + r) as f32, t as f32);
-        }
-        self.write(self.ctrl, &ctrl)?;
-        let stream = self.gpu.stream.clone();
-        for i in 0..self.prog.words.len() {
-            cu(self.events[i].0.record(&stream), "cuEventRecord")?;
-            self.launch_word(i)?;
-            cu(self.events[i].1.record(&stream), "cuEventRecord")?;
-        }
-        self.sync()?;
-        let ms =
-            self.events.iter().map(|(a, b)| cu(a.elapsed_ms(b), "cuEventElapsedTime")).collect::<Result<Vec<f32>>>()?;
-        let c = self.read_u32(self.ctrl, 0, m * CTRL_LEN)?;
-        Ok(((0..m).map(|r| c[r * CTRL_LEN + CTRL_TOKEN]).collect(), ms))
+        self.write_rows_ctrl(tokens)?;
+        let ms = self.timed_words()?;
+        Ok((self.rows_next(tokens.len())?, ms))
     }
 
     /// A prefill step's checks (a prefill program, M tokens in the vocabulary, room, greedy): M.

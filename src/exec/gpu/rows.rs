@@ -118,19 +118,28 @@ impl GpuExec {
     }
 
     pub(super) fn step_rows_unchecked(&mut self, tokens: &[u32], mega: bool, timeline: bool) -> Result<Vec<u32>> {
-        let m = tokens.len();
-        // row m: position pos + m, token m; row 0 also the commit count of the last step's rows
-        let mut ctrl = Vec::with_capacity(m * CTRL_LEN);
-        for (r, &t) in tokens.iter().enumerate() {
-            let commit = if r == 0 { self.commit as f32 } else { 0.0 };
-            ctrl.extend([(self.pos + r) as f32, t as f32, 0.0, commit]);
-        }
-        self.write(self.ctrl, &ctrl)?;
+        self.write_rows_ctrl(tokens)?;
         if mega {
             self.step_mega_unchecked(tokens[0], 1, timeline, self.prog.words.len() as u32)?;
         } else {
             self.step_unchecked(tokens[0], false, |_, _| Ok(()))?;
         }
+        self.rows_next(tokens.len())
+    }
+
+    /// The control blocks of an M-row step: row m position pos + m, token m; row 0 also the commit count
+    /// of the last step's rows.
+    pub(super) fn write_rows_ctrl(&mut self, tokens: &[u32]) -> Result<()> {
+        let mut ctrl = Vec::with_capacity(tokens.len() * CTRL_LEN);
+        for (r, &t) in tokens.iter().enumerate() {
+            let commit = if r == 0 { self.commit as f32 } else { 0.0 };
+            ctrl.extend([(self.pos + r) as f32, t as f32, 0.0, commit]);
+        }
+        self.write(self.ctrl, &ctrl)
+    }
+
+    /// Each of the first m rows' next token after a step.
+    pub(super) fn rows_next(&self, m: usize) -> Result<Vec<u32>> {
         let c = self.read_u32(self.ctrl, 0, m * CTRL_LEN)?;
         Ok((0..m).map(|r| c[r * CTRL_LEN + CTRL_TOKEN]).collect())
     }

@@ -141,3 +141,10 @@ impl DeviceWeights {
         DeviceWeights { _mems: self._mems.clone(), places: self.places.clone(), own_bytes: 0 }
     }
 }
+
+impl super::GpuExec {
+    /// Bytes of weights this executor uploaded itself (0 when it shares another's).
+    pub fn own_weight_bytes(&self) -> usize {
+        self.weights.own_bytes
+    }
+}
