@@ -35,18 +35,24 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool pred)
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(pred ? 4 : 0) : "memory");
 }
 
-// k-tile kt of the block's weight rows (n0 ..) and tokens (t0 ..) into stage st.
-__device__ __forceinline__ void gemm_load(char* st, const unsigned char* W, const unsigned short* X, unsigned T, unsigned N, unsigned K, unsigned n0, unsigned t0, unsigned kt) {
+// k-tile kt of the block's weight rows (n0 ..): the 8 warp tiles (row group rl = tile / 2 of the block,
+// half h = tile % 2), 128 pieces of 16 bytes each, into the first 16 KB of stage st.
+__device__ __forceinline__ void gemm_load_w(char* st, const unsigned char* W, unsigned N, unsigned K, unsigned n0, unsigned kt) {
   const unsigned kc = chunk_k(K), tiles = kc / 128, t = (kt * 128 % kc) / 128, tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    // A: the 8 warp tiles (row group rl = tile / 2 of the block, half h = tile % 2), 128 pieces each
     const unsigned p = tid + GEMM_THREADS * i, tile = p / 128, piece = p % 128, rg = n0 / 32 + tile / 2;
     const bool ok = rg * 32 < N;
     const unsigned char* src = W + ((size_t)(ok ? rg : 0) * (K / kc) + kt * 128 / kc) * 32 * kc + ((tile % 2) * tiles + t) * 2048 + piece * 16;
     cp_async16(st + tile * 2048 + piece * 16, src, ok);
   }
+}
+
+// k-tile kt of the block's weight rows (n0 ..) and tokens (t0 ..) into stage st.
+__device__ __forceinline__ void gemm_load(char* st, const unsigned char* W, const unsigned short* X, unsigned T, unsigned N, unsigned K, unsigned n0, unsigned t0, unsigned kt) {
+  gemm_load_w(st, W, N, K, n0, kt);
   char* b = st + 8 * 2048;
+  const unsigned tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     // B: token row r, its 16 pieces of 8 bf16
@@ -54,6 +60,22 @@ __device__ __forceinline__ void gemm_load(char* st, const unsigned char* W, cons
     const bool ok = tok < T;
     cp_async16(b + r * GEMM_B_STRIDE + piece * 16, X + (size_t)(ok ? tok : 0) * K + kt * 128 + piece * 8, ok);
   }
+}
+
+// A warp's 32 rows (rw ..) x 32 tokens (tw ..) of totals into Y [T][N] (a split's partial): D of tile h,
+// column n: rows g (e 0, 1) and g + 8 (e 2, 3), tokens 2 cq and 2 cq + 1.
+__device__ __forceinline__ void gemm_store(float* y, const float (&tot)[2][4][4], unsigned T, unsigned N, unsigned rw, unsigned tw, unsigned g, unsigned cq) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      const unsigned row = rw + 16 * h + g, tok = tw + 8 * n + 2 * cq;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const unsigned r = row + 8 * (e >> 1), t = tok + (e & 1);
+        if (t < T) y[(size_t)t * N + r] = tot[h][n][e];
+      }
+    }
 }
 
 // W: N x K fp8 in the chunk layout; S: [N / 128][K / 128] block scales; X: [T][K] bf16 times 2^64; Y:
@@ -163,19 +185,7 @@ __device__ __forceinline__ void gemm_fp8(const unsigned char* __restrict__ W, co
   }
   cp_async_wait<0>();
   if (!active) return;
-  float* y = Y + (size_t)z * T * N;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      // D: rows g (e 0, 1) and g + 8 (e 2, 3) of the tile, columns (tokens) 2 cq and 2 cq + 1
-      const unsigned row = rw + 16 * h + g, tok = t0 + 32 * wt + 8 * n + 2 * cq;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const unsigned r = row + 8 * (e >> 1), t = tok + (e & 1);
-        if (t < T) y[(size_t)t * N + r] = tot[h][n][e];
-      }
-    }
+  gemm_store(Y + (size_t)z * T * N, tot, T, N, rw, t0 + 32 * wt, g, cq);
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS)
@@ -220,14 +230,8 @@ __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.s
 // k-tile kt of the block's weight rows and GEMM_WG_TOKENS tokens into stage st (A as gemm_load's; B in
 // the canonical layout).
 __device__ __forceinline__ void gemm_wg_load(char* st, const unsigned char* W, const unsigned short* X, unsigned T, unsigned N, unsigned K, unsigned n0, unsigned t0, unsigned kt) {
-  const unsigned kc = chunk_k(K), tiles = kc / 128, t = (kt * 128 % kc) / 128, tid = threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const unsigned p = tid + GEMM_THREADS * i, tile = p / 128, piece = p % 128, rg = n0 / 32 + tile / 2;
-    const bool ok = rg * 32 < N;
-    const unsigned char* src = W + ((size_t)(ok ? rg : 0) * (K / kc) + kt * 128 / kc) * 32 * kc + ((tile % 2) * tiles + t) * 2048 + piece * 16;
-    cp_async16(st + tile * 2048 + piece * 16, src, ok);
-  }
+  gemm_load_w(st, W, N, K, n0, kt);
+  const unsigned tid = threadIdx.x;
   // B: the tokens' x in the k order the weights' fragments hold (review, session 23): wgmma's logical k
   // 2 c + 8 h + e of step s pairs with the A registers' bytes, physical k 64 (s / 4) + 32 ((s % 4) / 2)
   // + 8 c + 4 (s % 2) + 2 h + e (the chunk layout's lane order: lane c's byte b at k 32 (b / 8) + 8 c +

@@ -203,7 +203,8 @@ pub enum GpuCmd {
         /// Timed rotations per shape and T (medians).
         #[arg(long, default_value_t = 5)]
         reps: usize,
-        /// mma (mma.sync, 64 tokens a block) or wg (wgmma, sm_90a, 128 tokens a block).
+        /// mma (exact mode, mma.sync, 64 tokens a block), wg (exact mode, wgmma, sm_90a, 128 tokens a block) or
+        /// fast (fast mode, W8A8: the activations in e4m3 per token and 128-group, mma.sync e4m3).
         #[arg(long, default_value = "mma")]
         kernel: String,
         /// Where compiled kernels (cubin/) and generated checkpoints are kept.

@@ -11,7 +11,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use crate::error::Result;
 use crate::exec::gpu::{cu, layout, Defines, Gpu};
 use crate::model::config::ModelConfig;
-use crate::model::numerics::{bf16_to_f32, e4m3_table, f32_to_bf16};
+use crate::model::numerics::{bf16_to_f32, e4m3_group, e4m3_table, f32_to_bf16, f32_to_e4m3};
 
 /// Bytes each shape's rotation covers (> 2 x the 60 MiB L2).
 const ROTATE_BYTES: usize = 256 << 20;
@@ -20,12 +20,15 @@ const THREADS: u32 = 256;
 const ROWS: usize = 128;
 const STAGES: u32 = 3;
 
-/// The two forms of the GEMM (megakernel/gemm.cuh): mma.sync (k_gemm_fp8, 64 tokens a block, with its
-/// loads-only probe) and the warpgroup form (k_gemm_wg: wgmma, sm_90a, 128 tokens a block).
+/// The forms of the GEMM: exact mode's mma.sync (megakernel/gemm.cuh k_gemm_fp8, 64 tokens a block,
+/// with its loads-only probe) and warpgroup form (k_gemm_wg: wgmma, sm_90a, 128 tokens a block), and
+/// fast mode's (megakernel/gemm_fast.cuh k_gemm_fast: the activations in e4m3 with a scale a token and
+/// k-group, mma.sync e4m3, 64 tokens a block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
     Mma,
     Wg,
+    Fast,
 }
 
 impl Kernel {
@@ -33,14 +36,22 @@ impl Kernel {
         match s {
             "mma" => Ok(Kernel::Mma),
             "wg" => Ok(Kernel::Wg),
-            _ => crate::bail!("gpu gemm: --kernel {s}: mma or wg"),
+            "fast" => Ok(Kernel::Fast),
+            _ => crate::bail!("gpu gemm: --kernel {s}: mma, wg or fast"),
         }
     }
     /// Tokens a block.
     pub fn tokens(self) -> usize {
         match self {
-            Kernel::Mma => 64,
+            Kernel::Mma | Kernel::Fast => 64,
             Kernel::Wg => 128,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Kernel::Mma => "k_gemm_fp8",
+            Kernel::Wg => "k_gemm_wg",
+            Kernel::Fast => "k_gemm_fast",
         }
     }
     /// Shared memory a block (STAGES stages of the weights' 8 warp tiles and the tokens' k-tile).
@@ -49,6 +60,7 @@ impl Kernel {
             * match self {
                 Kernel::Mma => 8 * 2048 + 64 * 272,
                 Kernel::Wg => 8 * 2048 + 128 * 256,
+                Kernel::Fast => 8 * 2048 + 64 * 160 + 64 * 4,
             }
     }
 }
@@ -100,7 +112,7 @@ pub fn run(
         crate::bail!("gpu gemm --kernel wg: wgmma needs an sm_90 GPU (this one is {})", gpu.arch);
     }
     let (module, _) = gpu.module_for(&arch, &crate::exec::gpu::source(), cache, defines)?;
-    let name = if kernel == Kernel::Wg { "k_gemm_wg" } else { "k_gemm_fp8" };
+    let name = kernel.name();
     let f = cu(module.load_function(name), "cuModuleGetFunction (k_gemm)")?;
     let fl = cu(module.load_function("k_gemm_fp8_loads"), "cuModuleGetFunction (k_gemm_fp8_loads)")?;
     let red = cu(module.load_function("k_gemm_reduce"), "cuModuleGetFunction (k_gemm_reduce)")?;
@@ -154,6 +166,24 @@ pub fn run(
             .collect();
         let mut xd = cu(stream.alloc_zeros::<u8>(x64.len()), "cuMemAlloc (x)")?;
         cu(stream.memcpy_htod(&x64, &mut xd), "x")?;
+        // fast mode's x: each row's 128-wide groups quantised by the CPU reference's rule (e4m3 codes,
+        // [tmax][k]) and their scales ([tmax][k / 128]); `xq` the codes' values for the f64 check
+        let (mut xq, mut xs) = (vec![0f32; tmax * k], vec![0f32; tmax * (k / 128)]);
+        if kernel == Kernel::Fast {
+            for r in 0..tmax {
+                for g in 0..k / 128 {
+                    let src: Vec<f32> = x[r * kmax + g * 128..r * kmax + (g + 1) * 128].iter().map(|&b| bf16_to_f32(b)).collect();
+                    xs[r * (k / 128) + g] = e4m3_group(&src, &mut xq[r * k + g * 128..r * k + (g + 1) * 128]);
+                }
+            }
+        }
+        let codes: Vec<u8> = xq.iter().map(|&v| f32_to_e4m3(v)).collect();
+        let mut xqd = cu(stream.alloc_zeros::<u8>(codes.len().max(16)), "cuMemAlloc (x codes)")?;
+        cu(stream.memcpy_htod(&codes, &mut xqd.slice_mut(0..codes.len())), "x codes")?;
+        let mut xsd = cu(stream.alloc_zeros::<u8>(4 * xs.len().max(4)), "cuMemAlloc (x scales)")?;
+        let xsb: Vec<u8> = xs.iter().flat_map(|v| v.to_le_bytes()).collect();
+        cu(stream.memcpy_htod(&xsb, &mut xsd.slice_mut(0..xsb.len())), "x scales")?;
+        let (pxq, pxs) = (ptr(&xqd, &stream), ptr(&xsd, &stream));
         let max_parts = ts.iter().map(|&t| splits(t, n, k, gpu.sms as usize, tokens).1 * t * n).max().unwrap_or(0);
         let parts = cu(stream.alloc_zeros::<u8>(max_parts * 4), "cuMemAlloc (partials)")?;
         let out = cu(stream.alloc_zeros::<u8>(tmax * n * 4), "cuMemAlloc (out)")?;
@@ -172,11 +202,17 @@ pub fn run(
                 let wc = pw + (copy * bytes) as u64;
                 let y = if sp == 1 { po } else { pp };
                 let mut b = stream.launch_builder(if compute == 1 { &f } else { &fl });
-                b.arg(&wc).arg(&ps).arg(&px).arg(&y).arg(&t32).arg(&n32).arg(&k32).arg(&kps32);
-                // SAFETY: k_gemm_fp8's parameters; every pointer is into this function's allocations
-                // (weights copy `copy`, scales, x of tmax >= t rows, partials of sp x t x n, out of
-                // tmax x n floats), which outlive the launch.
-                cu(unsafe { b.launch(if compute == 1 { cfg_l } else { cfg_loads }) }.map(|_| ()), "launch k_gemm_fp8")?;
+                b.arg(&wc).arg(&ps);
+                if compute == 1 && kernel == Kernel::Fast {
+                    b.arg(&pxq).arg(&pxs);
+                } else {
+                    b.arg(&px);
+                }
+                b.arg(&y).arg(&t32).arg(&n32).arg(&k32).arg(&kps32);
+                // SAFETY: the GEMM's parameters (k_gemm_fast: x's codes and scales for x); every
+                // pointer is into this function's allocations (weights copy `copy`, scales, x of tmax
+                // >= t rows, partials of sp x t x n, out of tmax x n floats), which outlive the launch.
+                cu(unsafe { b.launch(if compute == 1 { cfg_l } else { cfg_loads }) }.map(|_| ()), "launch the GEMM")?;
                 if sp > 1 {
                     let mut r = stream.launch_builder(&red);
                     r.arg(&pp).arg(&po).arg(&count).arg(&sp32);
@@ -194,12 +230,19 @@ pub fn run(
             cu(stream.memcpy_dtoh(&out.slice(0..t * n * 4), &mut yb), "out")?;
             cu(stream.synchronize(), "sync")?;
             let y = floats(&yb);
+            // exact mode: sum(w s_w x); fast mode: each tile's sum(w_q x_q) times s_x and s_w
             let want = |tok: usize, r: usize| -> f64 {
-                (0..k)
-                    .map(|c| {
-                        table[w[r * k + c] as usize] as f64
-                            * sc[(r / 128) * (k / 128) + c / 128] as f64
-                            * bf16_to_f32(x[tok * kmax + c]) as f64
+                (0..k / 128)
+                    .map(|g| {
+                        let sw = sc[(r / 128) * (k / 128) + g] as f64;
+                        let c = g * 128..(g + 1) * 128;
+                        if kernel == Kernel::Fast {
+                            let d: f64 = c.map(|c| table[w[r * k + c] as usize] as f64 * xq[tok * k + c] as f64).sum();
+                            d * xs[tok * (k / 128) + g] as f64 * sw
+                        } else {
+                            c.map(|c| table[w[r * k + c] as usize] as f64 * sw * bf16_to_f32(x[tok * kmax + c]) as f64)
+                                .sum()
+                        }
                     })
                     .sum()
             };
