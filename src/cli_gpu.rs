@@ -184,6 +184,10 @@ pub enum GpuCmd {
         /// opcode, the chunked GDN, the attention, every other word by its opcode).
         #[arg(long)]
         profile: bool,
+        /// Fast mode (W8A8): the GEMMs on the activations quantised to e4m3 per token and 128-group (the
+        /// checkpoint's activation_scheme: dynamic); --check then compares with the interpreter in fast mode.
+        #[arg(long)]
+        fast: bool,
         /// Where compiled kernels (cubin/) and generated checkpoints are kept.
         #[arg(long, default_value = "cache")]
         cache: PathBuf,
@@ -191,7 +195,7 @@ pub enum GpuCmd {
         #[arg(long = "define")]
         defines: Vec<String>,
     },
-    /// Prefill's exact-mode GEMM (megakernel/gemm.cuh, issue 28) on every fp8 shape of a preset at each
+    /// Prefill's GEMM (exact mode: megakernel/gemm.cuh; fast mode: gemm_fast.cuh) on every fp8 shape of a preset at each
     /// prompt length T: checked against the CPU in f64, then timed (TFLOP/s, weight GB/s).
     Gemm {
         /// tiny, small or qwen3.5-27b.

@@ -103,7 +103,7 @@ fn the_prefill_gemm_matches_the_cpu_and_a_broken_one_is_caught() {
     // tiny's fp8 shapes at T = 1, 59 (split-K) and 200 (four token tiles, the last partial)
     use mk::verify::gemm::{run, Kernel};
     let broken = Defines::parse(&["MK_BREAK_GEMV".to_string()]).unwrap();
-    for k in [Kernel::Mma, Kernel::Wg] {
+    for k in [Kernel::Mma, Kernel::Wg, Kernel::Fast] {
         run("tiny", &[1, 59, 200], 1, &cache(), &Defines::default(), k).unwrap();
         let e = run("tiny", &[59], 1, &cache(), &broken, k).unwrap_err().to_string();
         assert!(e.contains("the GEMM is wrong"), "{k:?}: {e}");
@@ -122,26 +122,34 @@ fn a_prefill_program_on_the_graph_path_matches_the_interpreter_and_a_broken_one_
     use mk::verify::prefill::{run, Args, TOLERANCE};
     let (ok, broken) = (Defines::default(), Defines::parse(&["MK_BREAK_GDN".to_string()]).unwrap());
     let dir = cache();
-    let args = |tokens, defines| Args {
+    let args = |tokens, defines, fast| Args {
         dir: common::tiny(),
         m: 64,
         tokens,
         reps: 1,
         check: true,
-        against_decode: true,
-        profile: true,
+        against_decode: !fast,
+        profile: !fast,
+        fast,
         cache: &dir,
         defines,
     };
-    for r in run(&args(&[64, 192], &ok)).unwrap() {
-        let d = r.vs_cpu.unwrap();
-        assert!(d.within(TOLERANCE), "T = {}: {d:?}", r.t);
+    // exact mode, then fast mode (the GEMMs on e4m3 activations against the interpreter in fast mode)
+    for fast in [false, true] {
+        for r in run(&args(&[64, 192], &ok, fast)).unwrap() {
+            let d = r.vs_cpu.unwrap();
+            assert!(d.within(TOLERANCE), "T = {}, fast {fast}: {d:?}", r.t);
+        }
     }
-    let r = run(&args(&[192], &broken)).unwrap();
+    // fast mode's control: x's pieces swapped inside k_gemm_fast (MK_BREAK_GEMV)
+    let gemv = Defines::parse(&["MK_BREAK_GEMV".to_string()]).unwrap();
+    let r = run(&args(&[64], &gemv, true)).unwrap();
+    assert!(!r[0].vs_cpu.as_ref().unwrap().within(TOLERANCE), "the broken fast GEMM passed: {:?}", r[0].vs_cpu);
+    let r = run(&args(&[192], &broken, false)).unwrap();
     assert!(!r[0].vs_cpu.as_ref().unwrap().within(TOLERANCE), "the broken chunked rule passed: {:?}", r[0].vs_cpu);
     // the causal attention's control: each row sees the next position's key (every row's output compared)
     let broken = Defines::parse(&["MK_BREAK_ATTN".to_string()]).unwrap();
-    let r = run(&args(&[64], &broken)).unwrap();
+    let r = run(&args(&[64], &broken, false)).unwrap();
     let d = r[0].vs_cpu.as_ref().unwrap();
     assert!(!d.within(TOLERANCE) && d.worst == "attn_out", "the broken causal mask passed: {d:?}");
 }

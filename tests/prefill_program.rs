@@ -12,6 +12,8 @@ use mk::isa::{slot, validate::validate, Opcode, FLAG_LAST_ROW};
 use mk::model::checkpoint::Checkpoint;
 use mk::model::config::ModelConfig;
 use mk::model::forward::{State, Weights};
+use mk::model::ops::Activations::{self, Bf16, Fp8Dynamic};
+use mk::model::ops::SumOrder;
 
 const T: usize = 100;
 const CTX: u32 = 256;
@@ -55,14 +57,34 @@ fn prefill_programs_equal_the_reference_prefill_bit_for_bit() {
     let logits = mk::model::prefill::prefill(&w, &mut st, &toks).unwrap();
     // steps of 64 (64 + 36) and of 128 (one step of 100), in program order and one shuffled order
     for (rows, order) in [(64, Order::Program), (128, Order::Program), (64, Order::Shuffled(7))] {
-        let got = prefill(&ck, &toks, rows, CTX, order).unwrap();
+        let got = prefill(&ck, &toks, rows, CTX, order, Bf16).unwrap();
         assert_eq!(differs(&got, &logits, &st), None, "steps of {rows} rows, {order:?}");
     }
     // negative control: steps of 48 chunk the prompt at 0, 48, 96 instead of 0, 64
-    let off = prefill(&ck, &toks, 48, CTX, Order::Program).unwrap();
+    let off = prefill(&ck, &toks, 48, CTX, Order::Program, Bf16).unwrap();
     let d = differs(&off, &logits, &st);
     assert!(d.is_some(), "steps off the chunk boundaries must differ somewhere");
     eprintln!("negative control (steps of 48): first difference in {}", d.unwrap());
+}
+
+/// Fast mode (issue 28 item 1: the fp8 linears' activations quantised per token and 128-group): the
+/// interpreter's prefill programs equal the reference's fast prefill bit for bit, so the GPU's fast
+/// prefill has a CPU oracle of the same program (`mk gpu prefill --fast --check`). Control: the exact
+/// mode's programs against the same reference differ.
+#[test]
+fn fast_mode_prefill_programs_equal_the_reference_fast_prefill() {
+    let ck = Checkpoint::open(common::tiny()).unwrap();
+    let w = Weights::with_numerics(&ck, SumOrder::Canonical, Fp8Dynamic);
+    let toks = tokens();
+    let mut st = State::new(&w.cfg, CTX as usize);
+    let logits = mk::model::prefill::prefill(&w, &mut st, &toks).unwrap();
+    let act: Activations = Fp8Dynamic;
+    let got = prefill(&ck, &toks, 64, CTX, Order::Program, act).unwrap();
+    assert_eq!(differs(&got, &logits, &st), None, "fast mode, steps of 64 rows");
+    let exact = prefill(&ck, &toks, 64, CTX, Order::Program, Bf16).unwrap();
+    let d = differs(&exact, &logits, &st);
+    assert!(d.is_some(), "exact mode's prefill must differ from the fast reference");
+    eprintln!("negative control (exact mode): first difference in {}", d.unwrap());
 }
 
 #[test]
@@ -94,6 +116,6 @@ fn prefill_programs_validate_and_their_rules_refuse_what_they_must() {
     bad.words[c].ops[slot::IN3] = bad.buffer_id("ctrl").unwrap() as u16;
     assert!(validate(&bad).unwrap_err().to_string().contains("writes its state at once"));
     // an empty prompt, a step of no rows
-    assert!(prefill(&ck, &[], 64, CTX, Order::Program).is_err());
-    assert!(prefill(&ck, &tokens(), 0, CTX, Order::Program).unwrap_err().to_string().contains("steps of 0 rows"));
+    assert!(prefill(&ck, &[], 64, CTX, Order::Program, Bf16).is_err());
+    assert!(prefill(&ck, &tokens(), 0, CTX, Order::Program, Bf16).unwrap_err().to_string().contains("steps of 0 rows"));
 }

@@ -25,6 +25,7 @@ use crate::exec::gpu::{Defines, Gpu, GpuExec};
 use crate::exec::interp::{self, Order};
 use crate::isa::{access::ATTN_PART, BufKind};
 use crate::model::checkpoint::Checkpoint;
+use crate::model::ops::Activations;
 use crate::model::upload::Upload;
 
 /// The check's bound: the largest |GPU - CPU| of the last logits and of every state buffer over its
@@ -43,6 +44,9 @@ pub struct Args<'a> {
     /// Also one prefill of each T launched word by word with events (`prefill_rows_timed`): where the
     /// time goes, by kind of word.
     pub profile: bool,
+    /// Fast mode (issue 28 item 1): the GEMMs on e4m3 activations (k_gemm_fast); the check's reference
+    /// the interpreter in fast mode too.
+    pub fast: bool,
     pub cache: &'a Path,
     pub defines: &'a Defines,
 }
@@ -187,8 +191,11 @@ pub fn run(a: &Args) -> Result<Vec<PrefillRow>> {
     let p = interp::prefill::program(&ck, a.m, ctx)?;
     let up = Upload::new(&ck)?;
     let gpu = Gpu::open()?;
-    println!("gpu prefill: {} on {}, M = {m}, max context {ctx}", ck.config.name, gpu.name);
+    let mode = if a.fast { "fast mode (W8A8)" } else { "exact mode (W8A16)" };
+    println!("gpu prefill: {} on {}, M = {m}, max context {ctx}, {mode}", ck.config.name, gpu.name);
     let mut d = GpuExec::new(gpu, &p, &up, a.cache, a.defines)?;
+    let act = if a.fast { Activations::Fp8Dynamic } else { Activations::Bf16 };
+    d.set_activations(act)?;
     let mut dec = if a.against_decode {
         let mut t = crate::compiler::h200(1);
         t.max_context = ctx;
@@ -205,7 +212,7 @@ pub fn run(a: &Args) -> Result<Vec<PrefillRow>> {
         let (next, logits) = prefill(&mut d, &toks)?; // (also captures the graph)
         let states = gpu_states(&d, t)?;
         let vs_cpu = if a.check {
-            let want = interp::prefill::prefill(&ck, &toks, a.m, ctx, Order::Program)?;
+            let want = interp::prefill::prefill(&ck, &toks, a.m, ctx, Order::Program, act)?;
             // also the last step's attention output of every row (the causal mask shows in rows < M - 1)
             let mut got = states.clone();
             for (name, v) in &want.outputs {

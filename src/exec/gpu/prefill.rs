@@ -20,6 +20,9 @@ use crate::isa::{slot, Opcode, Program, Word};
 pub const GEMM_ROWS: usize = 128;
 pub const GEMM_TOKENS: usize = 64;
 pub const GEMM_SMEM: u32 = 3 * (8 * 2048 + 64 * 272);
+/// k_gemm_fast's (gemm_fast.cuh GEMM_F_STAGE_BYTES: the weights, 64 tokens' e4m3 k-tile padded to 160
+/// bytes, their scales; 3 stages).
+pub const GEMM_FAST_SMEM: u32 = 3 * (8 * 2048 + 64 * 160 + 64 * 4);
 /// The chunked GDN's chunk (gdn_chunk.cuh GC); its scan's state columns a block are the GDNC_DV define.
 const GC: usize = 64;
 /// k_pf_attn's block (megakernel/attn_prefill.cuh): 8 warps, 16 query rows; its shared memory: the
@@ -75,6 +78,11 @@ pub fn form(p: &Program, w: &Word) -> Form {
 pub struct Scratch {
     _bufs: Vec<CudaSlice<u8>>,
     x: u64,
+    /// Fast mode's activations: e4m3 codes [M][K] and scales [M][K / 128] (k_pf_quant's output).
+    xq: u64,
+    xs: u64,
+    /// Fast mode (`Activations::Fp8Dynamic`): the GEMMs take the activations quantised (k_gemm_fast).
+    pub fast: bool,
     y: [u64; 2],
     parts: u64,
     gdn: [u64; 10],
@@ -90,6 +98,8 @@ struct Kernels {
     gdn_in: CudaFunction,
     gdn_out: CudaFunction,
     gemm: CudaFunction,
+    gemm_fast: CudaFunction,
+    quant: CudaFunction,
     reduce: CudaFunction,
     prep: CudaFunction,
     scan: CudaFunction,
@@ -157,6 +167,7 @@ impl Scratch {
             Ok(p)
         };
         let x = alloc(2 * m * kmax)?;
+        let (xq, xs) = (alloc(m * kmax)?, alloc(4 * m * kmax.div_ceil(128))?);
         let y = [alloc(4 * m * nmax)?, alloc(4 * m * nmax)?];
         let parts = alloc(4 * parts)?;
         let mut g = [0u64; 10];
@@ -182,12 +193,14 @@ impl Scratch {
             gdn_in: load("k_pf_gdn_in", 0)?,
             gdn_out: load("k_pf_gdn_out", 0)?,
             gemm: load("k_gemm_fp8", GEMM_SMEM)?,
+            gemm_fast: load("k_gemm_fast", GEMM_FAST_SMEM)?,
+            quant: load("k_pf_quant", 0)?,
             reduce: load("k_gemm_reduce", 0)?,
             prep: load("k_gdn_chunk_prep", prep_smem())?,
             scan: load("k_gdn_chunk_scan", scan_smem(dv))?,
             attn: load("k_pf_attn", PFA_SMEM)?,
         };
-        Ok(Scratch { _bufs: bufs, x, y, parts, gdn: g, dv, f })
+        Ok(Scratch { _bufs: bufs, x, xq, xs, fast: false, y, parts, gdn: g, dv, f })
     }
 }
 
@@ -235,6 +248,13 @@ impl GpuExec {
             Form::Gemm => {
                 let norm = if w.opcode == Opcode::GemvGateUp { slot::W2 } else { slot::W1 };
                 prep_x(norm)?;
+                if s.fast {
+                    let mut b = stream.launch_builder(&s.f.quant);
+                    b.arg(&s.x).arg(&s.xq).arg(&s.xs).arg(&m).arg(&k);
+                    let warps = m * (k / 128);
+                    let cfg = grid(warps.div_ceil(THREADS / 32), 1, 1, THREADS, 0);
+                    cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch k_pf_quant")?;
+                }
                 let n = w.rows;
                 let (kps, sp) = splits(m as usize, n as usize, k as usize, self.gpu.sms as usize, GEMM_TOKENS);
                 let weights: &[usize] =
@@ -244,16 +264,22 @@ impl GpuExec {
                     let (wp, sc) = (pl.addr, pl.scale_addr);
                     let out = if sp > 1 { s.parts } else { s.y[i] };
                     let kps32 = kps as u32;
-                    let mut b = stream.launch_builder(&s.f.gemm);
-                    b.arg(&wp).arg(&sc).arg(&s.x).arg(&out).arg(&m).arg(&n).arg(&k).arg(&kps32);
+                    let mut b = stream.launch_builder(if s.fast { &s.f.gemm_fast } else { &s.f.gemm });
+                    b.arg(&wp).arg(&sc);
+                    if s.fast {
+                        b.arg(&s.xq).arg(&s.xs);
+                    } else {
+                        b.arg(&s.x);
+                    }
+                    b.arg(&out).arg(&m).arg(&n).arg(&k).arg(&kps32);
                     let cfg = grid(
                         n.div_ceil(GEMM_ROWS as u32),
                         m.div_ceil(GEMM_TOKENS as u32),
                         sp as u32,
                         THREADS,
-                        GEMM_SMEM,
+                        if s.fast { GEMM_FAST_SMEM } else { GEMM_SMEM },
                     );
-                    cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch k_gemm_fp8")?;
+                    cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch the GEMM")?;
                     if sp > 1 {
                         let (count, sp32) = (m as u64 * n as u64, sp as u32);
                         let mut b = stream.launch_builder(&s.f.reduce);
@@ -321,6 +347,21 @@ impl GpuExec {
             Form::Skip => Ok(()),
             Form::Word => crate::bail!("not a prefill form"),
         }
+    }
+
+    /// The prefill GEMMs' numerics (issue 28 item 1): `Fp8Dynamic` (fast mode: the activations quantised
+    /// to e4m3 per token and 128-group, k_gemm_fast) or `Bf16` (exact mode, the default). A prefill
+    /// program only; the captured graph is dropped (the next step captures the new launches).
+    pub fn set_activations(&mut self, act: crate::model::ops::Activations) -> Result<()> {
+        let Some(s) = self.prefill.as_mut() else {
+            crate::bail!("gpu: fast mode is a prefill program's (this one is a decode or verification step)");
+        };
+        let fast = act == crate::model::ops::Activations::Fp8Dynamic;
+        if s.fast != fast {
+            s.fast = fast;
+            (self.graph, self.split) = (None, None);
+        }
+        Ok(())
     }
 
     /// One step of a prefill program on the graph path: token m at position pos + m for every row m,

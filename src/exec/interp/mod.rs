@@ -23,7 +23,7 @@ use crate::isa::{slot, BufKind, Opcode, Program, Word, NO_COUNTER};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::ModelConfig;
 use crate::model::forward as fw;
-use crate::model::ops::Linear;
+use crate::model::ops::{Activations, Linear};
 use crate::model::synth::Rng;
 use crate::model::tensors::{Dt, Role};
 use crate::model::weights::linear;
@@ -366,6 +366,18 @@ impl<'a> Interp<'a> {
             bail!("interpreter: {left} units never became ready (a wait is never satisfied)");
         }
         Ok(())
+    }
+
+    /// The fp8 linears' activations (`Fp8Dynamic`: fast mode, W8A8, as `Weights::with_numerics`; the MTP
+    /// head's stay exact mode, as there).
+    pub fn set_activations(&mut self, act: Activations) {
+        for (b, w) in self.prog.buffers.iter().zip(self.ws.iter_mut()) {
+            if let Wt::Lin(l) = w {
+                if !b.name.starts_with("mtp.") {
+                    l.act = act;
+                }
+            }
+        }
     }
 
     fn lin(&self, w: &Word, s: usize) -> &Linear<'a> {

@@ -14,6 +14,7 @@ use crate::error::Result;
 use crate::isa::access::CTRL_POS;
 use crate::isa::{BufKind, Program, MAX_PREFILL_ROWS};
 use crate::model::checkpoint::Checkpoint;
+use crate::model::ops::Activations;
 
 /// What a prefill leaves: the prompt's last row's logits (bf16 values) and greedy next token, and every
 /// State buffer of the program (conv rings, recurrent states, KV caches) by name.
@@ -46,8 +47,15 @@ pub fn program(ck: &Checkpoint, m: u32, max_context: u32) -> Result<Program> {
 pub const ATTN_OUT: &str = "attn_out";
 
 /// Feeds `tokens` from position 0 in steps of `rows` rows (the last step the remainder), each step one
-/// run of a prefill program in `order`.
-pub fn prefill(ck: &Checkpoint, tokens: &[u32], rows: u32, max_context: u32, order: Order) -> Result<Prefilled> {
+/// run of a prefill program in `order`, the fp8 linears' activations as `act` (`Fp8Dynamic`: fast mode).
+pub fn prefill(
+    ck: &Checkpoint,
+    tokens: &[u32],
+    rows: u32,
+    max_context: u32,
+    order: Order,
+    act: Activations,
+) -> Result<Prefilled> {
     if tokens.is_empty() {
         bail!("prefill: no tokens");
     }
@@ -76,6 +84,7 @@ pub fn prefill(ck: &Checkpoint, tokens: &[u32], rows: u32, max_context: u32, ord
         };
         let prog = it.prog;
         if new {
+            it.set_activations(act);
             for (name, v) in &states {
                 if let Some(b) = prog.buffer_id(name) {
                     it.bufs[b].copy_from_slice(v);
