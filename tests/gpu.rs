@@ -122,7 +122,7 @@ fn a_prefill_program_on_the_graph_path_matches_the_interpreter_and_a_broken_one_
     use mk::verify::prefill::{run, Args, TOLERANCE};
     let (ok, broken) = (Defines::default(), Defines::parse(&["MK_BREAK_GDN".to_string()]).unwrap());
     let dir = cache();
-    let args = |tokens, defines, fast| Args {
+    let args = |tokens, defines, fast: bool| Args {
         dir: common::tiny(),
         m: 64,
         tokens,

@@ -92,12 +92,14 @@ struct Shared<'a> {
     ck: &'a Checkpoint,
     graph: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
     mega: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
-    /// The graph path's prefill program (workload.prefill), sharing the graph's weights.
+    graph_fast: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
+    /// The prefill programs (workload.prefill) of the graph path (exact mode) and of graph-fast.
     prefill: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
+    prefill_fast: Option<&'a std::cell::RefCell<crate::exec::gpu::GpuExec>>,
 }
 
 fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn Engine + 'a>> {
-    Ok(match (p, s.graph, s.mega) {
+    Ok(match (p, if p == PathName::GraphFast { s.graph_fast } else { s.graph }, s.mega) {
         (PathName::Reference, _, _) => Box::new(ReferenceEngine::new(s.w, s.prog.target.max_context as usize)),
         (PathName::ReferenceReordered, _, _) => match s.w_reordered {
             Some(w) => Box::new(ReferenceEngine::new(w, s.prog.target.max_context as usize)),
@@ -108,9 +110,9 @@ fn new_engine<'a>(p: PathName, s: &Shared<'a>, e: &Experiment) -> Result<Box<dyn
             None => bail!("path reference-fast: its weights were not built"),
         },
         (PathName::Interpreter, _, _) => Box::new(InterpEngine::new(s.prog, s.ck, e.shuffle_seed, e.debug)?),
-        (PathName::Graph, Some(d), _) => {
+        (PathName::Graph | PathName::GraphFast, Some(d), _) => {
             let mut g = paths::GpuEngine::new(d, false, e.debug)?;
-            g.prefill = s.prefill;
+            g.prefill = if p == PathName::GraphFast { s.prefill_fast } else { s.prefill };
             Box::new(g)
         }
         (PathName::Megakernel, _, Some(d)) => Box::new(paths::GpuEngine::new(d, true, e.debug)?),
@@ -295,8 +297,8 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let w = Weights::from_checkpoint(ck);
     // Each GPU path gets its own upload and state (they step in lockstep in the diff pass); every value
     // of the checkpoint is scanned first.
-    let mut gpu_paths = Vec::new();
-    let mut gpu_prefill: Option<std::cell::RefCell<crate::exec::gpu::GpuExec>> = None;
+    let mut gpu_paths: Vec<(PathName, std::cell::RefCell<crate::exec::gpu::GpuExec>)> = Vec::new();
+    let mut gpu_prefill: Vec<(PathName, std::cell::RefCell<crate::exec::gpu::GpuExec>)> = Vec::new();
     let upload = runnable.iter().any(|p| p.is_gpu()).then(|| crate::model::upload::Upload::scanned(ck));
     if upload.is_some() {
         rec.ceiling_gbps = crate::exec::gpu::device::read_ceiling_gbps(&opts.cache_root)?;
@@ -314,7 +316,18 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         let defines = crate::exec::gpu::Defines::new(e.defines.clone())?;
         rec.nvrtc_options = gpu.options(&defines);
         let upload = upload.as_ref().ok_or_else(|| crate::error::Error::new("internal: no upload for a GPU path"))?;
-        let d = crate::exec::gpu::GpuExec::new(gpu, &prog, upload, &opts.cache_root, &defines)?;
+        // the first GPU path uploads the weights; the others share them (one copy of the 27B's)
+        let d = match gpu_paths.first() {
+            None => crate::exec::gpu::GpuExec::new(gpu, &prog, upload, &opts.cache_root, &defines)?,
+            Some((_, first)) => crate::exec::gpu::GpuExec::new_sharing(
+                gpu,
+                &prog,
+                upload,
+                &first.borrow(),
+                &opts.cache_root,
+                &defines,
+            )?,
+        };
         rec.cuda_sources_hash = Some(record::fnv_hex(&[crate::exec::gpu::source().as_bytes()]));
         rec.notes.push(format!(
             "GPU arena of the {} path: {:.3} GB, one allocation; its weights {:.3} GB, another",
@@ -338,20 +351,17 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                 prog.words.len()
             ));
         }
-        if *p == PathName::Graph && e.workload.prefill && !e.workload.seek {
+        if matches!(*p, PathName::Graph | PathName::GraphFast) && e.workload.prefill && !e.workload.seek {
             // the prompt's prefill on the graph path: a prefill program sharing the graph's weights
             let mut t = prog.target.clone();
             (t.m_rows, t.prefill, t.head_mask) = (paths::PREFILL_ROWS, true, false);
             let pp = crate::compiler::compile(&ck.config, "prefill", &t)?;
             let gpu = crate::exec::gpu::Gpu::open()?;
-            gpu_prefill = Some(std::cell::RefCell::new(crate::exec::gpu::GpuExec::new_sharing(
-                gpu,
-                &pp,
-                upload,
-                &d,
-                &opts.cache_root,
-                &defines,
-            )?));
+            let mut pd = crate::exec::gpu::GpuExec::new_sharing(gpu, &pp, upload, &d, &opts.cache_root, &defines)?;
+            if *p == PathName::GraphFast {
+                pd.set_activations(crate::model::ops::Activations::Fp8Dynamic)?;
+            }
+            gpu_prefill.push((*p, std::cell::RefCell::new(pd)));
         }
         gpu_paths.push((*p, std::cell::RefCell::new(d)));
     }
@@ -371,8 +381,10 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         prog: &prog,
         ck,
         graph: dev(PathName::Graph),
+        graph_fast: dev(PathName::GraphFast),
         mega: dev(PathName::Megakernel),
-        prefill: gpu_prefill.as_ref(),
+        prefill: gpu_prefill.iter().find(|(p, _)| *p == PathName::Graph).map(|(_, d)| d),
+        prefill_fast: gpu_prefill.iter().find(|(p, _)| *p == PathName::GraphFast).map(|(_, d)| d),
     };
     res.save(&rec)?;
     let gpu_setup = match upload.as_ref() {

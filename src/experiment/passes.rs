@@ -324,7 +324,8 @@ pub(super) fn timing_pass(c: &RunCtx, seq: &[u32], ok: &[PathName], rec: &mut Re
                 }
             }
             word_ns = eng.word_ns();
-            if rep + 1 == e.warmup + e.repetitions {
+            // (graph-fast's decode steps are the graph path's: its timeline would repeat the graph's)
+            if rep + 1 == e.warmup + e.repetitions && *p != PathName::GraphFast {
                 timeline = eng.timeline();
             }
         }

@@ -25,13 +25,18 @@ pub enum PathName {
     Interpreter,
     /// The discrete-kernel CUDA graph (GPU).
     Graph,
+    /// The graph path with its prompt prefilled in fast mode (issue 28 item 1: the prefill's GEMMs on
+    /// activations quantised to e4m3 per token and 128-group, W8A8); its decode steps are the graph
+    /// path's (exact mode: there is no fast GEMV). Needs workload.prefill: the A/B of the two modes'
+    /// time to first token in one run.
+    GraphFast,
     /// The persistent megakernel (GPU).
     Megakernel,
 }
 
 impl PathName {
     pub fn is_gpu(self) -> bool {
-        matches!(self, PathName::Graph | PathName::Megakernel)
+        matches!(self, PathName::Graph | PathName::GraphFast | PathName::Megakernel)
     }
     pub fn label(self) -> &'static str {
         match self {
@@ -40,6 +45,7 @@ impl PathName {
             PathName::ReferenceFast => "reference-fast",
             PathName::Interpreter => "interpreter",
             PathName::Graph => "graph",
+            PathName::GraphFast => "graph-fast",
             PathName::Megakernel => "megakernel",
         }
     }
@@ -319,6 +325,9 @@ impl Experiment {
                 "experiment: workload.rows = {} (`mk run` steps one row; M-row verification steps are checked and timed by `mk gpu rows`)",
                 self.workload.rows
             );
+        }
+        if self.paths.contains(&PathName::GraphFast) && (!self.workload.prefill || self.workload.seek) {
+            bail!("experiment: path GraphFast is the graph path with a fast-mode prefill: it needs workload.prefill (and no seek)");
         }
         if self.drop_wait.is_some() && !self.paths.contains(&PathName::Megakernel) {
             bail!("experiment: drop_wait is a negative control for the megakernel: paths must include Megakernel");
