@@ -68,6 +68,10 @@ fn bad_specs_get_one_line_errors() {
     assert!(err(&agent("(max_steps: 1, prefill_rows: 32)")).contains("agent.prefill_rows = 32"));
     assert!(err(&agent("(max_steps: 1, residency: [Resident, Resident])")).contains("twice"));
     assert!(err(&agent("(max_steps: 1, turbo: 1)")).contains("Unexpected field named `turbo`"));
+    // graph-fast is the graph path with a fast-mode prefill: it needs workload.prefill
+    let fast = OK.replace("[Reference, Interpreter]", "[Reference, GraphFast]");
+    assert!(err(&fast).contains("needs workload.prefill"));
+    Experiment::parse(&fast.replace("decode_steps: 1)", "decode_steps: 1, prefill: true)")).unwrap();
 }
 
 fn opts(tag: &str) -> RunOptions {
