@@ -29,6 +29,9 @@ pub enum Kernel {
     Mma,
     Wg,
     Fast,
+    /// PROBE: fast mode by bulk copies and wgmma e4m3 (k_gemm_fast_wg, sm_90a, 128 tokens a block; x
+    /// in its tiled layout, `fast_wg_x`).
+    FastWg,
 }
 
 impl Kernel {
@@ -37,31 +40,48 @@ impl Kernel {
             "mma" => Ok(Kernel::Mma),
             "wg" => Ok(Kernel::Wg),
             "fast" => Ok(Kernel::Fast),
-            _ => crate::bail!("gpu gemm: --kernel {s}: mma, wg or fast"),
+            "fastwg" => Ok(Kernel::FastWg),
+            _ => crate::bail!("gpu gemm: --kernel {s}: mma, wg, fast or fastwg"),
         }
     }
     /// Tokens a block.
     pub fn tokens(self) -> usize {
         match self {
             Kernel::Mma | Kernel::Fast => 64,
-            Kernel::Wg => 128,
+            Kernel::Wg | Kernel::FastWg => 128,
         }
+    }
+    fn threads(self) -> u32 {
+        if self == Kernel::FastWg {
+            288
+        } else {
+            THREADS
+        }
+    }
+    fn fast(self) -> bool {
+        matches!(self, Kernel::Fast | Kernel::FastWg)
+    }
+    fn sm90a(self) -> bool {
+        matches!(self, Kernel::Wg | Kernel::FastWg)
     }
     fn name(self) -> &'static str {
         match self {
             Kernel::Mma => "k_gemm_fp8",
             Kernel::Wg => "k_gemm_wg",
             Kernel::Fast => "k_gemm_fast",
+            Kernel::FastWg => "k_gemm_fast_wg",
         }
     }
     /// Shared memory a block (STAGES stages of the weights' 8 warp tiles and the tokens' k-tile).
     fn smem(self) -> u32 {
-        STAGES
-            * match self {
-                Kernel::Mma => 8 * 2048 + 64 * 272,
-                Kernel::Wg => 8 * 2048 + 128 * 256,
-                Kernel::Fast => 8 * 2048 + 64 * 160 + 64 * 4,
-            }
+        match self {
+            Kernel::Mma => STAGES * (8 * 2048 + 64 * 272),
+            Kernel::Wg => STAGES * (8 * 2048 + 128 * 256),
+            Kernel::Fast => crate::exec::gpu::prefill::GEMM_FAST_SMEM,
+            // gemm_fast_wg.cuh: 4 stages of the weights, 128 tokens' e4m3 k-tile and their scales, then
+            // two barriers a stage
+            Kernel::FastWg => 4 * (8 * 2048 + 128 * 128 + 128 * 4) + 4 * 16,
+        }
     }
 }
 
@@ -92,6 +112,31 @@ fn floats(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
+/// k_gemm_fast_wg's x (gemm_fast_wg.cuh): the e4m3 codes of `t` tokens x `k` (natural order) as wgmma's
+/// no-swizzle K-major core matrices [Tp / 8][k / 16][8][16] (Tp = t rounded up to 128, zero past t), each
+/// k-tile in the weights' fragment order (chunk 2 J + h's byte 4 c + e holds k 32 J + 8 c + 4 h + e of
+/// the tile); the scales [t][k / 128] as [k / 128][Tp].
+pub fn fast_wg_x(codes: &[u8], scales: &[f32], t: usize, k: usize) -> (Vec<u8>, Vec<f32>) {
+    let tp = t.div_ceil(128) * 128;
+    let mut x = vec![0u8; tp * k];
+    for tok in 0..t {
+        for kt in 0..k / 128 {
+            for (chunk, l) in (0..8).flat_map(|ch| (0..16).map(move |l| (ch, l))) {
+                let (j, h, c, e) = (chunk / 2, chunk % 2, l / 4, l % 4);
+                let at = ((tok / 8) * (k / 16) + kt * 8 + chunk) * 128 + (tok % 8) * 16 + l;
+                x[at] = codes[tok * k + kt * 128 + 32 * j + 8 * c + 4 * h + e];
+            }
+        }
+    }
+    let mut s = vec![0f32; (k / 128) * tp];
+    for tok in 0..t {
+        for g in 0..k / 128 {
+            s[g * tp + tok] = scales[tok * (k / 128) + g];
+        }
+    }
+    (x, s)
+}
+
 pub fn run(
     preset: &str,
     ts: &[usize],
@@ -107,9 +152,14 @@ pub fn run(
     let tmax = *ts.iter().max().unwrap_or(&1);
     let gpu = Gpu::open()?;
     // the warpgroup form needs the arch-specific target (sm_90a on the H200's sm_90)
-    let arch = if kernel == Kernel::Wg && gpu.arch == "sm_90" { "sm_90a".to_string() } else { gpu.arch.clone() };
-    if kernel == Kernel::Wg && arch != "sm_90a" {
-        crate::bail!("gpu gemm --kernel wg: wgmma needs an sm_90 GPU (this one is {})", gpu.arch);
+    let arch = if kernel.sm90a() && gpu.arch == "sm_90" { "sm_90a".to_string() } else { gpu.arch.clone() };
+    if kernel.sm90a() && arch != "sm_90a" {
+        crate::bail!("gpu gemm --kernel {kernel:?}: wgmma needs an sm_90 GPU (this one is {})", gpu.arch);
+    }
+    if kernel == Kernel::FastWg {
+        if let Some((n, k, _)) = super::gemv::shapes(&cfg).into_iter().find(|s| s.0 % 128 != 0) {
+            crate::bail!("gpu gemm --kernel fastwg: shape {n} x {k}: the probe takes N a multiple of 128");
+        }
     }
     let (module, _) = gpu.module_for(&arch, &crate::exec::gpu::source(), cache, defines)?;
     let name = kernel.name();
@@ -169,7 +219,7 @@ pub fn run(
         // fast mode's x: each row's 128-wide groups quantised by the CPU reference's rule (e4m3 codes,
         // [tmax][k]) and their scales ([tmax][k / 128]); `xq` the codes' values for the f64 check
         let (mut xq, mut xs) = (vec![0f32; tmax * k], vec![0f32; tmax * (k / 128)]);
-        if kernel == Kernel::Fast {
+        if kernel.fast() {
             for r in 0..tmax {
                 for g in 0..k / 128 {
                     let src: Vec<f32> = x[r * kmax + g * 128..r * kmax + (g + 1) * 128].iter().map(|&b| bf16_to_f32(b)).collect();
@@ -177,11 +227,15 @@ pub fn run(
                 }
             }
         }
-        let codes: Vec<u8> = xq.iter().map(|&v| f32_to_e4m3(v)).collect();
+        let mut codes: Vec<u8> = xq.iter().map(|&v| f32_to_e4m3(v)).collect();
+        let mut xs_dev = xs.clone();
+        if kernel == Kernel::FastWg {
+            (codes, xs_dev) = fast_wg_x(&codes, &xs, tmax, k);
+        }
         let mut xqd = cu(stream.alloc_zeros::<u8>(codes.len().max(16)), "cuMemAlloc (x codes)")?;
         cu(stream.memcpy_htod(&codes, &mut xqd.slice_mut(0..codes.len())), "x codes")?;
         let mut xsd = cu(stream.alloc_zeros::<u8>(4 * xs.len().max(4)), "cuMemAlloc (x scales)")?;
-        let xsb: Vec<u8> = xs.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let xsb: Vec<u8> = xs_dev.iter().flat_map(|v| v.to_le_bytes()).collect();
         cu(stream.memcpy_htod(&xsb, &mut xsd.slice_mut(0..xsb.len())), "x scales")?;
         let (pxq, pxs) = (ptr(&xqd, &stream), ptr(&xsd, &stream));
         let max_parts = ts.iter().map(|&t| splits(t, n, k, gpu.sms as usize, tokens).1 * t * n).max().unwrap_or(0);
@@ -193,22 +247,27 @@ pub fn run(
             let (kps, sp) = splits(t, n, k, gpu.sms as usize, tokens);
             let grid = (n.div_ceil(ROWS) as u32, t.div_ceil(tokens) as u32, sp as u32);
             let loads_grid = (n.div_ceil(ROWS) as u32, t.div_ceil(Kernel::Mma.tokens()) as u32, sp as u32);
-            let cfg_l = LaunchConfig { grid_dim: grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: smem };
+            let cfg_l = LaunchConfig { grid_dim: grid, block_dim: (kernel.threads(), 1, 1), shared_mem_bytes: smem };
             let cfg_loads =
                 LaunchConfig { grid_dim: loads_grid, block_dim: (THREADS, 1, 1), shared_mem_bytes: loads_smem };
             let (t32, n32, k32, kps32, sp32) = (t as u32, n as u32, k as u32, kps as u32, sp as u32);
+            let tp32 = tmax.div_ceil(128) as u32 * 128;
             let count = (t * n) as u64;
             let launch = |copy: usize, compute: u32| -> Result<()> {
                 let wc = pw + (copy * bytes) as u64;
                 let y = if sp == 1 { po } else { pp };
                 let mut b = stream.launch_builder(if compute == 1 { &f } else { &fl });
                 b.arg(&wc).arg(&ps);
-                if compute == 1 && kernel == Kernel::Fast {
+                if compute == 1 && kernel.fast() {
                     b.arg(&pxq).arg(&pxs);
                 } else {
                     b.arg(&px);
                 }
-                b.arg(&y).arg(&t32).arg(&n32).arg(&k32).arg(&kps32);
+                b.arg(&y).arg(&t32);
+                if compute == 1 && kernel == Kernel::FastWg {
+                    b.arg(&tp32);
+                }
+                b.arg(&n32).arg(&k32).arg(&kps32);
                 // SAFETY: the GEMM's parameters (k_gemm_fast: x's codes and scales for x); every
                 // pointer is into this function's allocations (weights copy `copy`, scales, x of tmax
                 // >= t rows, partials of sp x t x n, out of tmax x n floats), which outlive the launch.
@@ -236,7 +295,7 @@ pub fn run(
                     .map(|g| {
                         let sw = sc[(r / 128) * (k / 128) + g] as f64;
                         let c = g * 128..(g + 1) * 128;
-                        if kernel == Kernel::Fast {
+                        if kernel.fast() {
                             let d: f64 = c.map(|c| table[w[r * k + c] as usize] as f64 * xq[tok * k + c] as f64).sum();
                             d * xs[tok * (k / 128) + g] as f64 * sw
                         } else {

@@ -17,12 +17,13 @@ use crate::bail;
 use crate::error::{Context, Error, Result};
 
 /// The CUDA sources, in include order (one translation unit for NVRTC).
-const SOURCES: [(&str, &str); 30] = [
+const SOURCES: [(&str, &str); 31] = [
     ("common.cuh", include_str!("../../../megakernel/common.cuh")),
     ("gemv.cuh", include_str!("../../../megakernel/gemv.cuh")),
     ("ring.cuh", include_str!("../../../megakernel/ring.cuh")),
     ("gemm.cuh", include_str!("../../../megakernel/gemm.cuh")),
     ("gemm_fast.cuh", include_str!("../../../megakernel/gemm_fast.cuh")),
+    ("gemm_fast_wg.cuh", include_str!("../../../megakernel/gemm_fast_wg.cuh")),
     ("gdn_chunk.cuh", include_str!("../../../megakernel/gdn_chunk.cuh")),
     ("ops/embed.cuh", include_str!("../../../megakernel/ops/embed.cuh")),
     ("ops/gemv_norm.cuh", include_str!("../../../megakernel/ops/gemv_norm.cuh")),

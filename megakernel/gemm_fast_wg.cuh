@@ -1,0 +1,139 @@
+// PROBE (issue 28, "the GEMM's next design"): fast mode's GEMM with bulk copies and warpgroup MMA
+// (sm_90a), as a standalone kernel for `mk gpu gemm --kernel fastwg`, not yet a prefill launch. The
+// question it answers: do loads that cost no instructions (cp.async.bulk into a ring of stages, a producer
+// warp, mbarriers) and wgmma e4m3 (m64n128k32: a weight row's 128 k in 4 instructions a warpgroup) lift
+// the GEMM off the load-issue ceiling the mma.sync forms share (session 28: loads alone 63 % of the
+// time)? Numerics: k_gemm_fast's (a tile's e4m3 dot times s_x times s_w, tiles in order).
+//
+// Block: 288 threads; warps 0-7 are two consumer warpgroups (warpgroup c: weight rows n0 + 64 c .. + 63,
+// warp w of it the chunk layout's warp tile 4 c + w, as gemm_load_w lays them), warp 8 the producer.
+// GEMM_FW_STAGES stages, each: the 8 weight warp tiles (16 KB, 8 bulk copies of 2 KB: the chunk
+// layout's tiles are contiguous), 128 tokens' k-tile of x (16 KB, 16 copies of 1 KB) and their scales
+// (512 B, one copy). full[s] (1 arrival: the producer's expect_tx, then the copies' bytes) and empty[s] (8
+// arrivals: lane 0 of each consumer warp once its wgmma have read the stage).
+//
+// x's layout for this kernel (the producer of x writes it so: `mk gpu gemm` on the host, here): e4m3 in
+// wgmma's no-swizzle K-major core matrices, [Tp / 8][K / 16][8 tokens][16 bytes], Tp = T rounded up to
+// 128 (zero rows past T), and within a k-tile the k order of the weights' fragments: logical byte 4 c + e
+// of chunk 2 J + h (J the k32 step, c = 0 .. 3, e = 0 .. 3) holds physical k 32 J + 8 c + 4 h + e (lane c's
+// A register a0 / a2 of step J holds row g's bytes at exactly those k: the chunk layout's lane order,
+// gemm_wg_load's comment). A k-tile's 8 chunks of a token group are 1 KB contiguous; in shared memory
+// token group q's at 1,024 q, chunk j's at 128 j: for step J the descriptor starts at 256 J, LBO 128 (the
+// two k chunks), SBO 1,024 (token groups). Scales: [K / 128][Tp] floats.
+
+#define GEMM_FW_STAGES 4
+#define GEMM_FW_TOKENS 128
+#define GEMM_FW_THREADS 288
+#define GEMM_FW_STAGE_BYTES (8 * 2048 + GEMM_FW_TOKENS * 128 + GEMM_FW_TOKENS * 4)
+// (the host's GEMM_FW_SMEM: GEMM_FW_STAGES * GEMM_FW_STAGE_BYTES + 16 * GEMM_FW_STAGES for the barriers)
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// (mbar_init, mbar_expect, mbar_arrive, bulk_copy: ring.cuh.) Until the phase of parity `parity` of
+// barrier b has completed; a hang (2^26 looks) traps, so that the launch fails instead of never ending.
+__device__ __forceinline__ void mbar_wait_or_trap(unsigned long long* b, unsigned parity) {
+  for (unsigned long long i = 0; i < (1ull << 26); ++i) {
+    unsigned ok;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(smem_addr(b)), "r"(parity) : "memory");
+    if (ok) return;
+  }
+  __trap();
+}
+// d (64 floats, as wgmma_m64n128's) = (accumulate ? d : 0) + A (4 registers of e4m3) x B (desc), k32.
+__device__ __forceinline__ void wgmma_e4m3_m64n128(float (&d)[64], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long desc, unsigned accumulate) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %68, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64, %65, %66, %67}, %69, p, 1, 1; }"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(accumulate), "l"(desc));
+}
+#endif
+
+// W, S as k_gemm_fp8's (N a multiple of 128); Xq, Xs in the layouts above (Tp tokens); Y, kps as k_gemm_fp8's.
+extern "C" __global__ void __launch_bounds__(GEMM_FW_THREADS, 1)
+k_gemm_fast_wg(const unsigned char* __restrict__ W, const float* __restrict__ S, const unsigned char* __restrict__ Xq, const float* __restrict__ Xs, float* __restrict__ Y, unsigned T, unsigned Tp, unsigned N, unsigned K, unsigned kps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) char smem[];  // (as every kernel's: the copies and descriptors need 16)
+  unsigned long long* full = (unsigned long long*)(smem + GEMM_FW_STAGES * GEMM_FW_STAGE_BYTES);
+  unsigned long long* empty = full + GEMM_FW_STAGES;
+  const unsigned n0 = blockIdx.x * GEMM_ROWS, t0 = blockIdx.y * GEMM_FW_TOKENS, z = blockIdx.z;
+  const unsigned kt0 = z * kps, nk = min(K / 128, kt0 + kps) - min(K / 128, kt0);
+  const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < GEMM_FW_STAGES; ++s) {
+      mbar_init(full + s, 1);
+      mbar_init(empty + s, 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == 8) {
+    // the producer: k-tile i into stage i % STAGES once the consumers released its previous use
+    const unsigned kc = chunk_k(K), tiles = kc / 128;
+    for (unsigned i = 0; i < nk; ++i) {
+      const unsigned s = i % GEMM_FW_STAGES, kt = kt0 + i;
+      if (i >= GEMM_FW_STAGES) mbar_wait_or_trap(empty + s, (i / GEMM_FW_STAGES - 1) & 1);
+      if (lane == 0) mbar_expect(full + s, GEMM_FW_STAGE_BYTES);
+      __syncwarp();
+      char* st = smem + s * GEMM_FW_STAGE_BYTES;
+      if (lane < 8) {
+        // weight warp tile `lane` (row group n0 / 32 + lane / 2, half lane % 2), as gemm_load_w's
+        const unsigned rg = n0 / 32 + lane / 2, t = (kt * 128 % kc) / 128;
+        bulk_copy(st + lane * 2048, W + ((size_t)rg * (K / kc) + kt * 128 / kc) * 32 * kc + ((lane % 2) * tiles + t) * 2048, 2048, full + s);
+      } else if (lane < 24) {
+        // token group q = lane - 8 and its mate q + 8: the k-tile's 8 chunks, 1 KB each
+        for (unsigned q = lane - 8; q < GEMM_FW_TOKENS / 8; q += 16)
+          bulk_copy(st + 8 * 2048 + q * 1024, Xq + ((size_t)(t0 / 8 + q) * (K / 16) + kt * 8) * 128, 1024, full + s);
+      } else if (lane == 24) {
+        bulk_copy(st + 8 * 2048 + GEMM_FW_TOKENS * 128, Xs + (size_t)kt * Tp + t0, GEMM_FW_TOKENS * 4, full + s);
+      }
+    }
+    return;
+  }
+  // a consumer warp: rows rw .. rw + 15 (warpgroup warp / 4, its warp warp % 4)
+  const unsigned rw = n0 + 16 * warp;
+  const float* srow = S + (size_t)(n0 / 128) * (K / 128);
+  float tot[64], acc[64];
+#pragma unroll
+  for (int e = 0; e < 64; ++e) tot[e] = 0.f;
+  for (unsigned i = 0; i < nk; ++i) {
+    const unsigned s = i % GEMM_FW_STAGES;
+    mbar_wait_or_trap(full + s, (i / GEMM_FW_STAGES) & 1);
+    const char* st = smem + s * GEMM_FW_STAGE_BYTES;
+    const uint4* a = (const uint4*)(st + warp * 2048) + lane;
+    const uint4 v0 = lds16(a), v1 = lds16(a + 32), v2 = lds16(a + 64), v3 = lds16(a + 96);
+    const unsigned r0[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    const unsigned r8[8] = {v2.x, v2.y, v2.z, v2.w, v3.x, v3.y, v3.z, v3.w};
+    const char* b = st + 8 * 2048;
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) wgmma_e4m3_m64n128(acc, r0[2 * j], r8[2 * j], r0[2 * j + 1], r8[2 * j + 1], wg_desc(b + 256 * j, 128, 1024), j > 0);
+    wgmma_commit();
+    wgmma_wait0();
+#pragma unroll
+    for (int e = 0; e < 64; ++e) asm volatile("" : "+f"(acc[e])::"memory");
+    // this lane's tokens' scales (D columns 8 j + 2 cq, + 1), then the stage is free
+    float2 sx[16];
+    const float* xs = (const float*)(b + GEMM_FW_TOKENS * 128);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) sx[j] = *(const float2*)(xs + 8 * j + 2 * cq);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + s);
+    const float sw = srow[kt0 + i];
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tot[4 * j + e] += acc[4 * j + e] * ((e & 1) ? sx[j].y : sx[j].x) * sw;  // ORDER: k-tiles in order
+  }
+  float* y = Y + (size_t)z * T * N;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const unsigned r = rw + g + 8 * (e >> 1), t = t0 + 8 * j + 2 * cq + (e & 1);
+      if (t < T) y[(size_t)t * N + r] = tot[4 * j + e];
+    }
+#else
+  __trap();  // (compiled for an architecture without wgmma: the host compiles this kernel for sm_90a)
+#endif
+}
