@@ -9,8 +9,12 @@
 // fp32 dot of e4m3 values, times s, times the weight's block scale (left to right, as the reference's
 // `dot * s * s_w`), added to the row's running fp32 total, k-tiles in order. ORDER within a tile: one
 // accumulator chain over its 4 k32 steps, each mma's own order inside; the reference sums a tile's 128
-// products left to right and a k-group's tiles before the groups: equal to summation order. Split-K as
-// k_gemm_fp8 (partials, k_gemm_reduce in split order).
+// products left to right and a k-group's tiles before the groups. Not equal to summation order alone:
+// this card class's fp8 tensor cores add in fewer bits than fp32 (about 13 of mantissa, the products
+// aligned to the largest), so a tile's sum is good to ~1e-4 of its terms' magnitudes; adding each
+// 128-wide tile into an fp32 total is the usual bound on that (DeepSeek-V3's promotion interval; `mk gpu
+// gemm` checks against the terms' magnitudes). Split-K as k_gemm_fp8 (partials, k_gemm_reduce in split
+// order).
 //
 // Shape: k_gemm_fp8's (a block of 8 warps, 128 weight rows x 64 tokens; warp (wn, wt) rows 32 wn .. x
 // tokens 32 wt ..). The weights' fragments are the e4m3 mma's A fragments as loaded, with no widening: a

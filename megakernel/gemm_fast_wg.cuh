@@ -81,9 +81,9 @@ k_gemm_fast_wg(const unsigned char* __restrict__ W, const float* __restrict__ S,
         const unsigned rg = n0 / 32 + lane / 2, t = (kt * 128 % kc) / 128;
         bulk_copy(st + lane * 2048, W + ((size_t)rg * (K / kc) + kt * 128 / kc) * 32 * kc + ((lane % 2) * tiles + t) * 2048, 2048, full + s);
       } else if (lane < 24) {
-        // token group q = lane - 8 and its mate q + 8: the k-tile's 8 chunks, 1 KB each
-        for (unsigned q = lane - 8; q < GEMM_FW_TOKENS / 8; q += 16)
-          bulk_copy(st + 8 * 2048 + q * 1024, Xq + ((size_t)(t0 / 8 + q) * (K / 16) + kt * 8) * 128, 1024, full + s);
+        // token group lane - 8: the k-tile's 8 chunks, 1 KB
+        const unsigned q = lane - 8;
+        bulk_copy(st + 8 * 2048 + q * 1024, Xq + ((size_t)(t0 / 8 + q) * (K / 16) + kt * 8) * 128, 1024, full + s);
       } else if (lane == 24) {
         bulk_copy(st + 8 * 2048 + GEMM_FW_TOKENS * 128, Xs + (size_t)kt * Tp + t0, GEMM_FW_TOKENS * 4, full + s);
       }
@@ -99,6 +99,7 @@ k_gemm_fast_wg(const unsigned char* __restrict__ W, const float* __restrict__ S,
   for (unsigned i = 0; i < nk; ++i) {
     const unsigned s = i % GEMM_FW_STAGES;
     mbar_wait_or_trap(full + s, (i / GEMM_FW_STAGES) & 1);
+    __syncwarp();  // (the lanes leave the wait loop on their own: converged before wgmma's .aligned)
     const char* st = smem + s * GEMM_FW_STAGE_BYTES;
     const uint4* a = (const uint4*)(st + warp * 2048) + lane;
     const uint4 v0 = lds16(a), v1 = lds16(a + 32), v2 = lds16(a + 64), v3 = lds16(a + 96);

@@ -13,6 +13,13 @@ use crate::exec::gpu::{cu, layout, Defines, Gpu};
 use crate::model::config::ModelConfig;
 use crate::model::numerics::{bf16_to_f32, e4m3_group, e4m3_table, f32_to_bf16, f32_to_e4m3};
 
+/// Fast mode's check: each output's error over the sum of its terms' magnitudes. The fp8 tensor cores
+/// of this card class add a tile's products in fewer bits than fp32 (about 13 of mantissa, the products
+/// aligned to the largest: DeepSeek-V3's report, CUTLASS's promotion interval), which the kernels bound
+/// by adding each 128-wide tile into an fp32 total; a reviewer's model of that gives <= 7e-4 on these
+/// random operands. The negative control's errors are of order 1.
+const FAST_BOUND: f64 = 1.0 / 256.0;
+
 /// Bytes each shape's rotation covers (> 2 x the 60 MiB L2).
 const ROTATE_BYTES: usize = 256 << 20;
 /// megakernel/gemm.cuh's block: threads, weight rows, tokens, stage bytes and stages.
@@ -234,7 +241,7 @@ pub fn run(
         }
         let mut xqd = cu(stream.alloc_zeros::<u8>(codes.len().max(16)), "cuMemAlloc (x codes)")?;
         cu(stream.memcpy_htod(&codes, &mut xqd.slice_mut(0..codes.len())), "x codes")?;
-        let mut xsd = cu(stream.alloc_zeros::<u8>(4 * xs.len().max(4)), "cuMemAlloc (x scales)")?;
+        let mut xsd = cu(stream.alloc_zeros::<u8>(4 * xs_dev.len().max(4)), "cuMemAlloc (x scales)")?;
         let xsb: Vec<u8> = xs_dev.iter().flat_map(|v| v.to_le_bytes()).collect();
         cu(stream.memcpy_htod(&xsb, &mut xsd.slice_mut(0..xsb.len())), "x scales")?;
         let (pxq, pxs) = (ptr(&xqd, &stream), ptr(&xsd, &stream));
@@ -289,21 +296,24 @@ pub fn run(
             cu(stream.memcpy_dtoh(&out.slice(0..t * n * 4), &mut yb), "out")?;
             cu(stream.synchronize(), "sync")?;
             let y = floats(&yb);
-            // exact mode: sum(w s_w x); fast mode: each tile's sum(w_q x_q) times s_x and s_w
-            let want = |tok: usize, r: usize| -> f64 {
+            // exact mode: sum(w s_w x); fast mode: each tile's sum(w_q x_q) times s_x and s_w; with the
+            // sum of the terms' magnitudes (fast mode's bound)
+            let want = |tok: usize, r: usize| -> (f64, f64) {
                 (0..k / 128)
                     .map(|g| {
                         let sw = sc[(r / 128) * (k / 128) + g] as f64;
                         let c = g * 128..(g + 1) * 128;
                         if kernel.fast() {
-                            let d: f64 = c.map(|c| table[w[r * k + c] as usize] as f64 * xq[tok * k + c] as f64).sum();
-                            d * xs[tok * (k / 128) + g] as f64 * sw
+                            let sxw = xs[tok * (k / 128) + g] as f64 * sw;
+                            let p = c.map(|c| table[w[r * k + c] as usize] as f64 * xq[tok * k + c] as f64);
+                            let (d, a) = p.fold((0.0, 0.0), |(d, a), v| (d + v, a + v.abs()));
+                            (d * sxw, a * sxw.abs())
                         } else {
-                            c.map(|c| table[w[r * k + c] as usize] as f64 * sw * bf16_to_f32(x[tok * kmax + c]) as f64)
-                                .sum()
+                            let p = c.map(|c| table[w[r * k + c] as usize] as f64 * sw * bf16_to_f32(x[tok * kmax + c]) as f64);
+                            p.fold((0.0, 0.0), |(d, a), v| (d + v, a + v.abs()))
                         }
                     })
-                    .sum()
+                    .fold((0.0, 0.0), |(d, a), (v, m)| (d + v, a + m))
             };
             let mut probes: Vec<(usize, usize)> = Vec::new();
             for tok in [0, t / 2, t - 1] {
@@ -312,20 +322,29 @@ pub fn run(
             for r in [0, n - 1] {
                 probes.extend((0..t).map(|tok| (tok, r)));
             }
+            // exact mode: the largest error over the largest output (fp32 accumulation: <= 1e-5); fast
+            // mode: each output's error over its terms' magnitudes (the fp8 tensor cores add in fewer
+            // bits than fp32, about 13 of mantissa inside a 128-wide tile: <= FAST_BOUND)
             let (mut max_err, mut max_y, mut worst) = (0f64, 0f64, (0, 0, 0f64, 0f32));
+            let mut fast_ratio = 0f64;
             for &(tok, r) in &probes {
-                let (wv, got) = (want(tok, r), y[tok * n + r]);
-                let e = (got as f64 - wv).abs();
-                if e > max_err || !got.is_finite() {
-                    max_err = if got.is_finite() { e } else { f64::INFINITY };
+                let ((wv, mag), got) = (want(tok, r), y[tok * n + r]);
+                let e = if got.is_finite() { (got as f64 - wv).abs() } else { f64::INFINITY };
+                let ratio = e / mag.max(f64::MIN_POSITIVE);
+                if (kernel.fast() && ratio > fast_ratio) || (!kernel.fast() && e > max_err) || !got.is_finite() {
                     worst = (tok, r, wv, got);
                 }
+                (max_err, fast_ratio) = (max_err.max(e), fast_ratio.max(ratio));
                 max_y = max_y.max(wv.abs());
             }
-            let rel = max_err / max_y.max(f64::MIN_POSITIVE);
-            if rel > 1e-5 {
+            let (rel, bound, what) = if kernel.fast() {
+                (fast_ratio, FAST_BOUND, "of its terms' magnitudes")
+            } else {
+                (max_err / max_y.max(f64::MIN_POSITIVE), 1e-5, "of the largest output")
+            };
+            if rel > bound || !rel.is_finite() {
                 crate::bail!(
-                    "gpu gemm {n}x{k} at T = {t}: max error {rel:.2e} of the largest output (token {}, row {}: {} vs {:.6e} in f64): the GEMM is wrong",
+                    "gpu gemm {n}x{k} at T = {t}: max error {rel:.2e} {what} (token {}, row {}: {} vs {:.6e} in f64; bound {bound:.1e}): the GEMM is wrong",
                     worst.0,
                     worst.1,
                     worst.3,
