@@ -36,9 +36,12 @@ pub enum Kernel {
     Mma,
     Wg,
     Fast,
-    /// PROBE: fast mode by bulk copies and wgmma e4m3 (k_gemm_fast_wg, sm_90a, 128 tokens a block; x
-    /// in its tiled layout, `fast_wg_x`).
+    /// PROBE: fast mode by bulk copies and wgmma e4m3 (gemm_bulk.cuh k_gemm_fast_wg, sm_90a, 128 tokens
+    /// a block; x in its tiled layout, `fast_wg_x`).
     FastWg,
+    /// PROBE: exact mode by bulk copies and wgmma bf16 (gemm_bulk.cuh k_gemm_wg_bulk; x in its tiled
+    /// layout, `bulk_x_exact`).
+    WgBulk,
 }
 
 impl Kernel {
@@ -48,18 +51,19 @@ impl Kernel {
             "wg" => Ok(Kernel::Wg),
             "fast" => Ok(Kernel::Fast),
             "fastwg" => Ok(Kernel::FastWg),
-            _ => crate::bail!("gpu gemm: --kernel {s}: mma, wg, fast or fastwg"),
+            "wgbulk" => Ok(Kernel::WgBulk),
+            _ => crate::bail!("gpu gemm: --kernel {s}: mma, wg, fast, fastwg or wgbulk"),
         }
     }
     /// Tokens a block.
     pub fn tokens(self) -> usize {
         match self {
             Kernel::Mma | Kernel::Fast => 64,
-            Kernel::Wg | Kernel::FastWg => 128,
+            Kernel::Wg | Kernel::FastWg | Kernel::WgBulk => 128,
         }
     }
     fn threads(self) -> u32 {
-        if self == Kernel::FastWg {
+        if self.bulk() {
             288
         } else {
             THREADS
@@ -69,7 +73,11 @@ impl Kernel {
         matches!(self, Kernel::Fast | Kernel::FastWg)
     }
     fn sm90a(self) -> bool {
-        matches!(self, Kernel::Wg | Kernel::FastWg)
+        matches!(self, Kernel::Wg | Kernel::FastWg | Kernel::WgBulk)
+    }
+    /// The bulk-copy forms (gemm_bulk.cuh): x tiled, T padded (Tp), 288 threads.
+    fn bulk(self) -> bool {
+        matches!(self, Kernel::FastWg | Kernel::WgBulk)
     }
     fn name(self) -> &'static str {
         match self {
@@ -77,6 +85,7 @@ impl Kernel {
             Kernel::Wg => "k_gemm_wg",
             Kernel::Fast => "k_gemm_fast",
             Kernel::FastWg => "k_gemm_fast_wg",
+            Kernel::WgBulk => "k_gemm_wg_bulk",
         }
     }
     /// Shared memory a block (STAGES stages of the weights' 8 warp tiles and the tokens' k-tile).
@@ -88,6 +97,7 @@ impl Kernel {
             // gemm_fast_wg.cuh: 4 stages of the weights, 128 tokens' e4m3 k-tile and their scales, then
             // two barriers a stage
             Kernel::FastWg => 4 * (8 * 2048 + 128 * 128 + 128 * 4) + 4 * 16,
+            Kernel::WgBulk => 4 * (8 * 2048 + 128 * 256) + 4 * 16,
         }
     }
 }
@@ -144,6 +154,26 @@ pub fn fast_wg_x(codes: &[u8], scales: &[f32], t: usize, k: usize) -> (Vec<u8>, 
     (x, s)
 }
 
+/// k_gemm_wg_bulk's x (gemm_bulk.cuh): `t` tokens x `k` bf16 (little-endian bytes, natural order) as
+/// wgmma's no-swizzle K-major core matrices [Tp / 8][k / 8][8][8 bf16] (Tp = t rounded up to 128, zero
+/// past t), each k-tile in the weights' fragment order (chunk 2 s + h's element 2 c + e holds k 64 (s / 4)
+/// + 32 ((s % 4) / 2) + 8 c + 4 (s % 2) + 2 h + e of the tile).
+pub fn bulk_x_exact(x: &[u8], t: usize, k: usize) -> Vec<u8> {
+    let tp = t.div_ceil(128) * 128;
+    let mut out = vec![0u8; tp * k * 2];
+    for tok in 0..t {
+        for kt in 0..k / 128 {
+            for (chunk, p) in (0..16).flat_map(|ch| (0..8).map(move |p| (ch, p))) {
+                let (s, h, c, e) = (chunk / 2, chunk % 2, p / 2, p % 2);
+                let phys = kt * 128 + 64 * (s / 4) + 32 * ((s % 4) / 2) + 8 * c + 4 * (s % 2) + 2 * h + e;
+                let at = ((tok / 8) * (k / 8) + kt * 16 + chunk) * 128 + (tok % 8) * 16 + 2 * p;
+                out[at..at + 2].copy_from_slice(&x[2 * (tok * k + phys)..2 * (tok * k + phys) + 2]);
+            }
+        }
+    }
+    out
+}
+
 pub fn run(
     preset: &str,
     ts: &[usize],
@@ -163,9 +193,9 @@ pub fn run(
     if kernel.sm90a() && arch != "sm_90a" {
         crate::bail!("gpu gemm --kernel {kernel:?}: wgmma needs an sm_90 GPU (this one is {})", gpu.arch);
     }
-    if kernel == Kernel::FastWg {
+    if kernel.bulk() {
         if let Some((n, k, _)) = super::gemv::shapes(&cfg).into_iter().find(|s| s.0 % 128 != 0) {
-            crate::bail!("gpu gemm --kernel fastwg: shape {n} x {k}: the probe takes N a multiple of 128");
+            crate::bail!("gpu gemm --kernel {kernel:?}: shape {n} x {k}: the probe takes N a multiple of 128");
         }
     }
     let (module, _) = gpu.module_for(&arch, &crate::exec::gpu::source(), cache, defines)?;
@@ -221,6 +251,7 @@ pub fn run(
             .flat_map(|r| x[r * kmax..r * kmax + k].iter())
             .flat_map(|&b| f32_to_bf16(bf16_to_f32(b) * 2f32.powi(64)).to_le_bytes())
             .collect();
+        let x64 = if kernel == Kernel::WgBulk { bulk_x_exact(&x64, tmax, k) } else { x64 };
         let mut xd = cu(stream.alloc_zeros::<u8>(x64.len()), "cuMemAlloc (x)")?;
         cu(stream.memcpy_htod(&x64, &mut xd), "x")?;
         // fast mode's x: each row's 128-wide groups quantised by the CPU reference's rule (e4m3 codes,
@@ -267,11 +298,13 @@ pub fn run(
                 b.arg(&wc).arg(&ps);
                 if compute == 1 && kernel.fast() {
                     b.arg(&pxq).arg(&pxs);
+                } else if compute == 1 && kernel == Kernel::WgBulk {
+                    b.arg(&px).arg(&pxs);
                 } else {
                     b.arg(&px);
                 }
                 b.arg(&y).arg(&t32);
-                if compute == 1 && kernel == Kernel::FastWg {
+                if compute == 1 && kernel.bulk() {
                     b.arg(&tp32);
                 }
                 b.arg(&n32).arg(&k32).arg(&kps32);
@@ -423,5 +456,60 @@ mod tests {
         // small T: more blocks by splitting K; large T: none
         assert!(splits(59, 5120, 5120, 132, 64).1 > 1);
         assert_eq!(splits(4096, 17408, 5120, 132, 128).1, 1);
+    }
+
+    /// The k each lane's weight byte holds in the chunk layout (the kernels' fragment derivations start
+    /// from it): row g's byte b of lane (g, cq) of the first warp tile at k 32 (b / 8) + 8 cq + b % 8.
+    /// From a weight whose every byte is its column (K = 128, one k-tile).
+    fn a_byte_k() -> impl Fn(usize, usize) -> usize {
+        let w: Vec<u8> = (0..32 * 128).map(|i| (i % 128) as u8).collect();
+        let chunks = layout::to_chunks(&w, 32, 128).unwrap();
+        // lane l's 16-byte piece q of tile 0 at (32 q + l) x 16 (the kernels' `a + 32 q`); row g: q = 0, 1
+        move |lane: usize, b: usize| chunks[(32 * (b / 16) + lane) * 16 + b % 16] as usize
+    }
+
+    /// Does x's tiled layout pair, in every step of the wgmma, logical k with the A register byte of
+    /// the same physical k? `at(step, h, cq, e)` the physical k the layout puts at B's logical k of that
+    /// step (chunk 2 step + h, the lane's bytes), `a(step, h, e)` the A register byte (of row g's 32)
+    /// that holds logical k there (lane (3, cq): every row holds the same k); true when every (step, h,
+    /// cq, e) agrees with the chunk layout.
+    fn pairs(steps: usize, es: usize, at: impl Fn(usize, usize, usize, usize) -> usize, a: impl Fn(usize, usize, usize) -> usize) -> bool {
+        let k_of = a_byte_k();
+        (0..steps).all(|s| {
+            (0..2).all(|h| (0..4).all(|cq| (0..es).all(|e| k_of(12 + cq, a(s, h, e)) == at(s, h, cq, e))))
+        })
+    }
+
+    #[test]
+    fn the_chunk_layout_and_the_bulk_forms_x_pair_the_same_k() {
+        let k_of = a_byte_k();
+        for lane in 0..32 {
+            for b in 0..32 {
+                assert_eq!(k_of(lane, b), 32 * (b / 8) + 8 * (lane % 4) + b % 8, "lane {lane} byte {b}");
+            }
+        }
+        // one token whose every x value is its k: fast mode (e4m3 codes, k < 128 fits a byte)
+        let codes: Vec<u8> = (0..128u8).collect();
+        let (fx, _) = fast_wg_x(&codes, &[1.0], 1, 128);
+        // step J's B: chunk 2 J + h, token 0's row, bytes 4 cq + e; A: a0 (h 0) / a2 (h 1) = word 2 J + h
+        let fast_at = |j: usize, h: usize, cq: usize, e: usize| fx[(2 * j + h) * 128 + 4 * cq + e] as usize;
+        assert!(pairs(4, 4, fast_at, |j, h, e| 4 * (2 * j + h) + e));
+        // negative control: a0 and a2 exchanged (h read as 1 - h) pairs other k
+        assert!(!pairs(4, 4, fast_at, |j, h, e| 4 * (2 * j + 1 - h) + e));
+        // exact mode: bf16 x whose value bits are k; step s's B: chunk 2 s + h, elements 2 cq + e; A: a0
+        // (h 0) / a2 (h 1) = bytes 2 h + e of word s (widened)
+        let xb: Vec<u8> = (0..128u16).flat_map(|k| k.to_le_bytes()).collect();
+        let ex = bulk_x_exact(&xb, 1, 128);
+        let exact_at = |s: usize, h: usize, cq: usize, e: usize| {
+            let at = (2 * s + h) * 128 + 2 * (2 * cq + e);
+            u16::from_le_bytes([ex[at], ex[at + 1]]) as usize
+        };
+        assert!(pairs(8, 2, exact_at, |s, h, e| 4 * s + 2 * h + e));
+        assert!(!pairs(8, 2, exact_at, |s, h, e| 4 * s + 2 * (1 - h) + e));
+        // tokens past t are zero, scales transposed to [k / 128][Tp]
+        let (fx, fs) = fast_wg_x(&[7u8; 2 * 256], &[1.0, 2.0, 3.0, 4.0], 2, 256);
+        assert_eq!(fx.len(), 128 * 256);
+        assert_eq!(fx.iter().filter(|&&b| b == 7).count(), 2 * 256);
+        assert_eq!((fs[0], fs[1], fs[128], fs[129]), (1.0, 3.0, 2.0, 4.0));
     }
 }

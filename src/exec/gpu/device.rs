@@ -23,7 +23,7 @@ const SOURCES: [(&str, &str); 31] = [
     ("ring.cuh", include_str!("../../../megakernel/ring.cuh")),
     ("gemm.cuh", include_str!("../../../megakernel/gemm.cuh")),
     ("gemm_fast.cuh", include_str!("../../../megakernel/gemm_fast.cuh")),
-    ("gemm_fast_wg.cuh", include_str!("../../../megakernel/gemm_fast_wg.cuh")),
+    ("gemm_bulk.cuh", include_str!("../../../megakernel/gemm_bulk.cuh")),
     ("gdn_chunk.cuh", include_str!("../../../megakernel/gdn_chunk.cuh")),
     ("ops/embed.cuh", include_str!("../../../megakernel/ops/embed.cuh")),
     ("ops/gemv_norm.cuh", include_str!("../../../megakernel/ops/gemv_norm.cuh")),
