@@ -200,7 +200,13 @@ pub fn run(a: &Args) -> Result<Vec<PrefillRow>> {
         let mut t = crate::compiler::h200(1);
         t.max_context = ctx;
         let p1 = crate::compiler::compile(&ck.config, "checkpoint", &t)?;
-        Some(GpuExec::new_sharing(Gpu::open()?, &p1, &up, &d, a.cache, a.defines)?)
+        let d1 = GpuExec::new_sharing(Gpu::open()?, &p1, &up, &d, a.cache, a.defines)?;
+        // the decode program's weights are the prefill program's: a second copy is a bug (session 33
+        // found one: every shared weight's bytes still allocated, the 27B's three programs out of memory)
+        if d1.own_weight_bytes() != 0 {
+            bail!("gpu prefill: the decode executor holds {} bytes of weights of its own (it shares them all)", d1.own_weight_bytes());
+        }
+        Some(d1)
     } else {
         None
     };

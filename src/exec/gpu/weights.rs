@@ -60,8 +60,8 @@ impl DeviceWeights {
             let hw = w.weight(&b.name)?;
             let p = match &hw {
                 HostWeight::Fp8 { bytes, scales } => {
-                    let off = take(bytes.len());
-                    let scale_off = Some(take(scales.len() * 4));
+                    // (offsets in this executor's own allocation: assigned below, unless shared)
+                    let (off, scale_off) = (0, Some(scales.len() * 4));
                     // scales that are bf16 values below 2^8 (every real release, and mk synth): code 1;
                     // others 3 (recorded; the kernels read both alike)
                     let bf16_ok = scales.iter().all(|x| crate::model::numerics::bf(*x) == *x && x.abs() < 256.0);
@@ -75,7 +75,7 @@ impl DeviceWeights {
                     }
                 }
                 HostWeight::Bf16(bytes) => Place {
-                    off: take(bytes.len()),
+                    off: 0,
                     bytes: bytes.len(),
                     scale_off: None,
                     elem_bytes: 2,
@@ -83,7 +83,7 @@ impl DeviceWeights {
                     scale_addr: 0,
                 },
                 HostWeight::F32(v) => Place {
-                    off: take(v.len() * 4),
+                    off: 0,
                     bytes: v.len() * 4,
                     scale_off: None,
                     elem_bytes: 4,
@@ -100,7 +100,13 @@ impl DeviceWeights {
                 Some(sp) if (sp.bytes, sp.elem_bytes) == (p.bytes, p.elem_bytes) => {
                     places.insert(b.name.clone(), *sp);
                 }
-                _ => upload.push((b.name.clone(), p, hw, b.rows as usize, b.cols as usize)),
+                _ => {
+                    // its own bytes: the weight, then its scales (scale_off held their size until here)
+                    let mut p = p;
+                    p.off = take(p.bytes);
+                    p.scale_off = p.scale_off.map(|n| take(n));
+                    upload.push((b.name.clone(), p, hw, b.rows as usize, b.cols as usize))
+                }
             }
         }
         let own_bytes = at;
