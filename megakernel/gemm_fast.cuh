@@ -154,15 +154,16 @@ k_gemm_fast(const unsigned char* __restrict__ W, const float* __restrict__ S, co
 }
 
 // The activations of a GEMM in fast mode: X [M][K] (bf16 times 2^64, as k_pf_x writes them) quantised per
-// row and 128-wide k-group into Xq [M][K] e4m3 and Xs [M][K / 128]: a warp a (row, group), lane l values
-// 4 l .. 4 l + 3 (the group's max is exact in any order).
-extern "C" __global__ void __launch_bounds__(THREADS) k_pf_quant(const unsigned short* __restrict__ X, unsigned char* __restrict__ Xq, float* __restrict__ Xs, unsigned M, unsigned K) {
+// row and 128-wide k-group into Xq, e4m3 in the bulk GEMM's tiled layout (gemm_bulk.cuh: chunk 2 J + h's
+// byte 4 c + e of a row holds k 32 J + 8 c + 4 h + e of the k-tile), and Xs [K / 128][Tp]: a warp a (row,
+// group), lane l values 4 l .. 4 l + 3 (J = l / 8, c = (l % 8) / 2, h = l % 2: its 4 bytes contiguous;
+// the group's max is exact in any order). Rows M .. Tp stay as allocated (zeros).
+extern "C" __global__ void __launch_bounds__(THREADS) k_pf_quant(const unsigned short* __restrict__ X, unsigned char* __restrict__ Xq, float* __restrict__ Xs, unsigned M, unsigned K, unsigned Tp) {
   const unsigned groups = K / 128, lane = threadIdx.x & 31;
   const unsigned gi = blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (gi >= M * groups) return;
   const unsigned m = gi / groups, kg = gi % groups;
-  const size_t at = (size_t)m * K + kg * 128 + 4 * lane;
-  const uint2 raw = *(const uint2*)(X + at);
+  const uint2 raw = *(const uint2*)(X + (size_t)m * K + kg * 128 + 4 * lane);
   float v[4] = {lo_bf(raw.x) * 0x1p-64f, hi_bf(raw.x) * 0x1p-64f, lo_bf(raw.y) * 0x1p-64f, hi_bf(raw.y) * 0x1p-64f};
   float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
@@ -172,6 +173,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) k_pf_quant(const unsigned 
   // cvt packs its first source into the upper byte
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(p01) : "f"(v[1] / s), "f"(v[0] / s));
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(p23) : "f"(v[3] / s), "f"(v[2] / s));
+  const unsigned J = lane / 8, c = (lane % 8) / 2, h = lane % 2;
+  const size_t at = ((size_t)(m / 8) * (K / 16) + kg * 8 + 2 * J + h) * 128 + (m % 8) * 16 + 4 * c;
   *(unsigned*)(Xq + at) = (unsigned)p01 | ((unsigned)p23 << 16);
-  if (lane == 0) Xs[(size_t)m * groups + kg] = s;
+  if (lane == 0) Xs[(size_t)kg * Tp + m] = s;
 }

@@ -2,10 +2,11 @@
 // A prefill program (PREFILL, M_ROWS = its M of up to 128 rows) runs its words as the discrete kernels
 // do, rows by `for_rows`, except three kinds the host replaces by a short sequence of launches:
 // - an fp8 GEMV word (GemvNorm, GemvGateUp, GemvResidual): k_pf_x prepares its M inputs as its GEMV
-//   would (prepared_input: RMS-normed with the word's norm weight or taken as is, times 2^64), the GEMM
-//   (gemm.cuh k_gemm_fp8: the weights read once for 64 rows, in their arena chunk layout; split-K
-//   summed in split order by k_gemm_reduce), then k_pf_out applies the GEMV's own epilogue to the fp32
-//   totals;
+//   would (prepared_input: RMS-normed with the word's norm weight or taken as is, times 2^64), k_pf_tile
+//   (exact mode) or k_pf_quant (fast mode: e4m3 per token and 128-group) puts them in the GEMM's tiled
+//   layout, the GEMM (gemm_bulk.cuh k_gemm_wg_bulk / k_gemm_fast_wg: bulk copies and wgmma, the weights
+//   read once for 128 rows, in their arena chunk layout; split-K summed in split order by
+//   k_gemm_reduce), then k_pf_out applies the GEMV's own epilogue to the fp32 totals;
 // - a bf16 GemvNorm (GDN's in_proj_a / b): k_pf_x, then k_pf_gemv_bf16 (a warp an output);
 // - GdnChunk: k_pf_gdn_in (each row's l2-normed q and k, v, the gates), the chunked gated delta rule
 //   (gdn_chunk.cuh: prep, then the scan from the layer's state, which it leaves as the final state),
@@ -27,6 +28,19 @@ extern "C" __global__ void __launch_bounds__(THREADS) k_pf_x(const Word* prog, u
   const unsigned short* xs = prepared_input(row_view(c, blockIdx.x), w, norm_slot, smem, true);
   unsigned short* dst = X + (size_t)blockIdx.x * K;
   for (unsigned i = threadIdx.x; i < K; i += THREADS) dst[i] = xs[i];
+}
+
+// Exact mode's GEMM input: X [M][K] (k_pf_x's) into Xt, the bulk GEMM's tiled layout (gemm_bulk.cuh:
+// chunk 2 s + h's element 2 c + e of a row holds k 64 (s / 4) + 32 ((s % 4) / 2) + 8 c + 4 (s % 2) + 2 h
+// + e of the k-tile): a thread a pair of elements (e = 0, 1 stay adjacent), M K / 2 threads. Rows M .. Tp
+// stay as allocated (zeros).
+extern "C" __global__ void __launch_bounds__(THREADS) k_pf_tile(const unsigned short* __restrict__ X, unsigned short* __restrict__ Xt, unsigned M, unsigned K) {
+  const unsigned long long i = blockIdx.x * (unsigned long long)THREADS + threadIdx.x;
+  if (i >= (unsigned long long)M * K / 2) return;
+  const unsigned m = (unsigned)(i / (K / 2)), k = 2 * (unsigned)(i % (K / 2)), kt = k / 128, kk = k % 128;
+  const unsigned s = 4 * (kk / 64) + 2 * ((kk % 64) / 32) + (kk % 8) / 4, h = (kk % 4) / 2, c = (kk % 32) / 8;
+  const size_t at = ((size_t)(m / 8) * (K / 8) + kt * 16 + 2 * s + h) * 64 + (m % 8) * 8 + 2 * c;  // (in bf16s)
+  *(unsigned*)(Xt + at) = *(const unsigned*)(X + (size_t)m * K + k);
 }
 
 // Word wi's outputs of row m = blockIdx.y from the GEMM's fp32 totals Y [M][N] (gate / up: Y the

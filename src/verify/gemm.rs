@@ -93,7 +93,7 @@ impl Kernel {
         match self {
             Kernel::Mma => STAGES * (8 * 2048 + 64 * 272),
             Kernel::Wg => STAGES * (8 * 2048 + 128 * 256),
-            Kernel::Fast => crate::exec::gpu::prefill::GEMM_FAST_SMEM,
+            Kernel::Fast => STAGES * (8 * 2048 + 64 * 160 + 64 * 4),
             // gemm_fast_wg.cuh: 4 stages of the weights, 128 tokens' e4m3 k-tile and their scales, then
             // two barriers a stage
             Kernel::FastWg => 4 * (8 * 2048 + 128 * 128 + 128 * 4) + 4 * 16,
@@ -515,5 +515,44 @@ mod tests {
         assert_eq!(fx.len(), 128 * 256);
         assert_eq!(fx.iter().filter(|&&b| b == 7).count(), 2 * 256);
         assert_eq!((fs[0], fs[1], fs[128], fs[129]), (1.0, 3.0, 2.0, 4.0));
+    }
+
+    /// The prefill's producers of x (prefill.cuh k_pf_tile, gemm_fast.cuh k_pf_quant) place each value
+    /// by the inverse of the layouts above (from its k to its chunk and lane bytes); their index
+    /// arithmetic, transcribed, must give `bulk_x_exact`'s and `fast_wg_x`'s bytes.
+    #[test]
+    fn the_prefills_x_producers_write_the_bulk_layouts() {
+        let (m, k) = (11usize, 256usize); // rows past 8 and a second k-tile
+        let tp = 128;
+        // exact: every bf16 value its (row, k), k_pf_tile's thread (row, pair) writing 4 bytes
+        let x: Vec<u16> = (0..m * k).map(|i| i as u16).collect();
+        let xb: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut tiled = vec![0u16; tp * k];
+        for row in 0..m {
+            for kp in (0..k).step_by(2) {
+                let (kt, kk) = (kp / 128, kp % 128);
+                let (s, h, c) = (4 * (kk / 64) + 2 * ((kk % 64) / 32) + (kk % 8) / 4, (kk % 4) / 2, (kk % 32) / 8);
+                let at = ((row / 8) * (k / 8) + kt * 16 + 2 * s + h) * 64 + (row % 8) * 8 + 2 * c;
+                tiled[at..at + 2].copy_from_slice(&x[row * k + kp..row * k + kp + 2]);
+            }
+        }
+        let want = bulk_x_exact(&xb, m, k);
+        let got: Vec<u8> = tiled.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert!(got == want, "k_pf_tile's arithmetic against bulk_x_exact");
+        // fast: codes (row, k) mod 251, k_pf_quant's warp (row, group), lane l's 4 bytes
+        let codes: Vec<u8> = (0..m * k).map(|i| (i % 251) as u8).collect();
+        let mut q = vec![0u8; tp * k];
+        for row in 0..m {
+            for kg in 0..k / 128 {
+                for l in 0..32 {
+                    let (j, c, h) = (l / 8, (l % 8) / 2, l % 2);
+                    let at = ((row / 8) * (k / 16) + kg * 8 + 2 * j + h) * 128 + (row % 8) * 16 + 4 * c;
+                    let from = row * k + kg * 128 + 4 * l;
+                    q[at..at + 4].copy_from_slice(&codes[from..from + 4]);
+                }
+            }
+        }
+        let (want, _) = fast_wg_x(&codes, &vec![1.0; m * (k / 128)], m, k);
+        assert!(q == want, "k_pf_quant's arithmetic against fast_wg_x");
     }
 }

@@ -176,7 +176,13 @@ impl GpuExec {
             if mask { "#define MK_HEAD_MASK 1\n" } else { "" },
             rows_source(m_rows as u32)
         );
-        let (module, module_hash) = gpu.module(&src, cache, defines)?;
+        // a prefill program's GEMM is wgmma's (gemm_bulk.cuh): its module is compiled for sm_90a
+        let arch = match (prog.target.prefill, gpu.arch.as_str()) {
+            (false, a) => a.to_string(),
+            (true, "sm_90") => "sm_90a".to_string(),
+            (true, a) => crate::bail!("gpu: a prefill program needs an sm_90 GPU (its GEMM is wgmma's); this one is {a}"),
+        };
+        let (module, module_hash) = gpu.module_for(&arch, &src, cache, defines)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {
             let f = cu(module.load_function(name), &format!("cuModuleGetFunction ({name})"))?;
             if smem > 0 {

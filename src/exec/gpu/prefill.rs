@@ -1,11 +1,13 @@
 //! Prefill programs on the graph path (issue 28 item 6, its first form): M rows of a prompt a step (M up
-//! to 128), the fp8 GEMV words as the tensor-core GEMM over the arena's chunk layout (the weights read
-//! once for 64 rows), the bf16 GEMV words and the chunked GDN as their own kernels, every other word
-//! its discrete kernel over the rows (megakernel/prefill.cuh says which and how they round).
+//! to 128), the fp8 GEMV words as the tensor-core GEMM over the arena's chunk layout (gemm_bulk.cuh:
+//! bulk copies and wgmma, 128 tokens a block, in exact or fast mode; so the module is compiled for
+//! sm_90a), the bf16 GEMV words and the chunked GDN as their own kernels, every other word its
+//! discrete kernel over the rows (megakernel/prefill.cuh says which and how they round).
 //!
 //! Owns: the prefill's scratch (allocated with the program, at startup), the launches that replace a
 //! word, the split-K shape of a GEMM (`splits`), `prefill_rows`. Refuses: a prefill step on the
-//! megakernel (not built), a token count other than M, a program that is not a prefill program.
+//! megakernel (not built), a token count other than M, a program that is not a prefill program, a GPU
+//! other than sm_90, a GEMM whose rows are not a multiple of 128.
 
 use cudarc::driver::{CudaFunction, CudaModule, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 
@@ -15,14 +17,14 @@ use crate::error::{Error, Result};
 use crate::isa::access::GDN_HEAD_DIM;
 use crate::isa::{slot, Opcode, Program, Word};
 
-/// The GEMM's block (megakernel/gemm.cuh k_gemm_fp8): weight rows and tokens a block, its shared memory
-/// (three stages of the weights' 8 warp tiles and the tokens' k-tile at 272 bytes a token).
+/// Weight rows a GEMM block (every form: megakernel/gemm.cuh, gemm_fast.cuh, gemm_bulk.cuh).
 pub const GEMM_ROWS: usize = 128;
-pub const GEMM_TOKENS: usize = 64;
-pub const GEMM_SMEM: u32 = 3 * (8 * 2048 + 64 * 272);
-/// k_gemm_fast's (gemm_fast.cuh GEMM_F_STAGE_BYTES: the weights, 64 tokens' e4m3 k-tile padded to 160
-/// bytes, their scales; 3 stages).
-pub const GEMM_FAST_SMEM: u32 = 3 * (8 * 2048 + 64 * 160 + 64 * 4);
+/// The prefill's GEMM (megakernel/gemm_bulk.cuh: bulk copies, wgmma; k_gemm_wg_bulk exact, k_gemm_fast_wg
+/// fast): 288 threads, 128 weight rows x 128 tokens a block, four stages and their barriers.
+const BULK_THREADS: u32 = 288;
+const BULK_TOKENS: usize = 128;
+const BULK_SMEM: u32 = 4 * (8 * 2048 + 128 * 256) + 4 * 16;
+const BULK_FAST_SMEM: u32 = 4 * (8 * 2048 + 128 * 128 + 128 * 4) + 4 * 16;
 /// The chunked GDN's chunk (gdn_chunk.cuh GC); its scan's state columns a block are the GDNC_DV define.
 const GC: usize = 64;
 /// k_pf_attn's block (megakernel/attn_prefill.cuh): 8 warps, 16 query rows; its shared memory: the
@@ -77,10 +79,14 @@ pub fn form(p: &Program, w: &Word) -> Form {
 /// and split partials, the chunked GDN's inputs, prep scratch and outputs. Device pointers taken once.
 pub struct Scratch {
     _bufs: Vec<CudaSlice<u8>>,
+    /// The prepared inputs [M][K] bf16 (k_pf_x's); exact mode's GEMM input in the bulk GEMM's tiled
+    /// layout (k_pf_tile's); fast mode's e4m3 codes in it and scales [K / 128][Tp] (k_pf_quant's). Tp = M
+    /// rounded up to the GEMM's 128 tokens (the rows past M zero).
     x: u64,
-    /// Fast mode's activations: e4m3 codes [M][K] and scales [M][K / 128] (k_pf_quant's output).
+    xt: u64,
     xq: u64,
     xs: u64,
+    tp: u32,
     /// Fast mode (`Activations::Fp8Dynamic`): the GEMMs take the activations quantised (k_gemm_fast).
     pub fast: bool,
     y: [u64; 2],
@@ -100,6 +106,7 @@ struct Kernels {
     gemm: CudaFunction,
     gemm_fast: CudaFunction,
     quant: CudaFunction,
+    tile: CudaFunction,
     reduce: CudaFunction,
     prep: CudaFunction,
     scan: CudaFunction,
@@ -132,7 +139,10 @@ impl Scratch {
             match form(p, w) {
                 Form::Gemm => {
                     let n = w.rows as usize;
-                    let (_, s) = splits(m, n, k, sms as usize, GEMM_TOKENS);
+                    if n % GEMM_ROWS != 0 {
+                        crate::bail!("gpu: a prefill GEMM of {n} rows (the bulk GEMM takes a multiple of {GEMM_ROWS})");
+                    }
+                    let (_, s) = splits(m, n, k, sms as usize, BULK_TOKENS);
                     (kmax, nmax) = (kmax.max(k), nmax.max(n));
                     if s > 1 {
                         parts = parts.max(s * m * n);
@@ -166,8 +176,9 @@ impl Scratch {
             bufs.push(b);
             Ok(p)
         };
+        let tp = m.div_ceil(BULK_TOKENS) * BULK_TOKENS;
         let x = alloc(2 * m * kmax)?;
-        let (xq, xs) = (alloc(m * kmax)?, alloc(4 * m * kmax.div_ceil(128))?);
+        let (xt, xq, xs) = (alloc(2 * tp * kmax)?, alloc(tp * kmax)?, alloc(4 * tp * kmax.div_ceil(128))?);
         let y = [alloc(4 * m * nmax)?, alloc(4 * m * nmax)?];
         let parts = alloc(4 * parts)?;
         let mut g = [0u64; 10];
@@ -192,15 +203,16 @@ impl Scratch {
             bf16: load("k_pf_gemv_bf16", 0)?,
             gdn_in: load("k_pf_gdn_in", 0)?,
             gdn_out: load("k_pf_gdn_out", 0)?,
-            gemm: load("k_gemm_fp8", GEMM_SMEM)?,
-            gemm_fast: load("k_gemm_fast", GEMM_FAST_SMEM)?,
+            gemm: load("k_gemm_wg_bulk", BULK_SMEM)?,
+            gemm_fast: load("k_gemm_fast_wg", BULK_FAST_SMEM)?,
             quant: load("k_pf_quant", 0)?,
+            tile: load("k_pf_tile", 0)?,
             reduce: load("k_gemm_reduce", 0)?,
             prep: load("k_gdn_chunk_prep", prep_smem())?,
             scan: load("k_gdn_chunk_scan", scan_smem(dv))?,
             attn: load("k_pf_attn", PFA_SMEM)?,
         };
-        Ok(Scratch { _bufs: bufs, x, xq, xs, fast: false, y, parts, gdn: g, dv, f })
+        Ok(Scratch { _bufs: bufs, x, xt, xq, xs, tp: tp as u32, fast: false, y, parts, gdn: g, dv, f })
     }
 }
 
@@ -248,15 +260,21 @@ impl GpuExec {
             Form::Gemm => {
                 let norm = if w.opcode == Opcode::GemvGateUp { slot::W2 } else { slot::W1 };
                 prep_x(norm)?;
+                // the GEMM's input in its tiled layout: quantised (fast) or as is (exact)
                 if s.fast {
                     let mut b = stream.launch_builder(&s.f.quant);
-                    b.arg(&s.x).arg(&s.xq).arg(&s.xs).arg(&m).arg(&k);
+                    b.arg(&s.x).arg(&s.xq).arg(&s.xs).arg(&m).arg(&k).arg(&s.tp);
                     let warps = m * (k / 128);
                     let cfg = grid(warps.div_ceil(THREADS / 32), 1, 1, THREADS, 0);
                     cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch k_pf_quant")?;
+                } else {
+                    let mut b = stream.launch_builder(&s.f.tile);
+                    b.arg(&s.x).arg(&s.xt).arg(&m).arg(&k);
+                    let cfg = grid((m * k / 2).div_ceil(THREADS), 1, 1, THREADS, 0);
+                    cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch k_pf_tile")?;
                 }
                 let n = w.rows;
-                let (kps, sp) = splits(m as usize, n as usize, k as usize, self.gpu.sms as usize, GEMM_TOKENS);
+                let (kps, sp) = splits(m as usize, n as usize, k as usize, self.gpu.sms as usize, BULK_TOKENS);
                 let weights: &[usize] =
                     if w.opcode == Opcode::GemvGateUp { &[slot::W0, slot::W1] } else { &[slot::W0] };
                 for (i, &ws) in weights.iter().enumerate() {
@@ -265,19 +283,16 @@ impl GpuExec {
                     let out = if sp > 1 { s.parts } else { s.y[i] };
                     let kps32 = kps as u32;
                     let mut b = stream.launch_builder(if s.fast { &s.f.gemm_fast } else { &s.f.gemm });
-                    b.arg(&wp).arg(&sc);
-                    if s.fast {
-                        b.arg(&s.xq).arg(&s.xs);
-                    } else {
-                        b.arg(&s.x);
-                    }
-                    b.arg(&out).arg(&m).arg(&n).arg(&k).arg(&kps32);
+                    // (exact mode passes Xs too: the kernel's signature is fast mode's, it reads none)
+                    let xin = if s.fast { s.xq } else { s.xt };
+                    b.arg(&wp).arg(&sc).arg(&xin).arg(&s.xs);
+                    b.arg(&out).arg(&m).arg(&s.tp).arg(&n).arg(&k).arg(&kps32);
                     let cfg = grid(
                         n.div_ceil(GEMM_ROWS as u32),
-                        m.div_ceil(GEMM_TOKENS as u32),
+                        s.tp / BULK_TOKENS as u32,
                         sp as u32,
-                        THREADS,
-                        if s.fast { GEMM_FAST_SMEM } else { GEMM_SMEM },
+                        BULK_THREADS,
+                        if s.fast { BULK_FAST_SMEM } else { BULK_SMEM },
                     );
                     cu(unsafe { b.launch(cfg) }.map(|_| ()), "launch the GEMM")?;
                     if sp > 1 {
@@ -460,8 +475,21 @@ mod tests {
     #[test]
     fn small_gemms_split_k_and_large_ones_do_not() {
         // T = 64 rows of o_proj (5,120 x 6,144): 40 row tiles, split to fill two waves of 132 SMs
-        let (kps, sp) = splits(64, 5120, 6144, 132, GEMM_TOKENS);
+        let (kps, sp) = splits(64, 5120, 6144, 132, BULK_TOKENS);
         assert!(sp > 1 && kps * sp >= 6144 / 128 && kps >= 4, "{kps} {sp}");
-        assert_eq!(splits(4096, 17408, 5120, 132, GEMM_TOKENS).1, 1);
+        assert_eq!(splits(4096, 17408, 5120, 132, BULK_TOKENS).1, 1);
+    }
+
+    /// The bulk GEMM's launch shape here is gemm_bulk.cuh's.
+    #[test]
+    fn the_bulk_gemms_shape_is_the_hosts() {
+        let src = include_str!("../../../megakernel/gemm_bulk.cuh");
+        for d in ["#define GEMM_FW_STAGES 4", "#define GEMM_FW_TOKENS 128", "#define GEMM_FW_THREADS 288"] {
+            assert!(src.contains(d), "{d}");
+        }
+        assert!(src.contains("(8 * 2048 + GEMM_FW_TOKENS * ((FAST) ? 128 : 256) + ((FAST) ? GEMM_FW_TOKENS * 4 : 0))"));
+        assert_eq!((BULK_THREADS, BULK_TOKENS), (288, 128));
+        assert_eq!(BULK_SMEM, 4 * (8 * 2048 + 128 * 256) + 4 * 16);
+        assert_eq!(BULK_FAST_SMEM, 4 * (8 * 2048 + 128 * 128 + 128 * 4) + 4 * 16);
     }
 }
