@@ -61,28 +61,37 @@ __device__ void gdn_conv_rows(const DevCtx& c, const Word& w, unsigned u) {
 #else
 __device__ void gdn_conv_rows(const DevCtx&, const Word&, unsigned) { __trap(); }
 #endif
-// The prefill form (PREFILL: a prefill program keeps every row, nothing deferred): row m's input goes to
-// ring slot (pos + m) % 4 and its output is conv_out4 of the window before it, rows in order: the bits
-// and the ring of M one-row steps. The three older values are read first, then the window slides in
-// registers.
+// The prefill form (PREFILL: a prefill program keeps every row, nothing deferred): row m's output is
+// conv_out4 of the window before it (rows m - 3 .. m - 1's inputs, the ring's values for positions
+// before pos) and its input goes to ring slot (pos + m) % 4: the bits and the ring of M one-row steps.
+// No output depends on another, so the unit's (channel, row) pairs run side by side (a thread a pair,
+// not a channel's rows in order: a unit's 128 channels x 64 rows keep every thread busy); the ring is
+// written after a barrier, once every read of it is done.
 __device__ void gdn_conv_prefill(const DevCtx& c, const Word& w, unsigned u) {
   const unsigned pos = B<unsigned>(c, w.ops[SLOT_IN1])[0];
   const float* t = B<float>(c, w.ops[SLOT_W0]);
   unsigned short* ring = B<unsigned short>(c, w.ops[SLOT_ST0]);
-  const unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows);
-  for (unsigned ch = r0 + threadIdx.x; ch < r1; ch += THREADS) {
-    unsigned short* r = ring + 4 * ch;
-    unsigned short x1 = r[(pos + 1) % 4], x2 = r[(pos + 2) % 4], x3 = r[(pos + 3) % 4];
+  const unsigned r0 = u * w.unit_rows, r1 = min(w.rows, r0 + w.unit_rows), nch = r1 > r0 ? r1 - r0 : 0u, M = w.m_rows;
+  for (unsigned i = threadIdx.x; i < nch * M; i += THREADS) {
+    const unsigned ch = r0 + i % nch, m = i / nch;
+    const unsigned short* r = ring + 4 * ch;
+    // the input at position pos + m - j (j = 1 .. 3): row m - j's, or the ring's (slot (pos + m - j) % 4)
+    auto back = [&](unsigned j) -> unsigned short {
+      return m >= j ? B<unsigned short>(row_view(c, m - j), w.ops[SLOT_IN0])[ch] : r[(pos + m + 4 - j) % 4];
+    };
+    const unsigned short x1 = back(3), x2 = back(2), x3 = back(1);
+    const unsigned short x = B<unsigned short>(row_view(c, m), w.ops[SLOT_IN0])[ch];
     const float* tp = t + 4 * ch;
     const float taps[4] = {tp[0], tp[1], tp[2], tp[3]};
-    for (unsigned m = 0; m < w.m_rows; ++m) {
-      const unsigned short x = B<unsigned short>(row_view(c, m), w.ops[SLOT_IN0])[ch];
-      B<unsigned short>(row_view(c, m), w.ops[SLOT_OUT0])[ch] = conv_out4(taps, x1, x2, x3, x);
-      r[(pos + m) % 4] = x;
-      x1 = x2;
-      x2 = x3;
-      x3 = x;
-    }
+    B<unsigned short>(row_view(c, m), w.ops[SLOT_OUT0])[ch] = conv_out4(taps, x1, x2, x3, x);
+  }
+  BLOCK_SYNC();  // every read of the ring above before the writes below
+  // the last min(M, 4) rows' inputs into their slots (what M one-row steps leave there)
+  for (unsigned i = threadIdx.x; i < nch * 4; i += THREADS) {
+    const unsigned ch = r0 + i / 4, j = i % 4;
+    if (M + j < 4) continue;  // (M < 4: only rows 0 .. M - 1 move the ring)
+    const unsigned m = M + j - 4;
+    ring[4 * ch + (pos + m) % 4] = B<unsigned short>(row_view(c, m), w.ops[SLOT_IN0])[ch];
   }
 }
 __device__ void op_gdn_conv(const DevCtx& c, const Word& w, unsigned u, char*, bool) {
