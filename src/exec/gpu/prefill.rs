@@ -139,7 +139,7 @@ impl Scratch {
             match form(p, w) {
                 Form::Gemm => {
                     let n = w.rows as usize;
-                    if n % GEMM_ROWS != 0 {
+                    if !n.is_multiple_of(GEMM_ROWS) {
                         crate::bail!("gpu: a prefill GEMM of {n} rows (the bulk GEMM takes a multiple of {GEMM_ROWS})");
                     }
                     let (_, s) = splits(m, n, k, sms as usize, BULK_TOKENS);

@@ -104,7 +104,7 @@ impl DeviceWeights {
                     // its own bytes: the weight, then its scales (scale_off held their size until here)
                     let mut p = p;
                     p.off = take(p.bytes);
-                    p.scale_off = p.scale_off.map(|n| take(n));
+                    p.scale_off = p.scale_off.map(&mut take);
                     upload.push((b.name.clone(), p, hw, b.rows as usize, b.cols as usize))
                 }
             }
