@@ -17,7 +17,7 @@
 //
 // x's layout for these kernels (the producer of x writes it so: `mk gpu gemm` on the host, here): wgmma's
 // no-swizzle K-major core matrices of 8 tokens x 16 bytes, [Tp / 8][K bytes / 16][8 tokens][16 bytes], Tp
-// = T rounded up to 128 (zero rows past T), and within a k-tile the k order of the weights' fragments
+// = T rounded up to 128 (rows past T any finite values: their columns are never stored), and within a k-tile the k order of the weights' fragments
 // (the chunk layout's lane order: lane c's A bytes of row g at k 32 (b / 8) + 8 c + b % 8). Fast mode:
 // chunk 2 J + h's byte 4 c + e holds physical k 32 J + 8 c + 4 h + e (k32 step J, c = 0 .. 3, e = 0 .. 3:
 // lane c's a0 / a2 of step J); exact mode: chunk 2 s + h's element 2 c + e holds physical k 64 (s / 4) +

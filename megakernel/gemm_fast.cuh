@@ -157,7 +157,8 @@ k_gemm_fast(const unsigned char* __restrict__ W, const float* __restrict__ S, co
 // row and 128-wide k-group into Xq, e4m3 in the bulk GEMM's tiled layout (gemm_bulk.cuh: chunk 2 J + h's
 // byte 4 c + e of a row holds k 32 J + 8 c + 4 h + e of the k-tile), and Xs [K / 128][Tp]: a warp a (row,
 // group), lane l values 4 l .. 4 l + 3 (J = l / 8, c = (l % 8) / 2, h = l % 2: its 4 bytes contiguous;
-// the group's max is exact in any order). Rows M .. Tp stay as allocated (zeros).
+// the group's max is exact in any order). Rows M .. Tp of Xq hold whatever a wider
+// word left (their columns are never stored); their scales are never written (zeros).
 extern "C" __global__ void __launch_bounds__(THREADS) k_pf_quant(const unsigned short* __restrict__ X, unsigned char* __restrict__ Xq, float* __restrict__ Xs, unsigned M, unsigned K, unsigned Tp) {
   const unsigned groups = K / 128, lane = threadIdx.x & 31;
   const unsigned gi = blockIdx.x * WARPS + (threadIdx.x >> 5);

@@ -33,7 +33,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) k_pf_x(const Word* prog, u
 // Exact mode's GEMM input: X [M][K] (k_pf_x's) into Xt, the bulk GEMM's tiled layout (gemm_bulk.cuh:
 // chunk 2 s + h's element 2 c + e of a row holds k 64 (s / 4) + 32 ((s % 4) / 2) + 8 c + 4 (s % 2) + 2 h
 // + e of the k-tile): a thread a pair of elements (e = 0, 1 stay adjacent), M K / 2 threads. Rows M .. Tp
-// stay as allocated (zeros).
+// hold whatever a wider word left (their columns are never stored).
 extern "C" __global__ void __launch_bounds__(THREADS) k_pf_tile(const unsigned short* __restrict__ X, unsigned short* __restrict__ Xt, unsigned M, unsigned K) {
   const unsigned long long i = blockIdx.x * (unsigned long long)THREADS + threadIdx.x;
   if (i >= (unsigned long long)M * K / 2) return;

@@ -81,13 +81,14 @@ pub struct Scratch {
     _bufs: Vec<CudaSlice<u8>>,
     /// The prepared inputs [M][K] bf16 (k_pf_x's); exact mode's GEMM input in the bulk GEMM's tiled
     /// layout (k_pf_tile's); fast mode's e4m3 codes in it and scales [K / 128][Tp] (k_pf_quant's). Tp = M
-    /// rounded up to the GEMM's 128 tokens (the rows past M zero).
+    /// rounded up to the GEMM's 128 tokens: the rows past M hold whatever a wider word left there (their
+    /// columns are never stored, and in fast mode their scales stay zero).
     x: u64,
     xt: u64,
     xq: u64,
     xs: u64,
     tp: u32,
-    /// Fast mode (`Activations::Fp8Dynamic`): the GEMMs take the activations quantised (k_gemm_fast).
+    /// Fast mode (`Activations::Fp8Dynamic`): the GEMMs take the activations quantised (k_gemm_fast_wg).
     pub fast: bool,
     y: [u64; 2],
     parts: u64,
@@ -247,7 +248,7 @@ impl GpuExec {
         let place = |sl: usize| -> Result<crate::exec::gpu::arena::Place> {
             w.op(sl).map(|b| self.layout.places[b]).ok_or_else(|| Error::new(format!("no operand in slot {sl}")))
         };
-        // SAFETY (every launch below): the kernels' parameters are as prefill.cuh / gemm.cuh /
+        // SAFETY (every launch below): the kernels' parameters are as prefill.cuh / gemm_bulk.cuh / gemm_fast.cuh /
         // gdn_chunk.cuh declare them, in order; the program, context and arena outlive the launch; the
         // scratch pointers are `Scratch`'s, sized in `Scratch::new` for this program's M and widest word.
         let prep_x = |norm: usize| -> Result<()> {
@@ -365,7 +366,7 @@ impl GpuExec {
     }
 
     /// The prefill GEMMs' numerics (issue 28 item 1): `Fp8Dynamic` (fast mode: the activations quantised
-    /// to e4m3 per token and 128-group, k_gemm_fast) or `Bf16` (exact mode, the default). A prefill
+    /// to e4m3 per token and 128-group, k_gemm_fast_wg) or `Bf16` (exact mode, the default). A prefill
     /// program only; the captured graph is dropped (the next step captures the new launches).
     pub fn set_activations(&mut self, act: crate::model::ops::Activations) -> Result<()> {
         let Some(s) = self.prefill.as_mut() else {

@@ -53,8 +53,9 @@ impl DeviceWeights {
             o
         };
         let mut upload = Vec::new(); // (name, place, host weight, rows, cols)
+        let mut queued = std::collections::HashSet::new(); // (a name twice in a program: one upload)
         for b in prog.buffers.iter().filter(|b| b.kind == BufKind::Weight) {
-            if places.contains_key(&b.name) {
+            if places.contains_key(&b.name) || !queued.insert(b.name.clone()) {
                 continue;
             }
             let hw = w.weight(&b.name)?;
