@@ -162,7 +162,9 @@ fn run(cli: Cli) -> Result<()> {
             mk::verify::mask::run(&dir, steps as usize, reps as usize, &cache, &Defines::parse(&defines)?)?
         }
         Cmd::Gpu { cmd: GpuCmd::Agent(a) } => mk::verify::agent::run(&a.args()?)?,
-        Cmd::Gpu { cmd: GpuCmd::Prefill { dir, m, tokens, reps, check, against_decode, profile, fast, cache, defines } } => {
+        Cmd::Gpu {
+            cmd: GpuCmd::Prefill { dir, m, tokens, reps, check, against_decode, profile, fast, cache, defines },
+        } => {
             let defines = Defines::parse(&defines)?;
             let args = mk::verify::prefill::Args {
                 dir: &dir,

@@ -319,14 +319,9 @@ pub fn run(e: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         // the first GPU path uploads the weights; the others share them (one copy of the 27B's)
         let d = match gpu_paths.first() {
             None => crate::exec::gpu::GpuExec::new(gpu, &prog, upload, &opts.cache_root, &defines)?,
-            Some((_, first)) => crate::exec::gpu::GpuExec::new_sharing(
-                gpu,
-                &prog,
-                upload,
-                &first.borrow(),
-                &opts.cache_root,
-                &defines,
-            )?,
+            Some((_, first)) => {
+                crate::exec::gpu::GpuExec::new_sharing(gpu, &prog, upload, &first.borrow(), &opts.cache_root, &defines)?
+            }
         };
         rec.cuda_sources_hash = Some(record::fnv_hex(&[crate::exec::gpu::source().as_bytes()]));
         rec.notes.push(format!(

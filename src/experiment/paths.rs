@@ -313,8 +313,15 @@ impl Engine for InterpEngine<'_> {
             "prefill programs of 64 rows (the interpreter, exec::interp::prefill; the remainder one of its length)";
         let ctx = self.prog.target.max_context;
         Some(
-            crate::exec::interp::prefill::prefill(self.ck, tokens, PREFILL_ROWS, ctx, Order::Program, Default::default())
-                .map(|p| (p.next, how)),
+            crate::exec::interp::prefill::prefill(
+                self.ck,
+                tokens,
+                PREFILL_ROWS,
+                ctx,
+                Order::Program,
+                Default::default(),
+            )
+            .map(|p| (p.next, how)),
         )
     }
 

@@ -260,7 +260,8 @@ pub fn run(
         if kernel.fast() {
             for r in 0..tmax {
                 for g in 0..k / 128 {
-                    let src: Vec<f32> = x[r * kmax + g * 128..r * kmax + (g + 1) * 128].iter().map(|&b| bf16_to_f32(b)).collect();
+                    let src: Vec<f32> =
+                        x[r * kmax + g * 128..r * kmax + (g + 1) * 128].iter().map(|&b| bf16_to_f32(b)).collect();
                     xs[r * (k / 128) + g] = e4m3_group(&src, &mut xq[r * k + g * 128..r * k + (g + 1) * 128]);
                 }
             }
@@ -342,7 +343,9 @@ pub fn run(
                             let (d, a) = p.fold((0.0, 0.0), |(d, a), v| (d + v, a + v.abs()));
                             (d * sxw, a * sxw.abs())
                         } else {
-                            let p = c.map(|c| table[w[r * k + c] as usize] as f64 * sw * bf16_to_f32(x[tok * kmax + c]) as f64);
+                            let p = c.map(|c| {
+                                table[w[r * k + c] as usize] as f64 * sw * bf16_to_f32(x[tok * kmax + c]) as f64
+                            });
                             p.fold((0.0, 0.0), |(d, a), v| (d + v, a + v.abs()))
                         }
                     })
@@ -438,7 +441,9 @@ pub fn run(
         );
     }
     if kernel.fast() {
-        println!("verdict: ok (every shape and T: each output within {FAST_BOUND:e} of its terms' magnitudes against f64)");
+        println!(
+            "verdict: ok (every shape and T: each output within {FAST_BOUND:e} of its terms' magnitudes against f64)"
+        );
     } else {
         println!("verdict: ok (every shape and T within 1e-5 of its largest output against f64)");
     }
@@ -477,11 +482,15 @@ mod tests {
     /// step (chunk 2 step + h, the lane's bytes), `a(step, h, e)` the A register byte (of row g's 32)
     /// that holds logical k there (lane (3, cq): every row holds the same k); true when every (step, h,
     /// cq, e) agrees with the chunk layout.
-    fn pairs(steps: usize, es: usize, at: impl Fn(usize, usize, usize, usize) -> usize, a: impl Fn(usize, usize, usize) -> usize) -> bool {
+    fn pairs(
+        steps: usize,
+        es: usize,
+        at: impl Fn(usize, usize, usize, usize) -> usize,
+        a: impl Fn(usize, usize, usize) -> usize,
+    ) -> bool {
         let k_of = a_byte_k();
-        (0..steps).all(|s| {
-            (0..2).all(|h| (0..4).all(|cq| (0..es).all(|e| k_of(12 + cq, a(s, h, e)) == at(s, h, cq, e))))
-        })
+        (0..steps)
+            .all(|s| (0..2).all(|h| (0..4).all(|cq| (0..es).all(|e| k_of(12 + cq, a(s, h, e)) == at(s, h, cq, e)))))
     }
 
     #[test]

@@ -204,7 +204,10 @@ pub fn run(a: &Args) -> Result<Vec<PrefillRow>> {
         // the decode program's weights are the prefill program's: a second copy is a bug (session 33
         // found one: every shared weight's bytes still allocated, the 27B's three programs out of memory)
         if d1.own_weight_bytes() != 0 {
-            bail!("gpu prefill: the decode executor holds {} bytes of weights of its own (it shares them all)", d1.own_weight_bytes());
+            bail!(
+                "gpu prefill: the decode executor holds {} bytes of weights of its own (it shares them all)",
+                d1.own_weight_bytes()
+            );
         }
         Some(d1)
     } else {

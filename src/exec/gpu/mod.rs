@@ -180,7 +180,9 @@ impl GpuExec {
         let arch = match (prog.target.prefill, gpu.arch.as_str()) {
             (false, a) => a.to_string(),
             (true, "sm_90") => "sm_90a".to_string(),
-            (true, a) => crate::bail!("gpu: a prefill program needs an sm_90 GPU (its GEMM is wgmma's); this one is {a}"),
+            (true, a) => {
+                crate::bail!("gpu: a prefill program needs an sm_90 GPU (its GEMM is wgmma's); this one is {a}")
+            }
         };
         let (module, module_hash) = gpu.module_for(&arch, &src, cache, defines)?;
         let load = |name: &str, smem: u32| -> Result<CudaFunction> {

@@ -75,22 +75,12 @@ impl DeviceWeights {
                         scale_addr: 0,
                     }
                 }
-                HostWeight::Bf16(bytes) => Place {
-                    off: 0,
-                    bytes: bytes.len(),
-                    scale_off: None,
-                    elem_bytes: 2,
-                    addr: 0,
-                    scale_addr: 0,
-                },
-                HostWeight::F32(v) => Place {
-                    off: 0,
-                    bytes: v.len() * 4,
-                    scale_off: None,
-                    elem_bytes: 4,
-                    addr: 0,
-                    scale_addr: 0,
-                },
+                HostWeight::Bf16(bytes) => {
+                    Place { off: 0, bytes: bytes.len(), scale_off: None, elem_bytes: 2, addr: 0, scale_addr: 0 }
+                }
+                HostWeight::F32(v) => {
+                    Place { off: 0, bytes: v.len() * 4, scale_off: None, elem_bytes: 4, addr: 0, scale_addr: 0 }
+                }
             };
             let want =
                 b.elems() as usize * if p.elem_bytes == 1 || p.elem_bytes == 3 { 1 } else { p.elem_bytes as usize };
