@@ -35,6 +35,16 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool pred)
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(pred ? 4 : 0) : "memory");
 }
 
+// A warp's 2 x 4 mma tiles of accumulators set to zero.
+__device__ __forceinline__ void gemm_zero(float (&a)[2][4][4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) a[h][n][e] = 0.f;
+}
+
 // k-tile kt of the block's weight rows (n0 ..): the 8 warp tiles (row group rl = tile / 2 of the block,
 // half h = tile % 2), 128 pieces of 16 bytes each, into the first 16 KB of stage st.
 __device__ __forceinline__ void gemm_load_w(char* st, const unsigned char* W, unsigned N, unsigned K, unsigned n0, unsigned kt) {
@@ -92,12 +102,7 @@ __device__ __forceinline__ void gemm_fp8(const unsigned char* __restrict__ W, co
   const bool active = rw < N;
   const float* srow = S + (size_t)(min(rw, N - 1) / 128) * (K / 128);
   float tot[2][4][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) tot[h][n][e] = 0.f;
+  gemm_zero(tot);
 #pragma unroll
   for (int s = 0; s < GEMM_STAGES - 1; ++s) {
     if (s < nk) gemm_load(smem + s * GEMM_STAGE_BYTES, W, X, T, N, K, n0, t0, kt0 + s);
@@ -155,12 +160,7 @@ __device__ __forceinline__ void gemm_fp8(const unsigned char* __restrict__ W, co
       continue;
     }
     float acc[2][4][4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[h][n][e] = 0.f;
+    gemm_zero(acc);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
@@ -186,6 +186,18 @@ __device__ __forceinline__ void gemm_fp8(const unsigned char* __restrict__ W, co
   cp_async_wait<0>();
   if (!active) return;
   gemm_store(Y + (size_t)z * T * N, tot, T, N, rw, t0 + 32 * wt, g, cq);
+}
+
+// A warpgroup form's warp: its 16 rows (rw ..) x 128 tokens (t0 ..) of totals into Y [T][N] (a split's
+// partial): wgmma's D, n8 chunk j's four at 4 j (rows g, g + 8; tokens 2 cq, 2 cq + 1).
+__device__ __forceinline__ void gemm_wg_store(float* y, const float (&tot)[64], unsigned T, unsigned N, unsigned rw, unsigned t0, unsigned g, unsigned cq) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const unsigned r = rw + g + 8 * (e >> 1), t = t0 + 8 * j + 2 * cq + (e & 1);
+      if (t < T) y[(size_t)t * N + r] = tot[4 * j + e];
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(GEMM_THREADS, GEMM_MIN_BLOCKS)
@@ -312,14 +324,7 @@ k_gemm_wg(const unsigned char* __restrict__ W, const float* __restrict__ S, cons
   }
   cp_async_wait<0>();
   if (!active || rw >= N) return;
-  float* y = Y + (size_t)z * T * N;
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const unsigned r = rw + g + 8 * (e >> 1), t = t0 + 8 * j + 2 * cq + (e & 1);
-      if (t < T) y[(size_t)t * N + r] = tot[4 * j + e];
-    }
+  gemm_wg_store(Y + (size_t)z * T * N, tot, T, N, rw, t0, g, cq);
 #else
   __trap();  // (compiled for an architecture without wgmma: the host compiles this kernel for sm_90a)
 #endif

@@ -164,14 +164,7 @@ __device__ __forceinline__ void gemm_bulk(const unsigned char* __restrict__ W, c
       for (int e = 0; e < 64; ++e) tot[e] += sc * acc[e];  // ORDER: k-tiles in order
     }
   }
-  float* y = Y + (size_t)z * T * N;
-#pragma unroll
-  for (int j = 0; j < 16; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const unsigned r = rw + g + 8 * (e >> 1), t = t0 + 8 * j + 2 * cq + (e & 1);
-      if (t < T) y[(size_t)t * N + r] = tot[4 * j + e];
-    }
+  gemm_wg_store(Y + (size_t)z * T * N, tot, T, N, rw, t0, g, cq);
 #else
   __trap();  // (compiled for an architecture without wgmma: the host compiles these kernels for sm_90a)
 #endif

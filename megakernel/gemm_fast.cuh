@@ -71,12 +71,7 @@ k_gemm_fast(const unsigned char* __restrict__ W, const float* __restrict__ S, co
   const bool active = rw < N;
   const float* srow = S + (size_t)(min(rw, N - 1) / 128) * (K / 128);
   float tot[2][4][4];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) tot[h][n][e] = 0.f;
+  gemm_zero(tot);
 #pragma unroll
   for (int s = 0; s < GEMM_STAGES - 1; ++s) {
     if (s < nk) gemm_fast_load(smem + s * GEMM_F_STAGE_BYTES, W, Xq, Xs, T, N, K, n0, t0, kt0 + s);
@@ -127,12 +122,7 @@ k_gemm_fast(const unsigned char* __restrict__ W, const float* __restrict__ S, co
       xs[n][1] = sx[32 * wt + 8 * n + 2 * cq + 1];
     }
     float acc[2][4][4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int n = 0; n < 4; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[h][n][e] = 0.f;
+    gemm_zero(acc);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
